@@ -1,0 +1,45 @@
+# One entry for every build, test, demo and bench of accord.
+#   make test   - lint, then every test suite against a throwaway PostgreSQL
+#   make demo   - the polyglot demo (coming with the embedded store)
+#   make bench  - benchmarks (coming)
+
+CARGO ?= cargo
+WITH_PG := scripts/with-postgres.sh
+
+.PHONY: all build test lint test-rust fmt demo bench migrate-sql clean
+
+all: build
+
+build:
+	$(CARGO) build --workspace
+
+# The test command of README.md, and what CI runs. Starts its own PostgreSQL (see
+# scripts/with-postgres.sh) unless ACCORD_TEST_DATABASE_URL names one, and stops it even when
+# tests fail.
+test: lint
+	$(WITH_PG) $(MAKE) --no-print-directory test-rust
+
+test-rust:
+	$(CARGO) test --workspace --all-targets
+	$(CARGO) test --workspace --doc
+
+lint:
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+# The schema SQL for DBAs who apply migrations by hand (SCHEMA=accord by default).
+SCHEMA ?= accord
+migrate-sql:
+	@$(CARGO) run --quiet -p accord --example migration_sql -- $(SCHEMA)
+
+demo:
+	@echo "make demo: the polyglot demo is coming with the embedded store (issue 6)."
+
+bench:
+	@echo "make bench: the benchmarks are coming (issue 7)."
+
+clean:
+	$(CARGO) clean

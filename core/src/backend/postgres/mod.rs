@@ -1,0 +1,387 @@
+//! The PostgreSQL backend: a pool of pipelined command connections with prepared statements,
+//! one listening connection, and versioned migrations.
+
+mod connect;
+mod listener;
+mod pool;
+pub(crate) mod sql;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use tokio_postgres::types::ToSql;
+
+use self::connect::ConnectSpec;
+use self::listener::Listener;
+use self::pool::{Failure, Pool};
+use self::sql::Sql;
+use super::{
+    AcquireOutcome, AcquireRequest, Backend, BatchItem, EventSink, Granted, LeaseRef, Renewed,
+    ResetOutcome,
+};
+use crate::error::{Error, ErrorKind, Result};
+use crate::options::{KeyState, LeaseInfo, ListPage, ListQuery, StateFilter};
+use crate::{ClientOptions, Metadata};
+
+/// PostgreSQL refuses NOTIFY payloads of 8000 bytes or more.
+const MAX_PAYLOAD: usize = 7999;
+
+pub(crate) struct PgBackend {
+    pool: Pool,
+    listener: Arc<Listener>,
+    wakeup_channel: String,
+}
+
+impl PgBackend {
+    pub async fn connect(
+        url: &str,
+        options: &ClientOptions,
+        sink: Arc<dyn EventSink>,
+    ) -> Result<PgBackend> {
+        let spec = ConnectSpec::parse(url, &options.application_name, options.connect_timeout)?;
+        let span = tracing::info_span!(target: "accord", "connect", server = %spec.display, schema = %options.schema);
+        let _enter = span.enter();
+        let mut first = spec.connect(|_| {}).await?;
+        migrate(
+            &mut first.client,
+            &options.schema,
+            options.migrate,
+            &spec.display,
+        )
+        .await?;
+        let sql = Arc::new(Sql::new(&options.schema));
+        let pool = Pool::new(
+            spec.clone(),
+            sql,
+            options.pool_size,
+            options.statement_timeout,
+            options.slow_statement,
+        );
+        pool.adopt(first).await?;
+        pool.warm_up().await?;
+        let wakeup_channel = sql::wakeup_channel(&options.schema);
+        let listener = Listener::new(
+            spec.clone(),
+            sink,
+            wakeup_channel.clone(),
+            options.connect_timeout.max(options.statement_timeout),
+        );
+        tracing::info!(target: "accord", server = %spec.display, pool = options.pool_size, "connected");
+        Ok(PgBackend {
+            pool,
+            listener,
+            wakeup_channel,
+        })
+    }
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn parse_metadata(text: &str) -> Result<Metadata> {
+    serde_json::from_str(text)
+        .map_err(|e| Error::internal(format!("stored metadata is not a JSON object: {e}")))
+}
+
+#[async_trait]
+impl Backend for PgBackend {
+    async fn acquire(&self, r: &AcquireRequest<'_>) -> Result<AcquireOutcome> {
+        let ttl = millis(r.ttl);
+        let params: [&(dyn ToSql + Sync); 6] = [
+            &r.namespace,
+            &r.key,
+            &r.owner,
+            &r.attempt,
+            &ttl,
+            &r.metadata,
+        ];
+        // Safe to repeat: the attempt token makes a second try re-grant our own first grant.
+        let rows = self
+            .pool
+            .run_retrying("acquire", |c| async move {
+                c.client.query(&c.stmts.acquire, &params).await
+            })
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(AcquireOutcome::Held { remaining: None });
+        };
+        if row.get::<_, bool>(0) {
+            return Ok(AcquireOutcome::Granted(Granted {
+                fence: row.get(1),
+                expires_at: row.get(2),
+                metadata: parse_metadata(row.get(3))?,
+            }));
+        }
+        if row.get::<_, bool>(4) {
+            return Ok(AcquireOutcome::Done);
+        }
+        let remaining = row
+            .get::<_, Option<i64>>(5)
+            .map(|ms| Duration::from_millis(ms.max(0) as u64));
+        Ok(AcquireOutcome::Held { remaining })
+    }
+
+    async fn renew(
+        &self,
+        l: LeaseRef<'_>,
+        ttl: Duration,
+        metadata: Option<&str>,
+    ) -> Result<Option<Renewed>> {
+        let ttl = millis(ttl);
+        let params: [&(dyn ToSql + Sync); 6] =
+            [&l.namespace, &l.key, &l.owner, &l.fence, &ttl, &metadata];
+        let row = self
+            .pool
+            .run_retrying("renew", |c| async move {
+                c.client.query_opt(&c.stmts.renew, &params).await
+            })
+            .await?;
+        row.map(|row| {
+            Ok(Renewed {
+                expires_at: row.get(0),
+                metadata: parse_metadata(row.get(1))?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn renew_batch(
+        &self,
+        namespace: &str,
+        owner: &str,
+        items: &[BatchItem],
+    ) -> Result<Vec<(i64, DateTime<Utc>)>> {
+        let keys: Vec<&str> = items.iter().map(|i| i.key.as_str()).collect();
+        let fences: Vec<i64> = items.iter().map(|i| i.fence).collect();
+        let ttls: Vec<i64> = items.iter().map(|i| millis(i.ttl)).collect();
+        let params: [&(dyn ToSql + Sync); 5] = [&namespace, &owner, &keys, &fences, &ttls];
+        // Not retried here: the keepalive schedules its own retry against the leases' deadlines.
+        let rows = self
+            .pool
+            .run("keepalive", |c| async move {
+                c.client.query(&c.stmts.renew_batch, &params).await
+            })
+            .await
+            .map_err(Failure::into_error)?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    async fn release(&self, l: LeaseRef<'_>) -> Result<bool> {
+        let channel = self.wakeup_channel.as_str();
+        let params: [&(dyn ToSql + Sync); 5] = [&l.namespace, &l.key, &l.owner, &l.fence, &channel];
+        let row = self
+            .pool
+            .run_retrying("release", |c| async move {
+                c.client.query_one(&c.stmts.release, &params).await
+            })
+            .await?;
+        Ok(row.get::<_, i64>(0) > 0)
+    }
+
+    async fn done(&self, l: LeaseRef<'_>, metadata: Option<&str>) -> Result<Option<Metadata>> {
+        let channel = self.wakeup_channel.as_str();
+        let params: [&(dyn ToSql + Sync); 6] = [
+            &l.namespace,
+            &l.key,
+            &l.owner,
+            &l.fence,
+            &metadata,
+            &channel,
+        ];
+        let row = self
+            .pool
+            .run_retrying("done", |c| async move {
+                c.client.query_opt(&c.stmts.done, &params).await
+            })
+            .await?;
+        row.map(|r| parse_metadata(r.get(0))).transpose()
+    }
+
+    async fn reset(&self, namespace: &str, key: &str) -> Result<ResetOutcome> {
+        let params: [&(dyn ToSql + Sync); 2] = [&namespace, &key];
+        let row = self
+            .pool
+            .run_retrying("reset", |c| async move {
+                c.client.query_one(&c.stmts.reset, &params).await
+            })
+            .await?;
+        Ok(match (row.get::<_, bool>(0), row.get::<_, bool>(1)) {
+            (true, _) => ResetOutcome::Reset,
+            (false, true) => ResetOutcome::Held,
+            (false, false) => ResetOutcome::NotFound,
+        })
+    }
+
+    async fn list(&self, namespace: &str, q: &ListQuery) -> Result<ListPage> {
+        let state = match q.state {
+            StateFilter::All => None,
+            StateFilter::Only(s) => Some(s.as_str()),
+        };
+        let metadata = q
+            .metadata
+            .as_ref()
+            .map(|m| crate::validate::metadata("metadata filter", m))
+            .transpose()?;
+        let cursor = q
+            .cursor
+            .as_deref()
+            .map(|c| {
+                c.parse::<i64>().map_err(|_| {
+                    Error::invalid("cursor", format!("{c:?} is not a cursor returned by list"))
+                })
+            })
+            .transpose()?;
+        // One more than asked tells whether another page follows.
+        let limit = i64::try_from(q.limit).unwrap_or(i64::MAX) + 1;
+        let params: [&(dyn ToSql + Sync); 6] =
+            [&namespace, &q.prefix, &state, &metadata, &cursor, &limit];
+        let rows = self
+            .pool
+            .run_retrying("list", |c| async move {
+                c.client.query(&c.stmts.list, &params).await
+            })
+            .await?;
+        let mut items = Vec::with_capacity(rows.len());
+        for row in rows.iter().take(q.limit) {
+            items.push(LeaseInfo {
+                key: row.get(0),
+                state: match row.get::<_, &str>(1) {
+                    "held" => KeyState::Held,
+                    "done" => KeyState::Done,
+                    _ => KeyState::Free,
+                },
+                owner: row.get(2),
+                fence: row.get(3),
+                expires_at: row.get(4),
+                metadata: parse_metadata(row.get(5))?,
+                updated_at: row.get(6),
+            });
+        }
+        let next_cursor = if rows.len() > q.limit {
+            items.last().map(|i| i.fence.to_string())
+        } else {
+            None
+        };
+        Ok(ListPage { items, next_cursor })
+    }
+
+    async fn notify(&self, channel: &str, payload: &str) -> Result<()> {
+        let params: [&(dyn ToSql + Sync); 2] = [&channel, &payload];
+        // Not retried: a notification that may have been sent once must not be sent twice.
+        self.pool
+            .run("notify", |c| async move {
+                c.client.execute(&c.stmts.notify, &params).await
+            })
+            .await
+            .map_err(Failure::into_error)?;
+        Ok(())
+    }
+
+    fn max_payload(&self) -> usize {
+        MAX_PAYLOAD
+    }
+
+    async fn listen(&self, channel: &str) -> Result<()> {
+        self.listener.listen(channel).await
+    }
+
+    async fn unlisten(&self, channel: &str) {
+        self.listener.unlisten(channel).await
+    }
+
+    async fn watch_wakeups(&self) -> Result<()> {
+        self.listener.watch_wakeups().await
+    }
+
+    async fn listening_channels(&self) -> Result<Vec<String>> {
+        self.listener.listening_channels().await
+    }
+
+    fn close(&self) {
+        self.listener.close();
+        self.pool.close();
+    }
+}
+
+/// Brings the schema to the version this library needs, serialized across processes by an
+/// advisory lock held for the migration's transaction.
+async fn migrate(
+    client: &mut tokio_postgres::Client,
+    schema: &str,
+    allowed: bool,
+    display: &str,
+) -> Result<()> {
+    let s = sql::quote_ident(schema);
+    let target = sql::current_version();
+    let fail = |what: &str, e: tokio_postgres::Error| pool::classify(display, what, e).into_error();
+    let current = installed_version(client, &s)
+        .await
+        .map_err(|e| fail("schema check", e))?;
+    if current >= target {
+        return Ok(());
+    }
+    if !allowed {
+        return Err(Error::new(
+            ErrorKind::Database,
+            format!(
+                "schema {schema:?} is at version {current}, this accord needs version {target}; \
+                 apply `accord migrate --print-sql` or connect with migrations enabled"
+            ),
+        ));
+    }
+    let tx = client
+        .transaction()
+        .await
+        .map_err(|e| fail("migration", e))?;
+    tx.execute(sql::migration_lock_sql(), &[&schema])
+        .await
+        .map_err(|e| fail("migration lock", e))?;
+    tx.batch_execute(&sql::bootstrap(schema))
+        .await
+        .map_err(|e| fail("migration (creating the schema)", e))?;
+    // Another process may have migrated while we waited for the lock.
+    let current = installed_version(&tx, &s)
+        .await
+        .map_err(|e| fail("migration", e))?;
+    for (i, step) in sql::migrations(schema).iter().enumerate() {
+        let version = i32::try_from(i + 1).expect("few migrations");
+        if version <= current {
+            continue;
+        }
+        tracing::info!(target: "accord", schema, version, "applying migration");
+        tx.batch_execute(step)
+            .await
+            .map_err(|e| fail(&format!("migration to version {version}"), e))?;
+        tx.execute(
+            &format!("INSERT INTO {s}.schema_migrations (version) VALUES ($1)"),
+            &[&version],
+        )
+        .await
+        .map_err(|e| fail("migration", e))?;
+    }
+    tx.commit().await.map_err(|e| fail("migration commit", e))?;
+    Ok(())
+}
+
+async fn installed_version(
+    client: &impl tokio_postgres::GenericClient,
+    quoted_schema: &str,
+) -> Result<i32, tokio_postgres::Error> {
+    let query = format!("SELECT COALESCE(max(version), 0) FROM {quoted_schema}.schema_migrations");
+    match client.query_one(&query, &[]).await {
+        Ok(row) => Ok(row.get(0)),
+        Err(e) => match e.code() {
+            // No schema or no version table yet: nothing is installed.
+            Some(c)
+                if *c == tokio_postgres::error::SqlState::UNDEFINED_TABLE
+                    || *c == tokio_postgres::error::SqlState::INVALID_SCHEMA_NAME =>
+            {
+                Ok(0)
+            }
+            _ => Err(e),
+        },
+    }
+}

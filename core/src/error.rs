@@ -1,0 +1,137 @@
+//! One error type for every operation, with a kind that each binding maps to its own idiom
+//! (Python exception classes, Node `err.code`, C status codes, Go sentinel errors).
+
+use std::fmt;
+
+/// What went wrong, in the words of DESIGN.md §3. Bindings map each kind one to one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// An argument is malformed or out of range; the message names the field.
+    InvalidArgument,
+    /// The key is held by a live lease of someone else (or of another handle of this owner).
+    Held,
+    /// The key was marked done and is not granted again until `reset`.
+    Done,
+    /// A wait ran out of time; nothing was left held.
+    Timeout,
+    /// The caller cancelled a wait; nothing was left held.
+    Cancelled,
+    /// This lease is no longer held: it expired, was released, or was finished.
+    LeaseLost,
+    /// The coordinator could not be reached, or the connection broke mid-call.
+    Connection,
+    /// The coordinator refused a statement (permissions, schema, constraint).
+    Database,
+    /// The client was closed.
+    Closed,
+    /// The operation is not available here (backend, option, or process state).
+    Unsupported,
+    /// A bug in accord; please report it.
+    Internal,
+}
+
+impl ErrorKind {
+    /// The stable name of the kind, as Node's `err.code` and C's status names use it.
+    pub fn code(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidArgument => "ACCORD_INVALID_ARGUMENT",
+            ErrorKind::Held => "ACCORD_HELD",
+            ErrorKind::Done => "ACCORD_DONE",
+            ErrorKind::Timeout => "ACCORD_TIMEOUT",
+            ErrorKind::Cancelled => "ACCORD_CANCELLED",
+            ErrorKind::LeaseLost => "ACCORD_LEASE_LOST",
+            ErrorKind::Connection => "ACCORD_CONNECTION",
+            ErrorKind::Database => "ACCORD_DATABASE",
+            ErrorKind::Closed => "ACCORD_CLOSED",
+            ErrorKind::Unsupported => "ACCORD_UNSUPPORTED",
+            ErrorKind::Internal => "ACCORD_INTERNAL",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
+/// An accord error: a [`ErrorKind`] and a message meant for humans.
+///
+/// Messages name the key or field concerned and never contain a password from the URL.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    #[source]
+    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+/// `Result` with accord's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// A new error of `kind` with `message`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    pub(crate) fn with_source(
+        mut self,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// The kind of failure.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The human-readable message (the same text `Display` prints).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    pub(crate) fn invalid(field: &str, why: impl fmt::Display) -> Self {
+        Error::new(
+            ErrorKind::InvalidArgument,
+            format!("invalid {field}: {why}"),
+        )
+    }
+
+    pub(crate) fn done(key: &str) -> Self {
+        Error::new(
+            ErrorKind::Done,
+            format!("key {key:?} is done; reset it to make it acquirable again"),
+        )
+    }
+
+    pub(crate) fn lease_lost(key: &str, fence: i64, why: &str) -> Self {
+        Error::new(
+            ErrorKind::LeaseLost,
+            format!("lease on {key:?} (fence {fence}) is no longer held: {why}"),
+        )
+    }
+
+    pub(crate) fn closed() -> Self {
+        Error::new(ErrorKind::Closed, "the accord client is closed")
+    }
+
+    pub(crate) fn cancelled(what: &str) -> Self {
+        Error::new(ErrorKind::Cancelled, format!("{what} was cancelled"))
+    }
+
+    pub(crate) fn internal(what: impl fmt::Display) -> Self {
+        Error::new(
+            ErrorKind::Internal,
+            format!("internal error in accord: {what}"),
+        )
+    }
+}

@@ -1,0 +1,182 @@
+//! G3 and G4: one task per client renews every held lease in one statement per tick, and fires
+//! the lost signal of any lease whose local deadline passes without a confirmed renewal.
+//!
+//! A tick renews every lease that is due within half a renew interval, so leases acquired at
+//! different moments fall into step after their first renewal and share one statement.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use tokio::sync::Notify;
+
+use crate::backend::{BatchItem, LeaseRef};
+use crate::client::Shared;
+use crate::error::Result;
+use crate::lease::LeaseCore;
+
+const RETRY_MIN: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// The leases a client holds, by fence (unique per grant).
+#[derive(Default)]
+pub(crate) struct Keepalive {
+    leases: Mutex<HashMap<i64, Arc<LeaseCore>>>,
+    changed: Notify,
+    /// Renew statements sent so far (observable in tests and benchmarks).
+    pub(crate) ticks: std::sync::atomic::AtomicU64,
+}
+
+impl Keepalive {
+    pub fn insert(&self, lease: Arc<LeaseCore>) {
+        self.leases.lock().unwrap().insert(lease.fence, lease);
+        self.changed.notify_one();
+    }
+
+    pub fn remove(&self, fence: i64) {
+        self.leases.lock().unwrap().remove(&fence);
+    }
+
+    pub fn take_all(&self) -> Vec<Arc<LeaseCore>> {
+        self.leases
+            .lock()
+            .unwrap()
+            .drain()
+            .map(|(_, l)| l)
+            .collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.leases.lock().unwrap().len()
+    }
+}
+
+type Flight = Pin<Box<dyn std::future::Future<Output = Result<Vec<(i64, DateTime<Utc>)>>> + Send>>;
+
+struct Scan {
+    due: Vec<Arc<LeaseCore>>,
+    lost: Vec<Arc<LeaseCore>>,
+    next_wake: Instant,
+}
+
+fn scan(keepalive: &Keepalive, now: Instant, may_send: bool) -> Scan {
+    let mut scan = Scan {
+        due: Vec::new(),
+        lost: Vec::new(),
+        next_wake: now + Duration::from_secs(3600),
+    };
+    let mut leases = keepalive.leases.lock().unwrap();
+    leases.retain(|_, lease| {
+        let state = lease.state.lock().unwrap();
+        if state.phase != crate::lease::Phase::Held {
+            return false;
+        }
+        let deadline = lease.deadline(&state);
+        if now >= deadline {
+            scan.lost.push(lease.clone());
+            return false;
+        }
+        scan.next_wake = scan.next_wake.min(deadline);
+        if may_send {
+            let renew_at = lease.renew_at(&state);
+            if renew_at <= now + lease.ttl / 6 {
+                scan.due.push(lease.clone());
+            } else {
+                scan.next_wake = scan.next_wake.min(renew_at);
+            }
+        }
+        true
+    });
+    scan
+}
+
+/// The keepalive task of one client; ends when the client closes.
+pub(crate) async fn run(shared: Arc<Shared>) {
+    let keepalive = &shared.keepalive;
+    let mut flight: Option<(Flight, Vec<Arc<LeaseCore>>, Instant)> = None;
+    let mut retry_after = Instant::now();
+    let mut backoff = RETRY_MIN;
+    loop {
+        let now = Instant::now();
+        let may_send = flight.is_none() && now >= retry_after;
+        let mut scan = scan(keepalive, now, may_send);
+        if flight.is_none() && !may_send {
+            scan.next_wake = scan.next_wake.min(retry_after);
+        }
+        for lease in &scan.lost {
+            if lease.check_deadline(now) {
+                give_back(&shared, lease);
+            }
+        }
+        if !scan.due.is_empty() {
+            let items: Vec<BatchItem> = scan
+                .due
+                .iter()
+                .map(|l| BatchItem {
+                    key: l.key.clone(),
+                    fence: l.fence,
+                    ttl: l.ttl,
+                })
+                .collect();
+            let backend = shared.backend.clone();
+            let (namespace, owner) = (shared.namespace.clone(), shared.owner.clone());
+            keepalive
+                .ticks
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let sent = Instant::now();
+            let fut: Flight =
+                Box::pin(async move { backend.renew_batch(&namespace, &owner, &items).await });
+            flight = Some((fut, scan.due, sent));
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(scan.next_wake.into()) => {}
+            _ = keepalive.changed.notified() => {}
+            _ = shared.closed.cancelled() => return,
+            result = async { (&mut flight.as_mut().expect("guarded").0).await }, if flight.is_some() => {
+                let (_, sent_leases, sent) = flight.take().expect("guarded");
+                match result {
+                    Ok(renewed) => {
+                        backoff = RETRY_MIN;
+                        let renewed: HashMap<i64, DateTime<Utc>> = renewed.into_iter().collect();
+                        for lease in sent_leases {
+                            match renewed.get(&lease.fence) {
+                                Some(expires_at) => lease.confirm(sent, *expires_at),
+                                None => {
+                                    if lease.mark_lost("the coordinator no longer records this grant") {
+                                        keepalive.remove(lease.fence);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(target: "accord", error = %e, leases = sent_leases.len(), retry_in_ms = backoff.as_millis() as u64, "keepalive failed");
+                        retry_after = Instant::now() + backoff;
+                        backoff = (backoff * 2).min(RETRY_MAX);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A lost lease may still be recorded as ours (the coordinator was out of reach): release it
+/// as soon as possible so that others need not wait for its expiry. Fenced, so never harmful.
+fn give_back(shared: &Arc<Shared>, lease: &Arc<LeaseCore>) {
+    if shared.closed.is_cancelled() {
+        return;
+    }
+    let shared = shared.clone();
+    let (key, fence) = (lease.key.clone(), lease.fence);
+    shared.runtime.clone().spawn(async move {
+        let lease = LeaseRef {
+            namespace: &shared.namespace,
+            key: &key,
+            owner: &shared.owner,
+            fence,
+        };
+        let _ = shared.backend.release(lease).await;
+    });
+}

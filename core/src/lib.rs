@@ -1,0 +1,72 @@
+//! # accord
+//!
+//! Locks, leases with fencing tokens, done-marking and notify/listen for worker fleets written
+//! in several languages, coordinated through PostgreSQL.
+//!
+//! - [`Client::acquire`] waits for a key and returns a [`Lease`]: a guard renewed in the
+//!   background (one statement per client per tick), with a [`Lease::fence`] that grows with
+//!   every grant and a [`Lease::lost`] signal that fires *before* the coordinator could grant
+//!   the key to anyone else.
+//! - [`Lease::done`] finishes a unit of work for good; [`Client::list`] inspects keys.
+//! - [`Client::notify`] and [`Client::listen`] carry messages between workers (PostgreSQL
+//!   NOTIFY, so `psql` and triggers take part too).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use accord::{AcquireOptions, Client, ClientOptions};
+//!
+//! # async fn run() -> accord::Result<()> {
+//! let client = Client::connect(
+//!     "postgres://localhost/app",
+//!     ClientOptions::new().namespace("reports").ttl(Duration::from_secs(10)),
+//! )
+//! .await?;
+//! if let Some(lease) = client.try_acquire("2026-11-22", AcquireOptions::new()).await? {
+//!     // ... write the report, passing lease.fence() to the storage that checks it ...
+//!     lease.done(None).await?;
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! The guarantees (G1–G12) are described in `docs/semantics.md`.
+#![warn(missing_docs)]
+
+mod backend;
+mod client;
+mod error;
+mod keepalive;
+mod lease;
+mod options;
+mod subscription;
+mod validate;
+mod waiters;
+
+pub use client::Client;
+pub use error::{Error, ErrorKind, Result};
+pub use lease::{Lease, LostSignal};
+pub use options::{
+    AcquireOptions, ClientOptions, KeyState, LeaseInfo, ListPage, ListQuery, StateFilter,
+    MAX_LIST_LIMIT,
+};
+pub use subscription::{Event, Message, Subscription};
+pub use validate::{MAX_CHANNEL_BYTES, MAX_METADATA_BYTES, MAX_NAME_BYTES, MAX_TTL, MIN_TTL};
+
+/// Re-exported so that metadata can be built without naming the crate separately.
+pub use serde_json;
+/// Re-exported: the token type of [`AcquireOptions::cancel`].
+pub use tokio_util::sync::CancellationToken;
+
+/// Lease metadata: a JSON object of at most 64 KiB.
+pub type Metadata = serde_json::Map<String, serde_json::Value>;
+
+/// The SQL that creates or upgrades accord's schema, for DBAs who apply it by hand. After it
+/// ran, clients need only DML rights (connect with `ClientOptions::migrate(false)`).
+pub fn migration_sql(schema: &str) -> Result<String> {
+    validate::schema(schema)?;
+    Ok(backend::postgres::sql::migration_script(schema))
+}
+
+/// The README's Rust quick start, compiled as a doc test so that it cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeQuickStart;

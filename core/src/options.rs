@@ -1,0 +1,272 @@
+//! Options of clients and calls, and the records that `list` returns.
+
+use std::fmt;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio_util::sync::CancellationToken;
+
+use crate::Metadata;
+
+/// How a [`crate::Client`] connects and behaves. Every field has a default; set the ones you
+/// need with the builder methods.
+#[derive(Clone)]
+pub struct ClientOptions {
+    pub(crate) namespace: String,
+    pub(crate) owner: Option<String>,
+    pub(crate) ttl: Duration,
+    pub(crate) schema: String,
+    pub(crate) pool_size: usize,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) statement_timeout: Duration,
+    pub(crate) slow_statement: Duration,
+    pub(crate) migrate: bool,
+    pub(crate) application_name: String,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            namespace: "default".into(),
+            owner: None,
+            ttl: Duration::from_secs(30),
+            schema: "accord".into(),
+            pool_size: 2,
+            connect_timeout: Duration::from_secs(10),
+            statement_timeout: Duration::from_secs(10),
+            slow_statement: Duration::from_secs(1),
+            migrate: true,
+            application_name: "accord".into(),
+        }
+    }
+}
+
+impl fmt::Debug for ClientOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientOptions")
+            .field("namespace", &self.namespace)
+            .field("owner", &self.owner)
+            .field("ttl", &self.ttl)
+            .field("schema", &self.schema)
+            .field("pool_size", &self.pool_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientOptions {
+    /// Options with every default.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Keys live in a namespace (default `"default"`); clients of different namespaces never
+    /// contend.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+    /// The owner recorded on every lease (default: `host-pid-random`). Two clients with the same
+    /// owner still exclude each other: leases are not re-entrant.
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+    /// Default lease ttl for this client (default 30 s; 100 ms ..= 24 h).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+    /// The database schema holding accord's tables (default `accord`).
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+    /// Number of pipelined command connections (default 2; 1 ..= 64). One more connection
+    /// listens for notifications.
+    pub fn pool_size(mut self, pool_size: usize) -> Self {
+        self.pool_size = pool_size;
+        self
+    }
+    /// How long to wait for a connection to the coordinator (default 10 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+    /// How long one statement may take before its connection is considered broken
+    /// (default 10 s).
+    pub fn statement_timeout(mut self, timeout: Duration) -> Self {
+        self.statement_timeout = timeout;
+        self
+    }
+    /// Statements slower than this are reported with a `tracing` warning (default 1 s).
+    pub fn slow_statement(mut self, threshold: Duration) -> Self {
+        self.slow_statement = threshold;
+        self
+    }
+    /// Apply pending schema migrations at connect (default true). With false, connect fails
+    /// with `Database` if the schema is not at the version this library needs.
+    pub fn migrate(mut self, migrate: bool) -> Self {
+        self.migrate = migrate;
+        self
+    }
+    /// `application_name` shown in `pg_stat_activity` (default `accord`).
+    pub fn application_name(mut self, name: impl Into<String>) -> Self {
+        self.application_name = name.into();
+        self
+    }
+}
+
+/// Options of one [`crate::Client::acquire`] or [`crate::Client::try_acquire`].
+#[derive(Clone, Debug, Default)]
+pub struct AcquireOptions {
+    pub(crate) ttl: Option<Duration>,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) metadata: Option<Metadata>,
+    pub(crate) cancel: Option<CancellationToken>,
+}
+
+impl AcquireOptions {
+    /// Options with the client's defaults: its ttl, no metadata, wait without a time limit.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Lease ttl for this acquisition (default: the client's).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+    /// Give up waiting after this long with `Timeout` (default: wait until granted).
+    /// Ignored by `try_acquire`.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+    /// Metadata merged into the key's stored metadata on grant.
+    pub fn metadata(mut self, metadata: Metadata) -> Self {
+        self.metadata = Some(metadata);
+        self
+    }
+    /// Cancelling this token ends a waiting acquire with `Cancelled`, after making sure that
+    /// nothing it may have been granted stays held. (Dropping the future also cancels; then
+    /// the clean-up finishes in the background.)
+    pub fn cancel(mut self, token: CancellationToken) -> Self {
+        self.cancel = Some(token);
+        self
+    }
+}
+
+/// The state of a key as `list` reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KeyState {
+    /// Granted to a lease that has not expired (by the coordinator's clock).
+    Held,
+    /// Known to the coordinator, not held, not done (released or expired).
+    Free,
+    /// Marked done; not granted again until `reset`.
+    Done,
+}
+
+impl KeyState {
+    /// `"held"`, `"free"` or `"done"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyState::Held => "held",
+            KeyState::Free => "free",
+            KeyState::Done => "done",
+        }
+    }
+}
+
+/// Which states `list` returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum StateFilter {
+    /// Every key.
+    #[default]
+    All,
+    /// Only keys in this state.
+    Only(KeyState),
+}
+
+/// A query for [`crate::Client::list`]: filters and paging.
+#[derive(Clone, Debug)]
+pub struct ListQuery {
+    pub(crate) prefix: Option<String>,
+    pub(crate) state: StateFilter,
+    pub(crate) metadata: Option<Metadata>,
+    pub(crate) limit: usize,
+    pub(crate) cursor: Option<String>,
+}
+
+/// Largest page `list` returns.
+pub const MAX_LIST_LIMIT: usize = 1000;
+
+impl Default for ListQuery {
+    fn default() -> Self {
+        ListQuery {
+            prefix: None,
+            state: StateFilter::All,
+            metadata: None,
+            limit: 100,
+            cursor: None,
+        }
+    }
+}
+
+impl ListQuery {
+    /// Every key of the namespace, first page of 100.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Only keys starting with `prefix` (compared literally: `%` and `_` are ordinary).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+    /// Only keys in `state`.
+    pub fn state(mut self, state: KeyState) -> Self {
+        self.state = StateFilter::Only(state);
+        self
+    }
+    /// Only keys whose metadata contains this object (JSON containment).
+    pub fn metadata(mut self, metadata: Metadata) -> Self {
+        self.metadata = Some(metadata);
+        self
+    }
+    /// Page size (default 100, at most 1000).
+    pub fn limit(mut self, limit: usize) -> Self {
+        self.limit = limit;
+        self
+    }
+    /// Continue after the page that returned this cursor.
+    pub fn cursor(mut self, cursor: impl Into<String>) -> Self {
+        self.cursor = Some(cursor.into());
+        self
+    }
+}
+
+/// One key as the coordinator knows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LeaseInfo {
+    /// The key.
+    pub key: String,
+    /// Held, free or done, judged by the coordinator's clock at the time of the query.
+    pub state: KeyState,
+    /// The holder while held; who finished it when done; `None` when free.
+    pub owner: Option<String>,
+    /// The fence of the latest grant of this key.
+    pub fence: i64,
+    /// When the current lease expires (held keys only).
+    pub expires_at: Option<DateTime<Utc>>,
+    /// The key's metadata (merged over its grants, renewals and done).
+    pub metadata: Metadata,
+    /// When the key last changed.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// One page of [`LeaseInfo`], newest grant first.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ListPage {
+    /// The keys of this page.
+    pub items: Vec<LeaseInfo>,
+    /// Pass to [`ListQuery::cursor`] for the next page; `None` on the last page.
+    pub next_cursor: Option<String>,
+}

@@ -1,0 +1,140 @@
+//! Input rules of DESIGN.md G11, checked once in the core so that every binding and backend
+//! refuses the same inputs with the same messages.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::Metadata;
+
+/// Keys, namespaces and owners: non-empty UTF-8 without NUL, at most this many bytes.
+pub const MAX_NAME_BYTES: usize = 512;
+/// Channel names: PostgreSQL identifiers are at most 63 bytes (longer ones are truncated
+/// silently by the server, which would merge channels, so they are refused instead).
+pub const MAX_CHANNEL_BYTES: usize = 63;
+/// Serialized metadata objects: at most 64 KiB.
+pub const MAX_METADATA_BYTES: usize = 64 * 1024;
+/// Shortest lease: shorter ones could not be renewed reliably over a network.
+pub const MIN_TTL: Duration = Duration::from_millis(100);
+/// Longest lease.
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+
+pub(crate) fn name(field: &str, value: &str) -> Result<()> {
+    bounded_text(field, value, MAX_NAME_BYTES)
+}
+
+pub(crate) fn channel(value: &str) -> Result<()> {
+    bounded_text("channel", value, MAX_CHANNEL_BYTES)
+}
+
+fn bounded_text(field: &str, value: &str, max: usize) -> Result<()> {
+    if value.is_empty() {
+        return Err(Error::invalid(field, "must not be empty"));
+    }
+    if value.len() > max {
+        return Err(Error::invalid(
+            field,
+            format!("is {} bytes long, the limit is {max}", value.len()),
+        ));
+    }
+    if value.contains('\0') {
+        return Err(Error::invalid(field, "must not contain NUL characters"));
+    }
+    Ok(())
+}
+
+pub(crate) fn ttl(field: &str, ttl: Duration) -> Result<()> {
+    if ttl < MIN_TTL || ttl > MAX_TTL {
+        return Err(Error::invalid(
+            field,
+            format!("{ttl:?} is outside the allowed range 100ms..=24h"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a metadata object and returns its JSON text, ready to be bound as a parameter.
+pub(crate) fn metadata(field: &str, value: &Metadata) -> Result<String> {
+    let text = serde_json::to_string(value)
+        .map_err(|e| Error::invalid(field, format!("cannot be serialized as JSON: {e}")))?;
+    if text.len() > MAX_METADATA_BYTES {
+        return Err(Error::invalid(
+            field,
+            format!(
+                "is {} bytes as JSON, the limit is {MAX_METADATA_BYTES}",
+                text.len()
+            ),
+        ));
+    }
+    // Coordinators store text without NUL (PostgreSQL's jsonb rejects \u0000).
+    if text.contains("\\u0000") {
+        return Err(Error::invalid(field, "must not contain NUL characters"));
+    }
+    Ok(text)
+}
+
+pub(crate) fn payload(value: &str, max_bytes: usize) -> Result<()> {
+    if value.len() > max_bytes {
+        return Err(Error::invalid(
+            "payload",
+            format!(
+                "is {} bytes long, the coordinator accepts at most {max_bytes}",
+                value.len()
+            ),
+        ));
+    }
+    if value.contains('\0') {
+        return Err(Error::invalid("payload", "must not contain NUL characters"));
+    }
+    Ok(())
+}
+
+/// A schema name is spliced into SQL as a quoted identifier, so it only has to fit.
+pub(crate) fn schema(value: &str) -> Result<()> {
+    bounded_text("schema", value, MAX_CHANNEL_BYTES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_bounded_and_clean() {
+        assert!(name("key", "a/b").is_ok());
+        assert!(name("key", "").unwrap_err().message().contains("key"));
+        assert!(name("key", "a\0b").is_err());
+        assert!(name("key", &"x".repeat(512)).is_ok());
+        assert!(name("key", &"x".repeat(513)).is_err());
+        // 171 three-byte characters = 513 bytes: the limit counts bytes, not characters.
+        assert!(name("key", &"€".repeat(171)).is_err());
+    }
+
+    #[test]
+    fn ttl_range() {
+        assert!(ttl("ttl", Duration::from_millis(99)).is_err());
+        assert!(ttl("ttl", Duration::from_millis(100)).is_ok());
+        assert!(ttl("ttl", Duration::from_secs(86400)).is_ok());
+        assert!(ttl("ttl", Duration::from_secs(86401)).is_err());
+    }
+
+    #[test]
+    fn metadata_limits() {
+        let mut m = Metadata::new();
+        m.insert("k".into(), "v".into());
+        assert_eq!(metadata("metadata", &m).unwrap(), r#"{"k":"v"}"#);
+        m.insert("big".into(), "x".repeat(70_000).into());
+        assert!(metadata("metadata", &m)
+            .unwrap_err()
+            .message()
+            .contains("metadata"));
+        let mut nul = Metadata::new();
+        nul.insert("k".into(), "a\0b".into());
+        assert!(metadata("metadata", &nul).is_err());
+    }
+
+    #[test]
+    fn channels() {
+        assert!(channel(&"c".repeat(63)).is_ok());
+        assert!(channel(&"c".repeat(64)).is_err());
+        assert!(channel("with \"quotes\"; and spaces ✓").is_ok());
+    }
+}

@@ -1,0 +1,585 @@
+//! L1–L11 of SCENARIOS.md (L12 needs worker processes: see `fenced_writes.rs`).
+
+use std::time::{Duration, Instant};
+
+use accord::{AcquireOptions, CancellationToken, ErrorKind, KeyState, ListQuery};
+use serde_json::json;
+
+use crate::support::{eventually, meta, Harness, Mode};
+
+const SEC: Duration = Duration::from_secs(1);
+
+fn ttl(d: Duration) -> AcquireOptions {
+    AcquireOptions::new().ttl(d)
+}
+
+/// Asserts two coordinator timestamps agree within a second.
+fn assert_close(a: chrono::DateTime<chrono::Utc>, b: chrono::DateTime<chrono::Utc>) {
+    let diff = (a - b).num_milliseconds().abs();
+    assert!(diff <= 1000, "{a} and {b} differ by {diff} ms");
+}
+
+pub async fn l1_acquire_records_everything(h: &Harness) {
+    let o1 = h.client("o1").await;
+    let lease = o1
+        .acquire("a", ttl(60 * SEC).metadata(meta(json!({"k": "v"}))))
+        .await
+        .unwrap();
+    let now = h.now().await;
+    assert_eq!(lease.key(), "a");
+    assert_eq!(lease.owner(), "o1");
+    assert!(lease.fence() > 0);
+    assert_close(lease.expires_at(), now + chrono::Duration::seconds(60));
+    assert_eq!(lease.metadata(), meta(json!({"k": "v"})));
+    assert!(!lease.is_lost());
+
+    let page = o1.list(ListQuery::new()).await.unwrap();
+    assert_eq!(page.items.len(), 1, "{page:?}");
+    let info = &page.items[0];
+    assert_eq!(info.key, "a");
+    assert_eq!(info.state, KeyState::Held);
+    assert_eq!(info.owner.as_deref(), Some("o1"));
+    assert_eq!(info.fence, lease.fence());
+    assert_eq!(info.metadata, meta(json!({"k": "v"})));
+    assert_close(info.expires_at.unwrap(), lease.expires_at());
+}
+
+pub async fn l2_not_reentrant(h: &Harness) {
+    let o1 = h.client("o1").await;
+    let o1_again = h.client("o1").await;
+    let o2 = h.client("o2").await;
+    let lease = o1.acquire("a", ttl(60 * SEC)).await.unwrap();
+    assert!(o1.try_acquire("a", ttl(60 * SEC)).await.unwrap().is_none());
+    assert!(o1_again
+        .try_acquire("a", ttl(60 * SEC))
+        .await
+        .unwrap()
+        .is_none());
+    assert!(o2.try_acquire("a", ttl(60 * SEC)).await.unwrap().is_none());
+    assert_eq!(o2.held_count(), 0);
+    lease.release().await.unwrap();
+    assert!(o2.try_acquire("a", ttl(60 * SEC)).await.unwrap().is_some());
+}
+
+pub async fn l3_expiry_hands_over_with_a_larger_fence(h: &Harness) {
+    let (proxy, url) = h.proxy().await;
+    let o1 = accord::Client::connect(&url, h.options("o1"))
+        .await
+        .unwrap();
+    let o2 = h.client("o2").await;
+    let stale = o1.acquire("a", ttl(SEC)).await.unwrap();
+    // o1 can no longer reach the coordinator: its lease expires without renewal.
+    proxy.set(Mode::Cut);
+    tokio::time::timeout(5 * SEC, stale.lost())
+        .await
+        .expect("the lost signal fires");
+    let taken = o2
+        .acquire("a", ttl(60 * SEC).timeout(10 * SEC))
+        .await
+        .unwrap();
+    assert!(taken.fence() > stale.fence());
+    proxy.set(Mode::Pass);
+    assert!(stale.is_lost());
+    for result in [
+        stale.renew().await,
+        stale.release().await,
+        stale.done(None).await,
+    ] {
+        assert_eq!(result.unwrap_err().kind(), ErrorKind::LeaseLost);
+    }
+    // o2 still holds.
+    let info = &o2.list(ListQuery::new()).await.unwrap().items[0];
+    assert_eq!(
+        (info.state, info.owner.as_deref()),
+        (KeyState::Held, Some("o2"))
+    );
+}
+
+pub async fn l4_renew_extends_and_merges(h: &Harness) {
+    let o1 = h.client("o1").await;
+    let lease = o1
+        .acquire("a", ttl(5 * SEC).metadata(meta(json!({"k": "v"}))))
+        .await
+        .unwrap();
+    let first = lease.expires_at();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    lease
+        .renew_with_metadata(meta(json!({"b": 2})))
+        .await
+        .unwrap();
+    let moved = lease.expires_at() - first;
+    assert!(
+        moved >= chrono::Duration::milliseconds(1000),
+        "expiry moved by {moved}"
+    );
+    assert_close(
+        lease.expires_at(),
+        h.now().await + chrono::Duration::seconds(5),
+    );
+    assert_eq!(lease.metadata(), meta(json!({"k": "v", "b": 2})));
+    let info = &o1.list(ListQuery::new()).await.unwrap().items[0];
+    assert_eq!(info.metadata, meta(json!({"k": "v", "b": 2})));
+    lease.renew().await.unwrap();
+}
+
+pub async fn l5_done_is_final_until_reset(h: &Harness) {
+    let o1 = h.client("o1").await;
+    let o2 = h.client("o2").await;
+    let lease = o1
+        .acquire("a", ttl(60 * SEC).metadata(meta(json!({"k": "v"}))))
+        .await
+        .unwrap();
+    lease.done(Some(meta(json!({"l": "w"})))).await.unwrap();
+    assert_eq!(
+        o2.try_acquire("a", ttl(SEC)).await.unwrap_err().kind(),
+        ErrorKind::Done
+    );
+    assert_eq!(
+        o1.acquire("a", ttl(SEC).timeout(SEC))
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::Done
+    );
+    let done = o1
+        .list(ListQuery::new().state(KeyState::Done))
+        .await
+        .unwrap();
+    assert_eq!(done.items.len(), 1);
+    assert_eq!(done.items[0].metadata, meta(json!({"k": "v", "l": "w"})));
+    assert_eq!(done.items[0].owner.as_deref(), Some("o1"));
+    assert_eq!(
+        lease.done(None).await.unwrap_err().kind(),
+        ErrorKind::LeaseLost
+    );
+    assert_eq!(
+        lease.renew().await.unwrap_err().kind(),
+        ErrorKind::LeaseLost
+    );
+    lease
+        .release()
+        .await
+        .expect("release after done is harmless");
+    assert!(o2.reset("a").await.unwrap());
+    assert!(!o2.reset("a").await.unwrap(), "nothing left to reset");
+    let again = o2.try_acquire("a", ttl(60 * SEC)).await.unwrap().unwrap();
+    assert!(again.fence() > lease.fence());
+    // A live lease is never reset from under its holder.
+    assert_eq!(o1.reset("a").await.unwrap_err().kind(), ErrorKind::Held);
+}
+
+pub async fn l6_release_is_idempotent_and_fenced(h: &Harness) {
+    let (proxy, url) = h.proxy().await;
+    let o1 = accord::Client::connect(&url, h.options("o1"))
+        .await
+        .unwrap();
+    let o2 = h.client("o2").await;
+    let lease = o1.acquire("a", ttl(60 * SEC)).await.unwrap();
+    lease.release().await.unwrap();
+    lease.release().await.expect("second release is harmless");
+
+    // A stale handle of the same owner never frees the newer grant.
+    let old = o1.acquire("b", ttl(SEC)).await.unwrap();
+    proxy.set(Mode::Cut);
+    tokio::time::timeout(5 * SEC, old.lost()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await; // past the coordinator's expiry
+    proxy.set(Mode::Pass);
+    let new = o1
+        .acquire("b", ttl(60 * SEC).timeout(10 * SEC))
+        .await
+        .unwrap();
+    assert!(new.fence() > old.fence());
+    assert_eq!(
+        old.release().await.unwrap_err().kind(),
+        ErrorKind::LeaseLost
+    );
+    assert!(o2.try_acquire("b", ttl(SEC)).await.unwrap().is_none());
+
+    // A foreign owner's handle never frees it either: o2's stale lease on "c".
+    let foreign = {
+        let (proxy2, url2) = h.proxy().await;
+        let o2p = accord::Client::connect(&url2, h.options("o2"))
+            .await
+            .unwrap();
+        let foreign = o2p.acquire("c", ttl(SEC)).await.unwrap();
+        proxy2.set(Mode::Cut);
+        tokio::time::timeout(5 * SEC, foreign.lost()).await.unwrap();
+        foreign
+    };
+    let mine = o1
+        .acquire("c", ttl(60 * SEC).timeout(10 * SEC))
+        .await
+        .unwrap();
+    assert_eq!(
+        foreign.release().await.unwrap_err().kind(),
+        ErrorKind::LeaseLost
+    );
+    assert!(o2.try_acquire("c", ttl(SEC)).await.unwrap().is_none());
+    drop(mine);
+    assert!(
+        eventually(5 * SEC, || async {
+            o2.try_acquire("c", ttl(SEC)).await.unwrap().is_some()
+        })
+        .await,
+        "dropping a lease releases it"
+    );
+}
+
+pub async fn l7_list_filters_and_pages(h: &Harness) {
+    let o1 = h.client("o1").await;
+    let ab = o1.acquire("a/b", ttl(60 * SEC)).await.unwrap();
+    for (key, m) in [("a/b/c", json!({"a": 1})), ("a/x", json!({"a": 1, "b": 2}))] {
+        let lease = o1
+            .acquire(key, ttl(60 * SEC).metadata(meta(m)))
+            .await
+            .unwrap();
+        lease.done(None).await.unwrap();
+    }
+    let count = |q: ListQuery| {
+        let o1 = o1.clone();
+        async move { o1.list(q).await.unwrap().items.len() }
+    };
+    assert_eq!(count(ListQuery::new()).await, 3);
+    assert_eq!(count(ListQuery::new().state(KeyState::Done)).await, 2);
+    assert_eq!(count(ListQuery::new().state(KeyState::Held)).await, 1);
+    assert_eq!(count(ListQuery::new().state(KeyState::Free)).await, 0);
+    ab.release().await.unwrap();
+    assert_eq!(count(ListQuery::new().state(KeyState::Free)).await, 1);
+    assert_eq!(count(ListQuery::new().state(KeyState::Held)).await, 0);
+    assert_eq!(count(ListQuery::new().prefix("a/b")).await, 2);
+    assert_eq!(count(ListQuery::new().prefix("a/x/y")).await, 0);
+    assert_eq!(
+        count(ListQuery::new().metadata(meta(json!({"a": 1})))).await,
+        2
+    );
+    assert_eq!(
+        count(ListQuery::new().metadata(meta(json!({"b": 2})))).await,
+        1
+    );
+
+    // LIKE wildcards in a prefix are literal.
+    for key in ["p%q/1", "p_q/2", "pxq/3", "pq/4"] {
+        o1.acquire(key, ttl(60 * SEC))
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    assert_eq!(count(ListQuery::new().prefix("p%q")).await, 1);
+    assert_eq!(count(ListQuery::new().prefix("p_q")).await, 1);
+    assert_eq!(count(ListQuery::new().prefix("p")).await, 4);
+
+    // Pages: newest grant first, no key twice, a cursor until the last page.
+    let mut seen = Vec::new();
+    let mut query = ListQuery::new().limit(3);
+    let mut pages = 0;
+    loop {
+        let page = o1.list(query.clone()).await.unwrap();
+        pages += 1;
+        seen.extend(page.items.iter().map(|i| (i.fence, i.key.clone())));
+        match page.next_cursor {
+            Some(cursor) => query = ListQuery::new().limit(3).cursor(cursor),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(seen.len(), 7);
+    assert!(
+        seen.windows(2).all(|w| w[0].0 > w[1].0),
+        "newest first: {seen:?}"
+    );
+    assert_eq!(seen[0].1, "pq/4");
+    let bad = o1
+        .list(ListQuery::new().cursor("nonsense"))
+        .await
+        .unwrap_err();
+    assert_eq!(bad.kind(), ErrorKind::InvalidArgument);
+    let bad = o1.list(ListQuery::new().limit(0)).await.unwrap_err();
+    assert_eq!(bad.kind(), ErrorKind::InvalidArgument);
+}
+
+pub async fn l8_waiting_is_woken(h: &Harness) {
+    let o1 = h.client("o1").await;
+    let o2 = h.client("o2").await;
+
+    // Woken by the release: o1's lease would last a minute otherwise.
+    let held = o1.acquire("a", ttl(60 * SEC)).await.unwrap();
+    let waiter = {
+        let o2 = o2.clone();
+        tokio::spawn(async move {
+            let lease = o2
+                .acquire("a", ttl(60 * SEC).timeout(20 * SEC))
+                .await
+                .unwrap();
+            (Instant::now(), lease)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released_at = Instant::now();
+    held.release().await.unwrap();
+    let (acquired_at, lease) = waiter.await.unwrap();
+    let handoff = acquired_at - released_at;
+    assert!(
+        handoff < 2 * SEC,
+        "the waiter took {handoff:?} to notice a release"
+    );
+    lease.release().await.unwrap();
+
+    // Woken at the holder's expiry: o1 cannot renew (its network is cut), ttl 1 s.
+    let (proxy, url) = h.proxy().await;
+    let o1p = accord::Client::connect(&url, h.options("o1"))
+        .await
+        .unwrap();
+    let stuck = o1p.acquire("b", ttl(SEC)).await.unwrap();
+    proxy.set(Mode::Cut);
+    let started = Instant::now();
+    let next = o2
+        .acquire("b", ttl(60 * SEC).timeout(20 * SEC))
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    let granted_at = next.expires_at() - chrono::Duration::seconds(60);
+    assert!(
+        granted_at >= stuck.expires_at(),
+        "granted at {granted_at}, before the holder's expiry {}",
+        stuck.expires_at()
+    );
+    assert!(
+        granted_at - stuck.expires_at() < chrono::Duration::seconds(2),
+        "granted {} after the holder's expiry",
+        granted_at - stuck.expires_at()
+    );
+    assert!(waited < 5 * SEC, "waited {waited:?}");
+
+    // A timeout leaves nothing held.
+    let _held = o1.acquire("c", ttl(60 * SEC)).await.unwrap();
+    let started = Instant::now();
+    let err = o2
+        .acquire("c", ttl(SEC).timeout(Duration::from_millis(200)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(started.elapsed() < 5 * SEC);
+    assert_eq!(o2.held_count(), 1, "only b is held by o2");
+    let c = o1.list(ListQuery::new().prefix("c")).await.unwrap();
+    assert_eq!(c.items[0].owner.as_deref(), Some("o1"));
+}
+
+/// Whether the coordinator records `owner` as holding `key` right now.
+async fn holds(h: &Harness, owner: &str, key: &str) -> bool {
+    let client = h.client("inspector").await;
+    let page = client.list(ListQuery::new().prefix(key)).await.unwrap();
+    page.items
+        .iter()
+        .any(|i| i.key == key && i.state == KeyState::Held && i.owner.as_deref() == Some(owner))
+}
+
+pub async fn l9_cancellation_leaves_nothing_held(h: &Harness) {
+    let o1 = h.client("o1").await;
+    let o2 = h.client("o2").await;
+    // Cancel at many points, including while the release that would grant it is in flight.
+    for round in 0..24u64 {
+        let key = format!("k{round}");
+        let held = o1.acquire(&key, ttl(60 * SEC)).await.unwrap();
+        let cancel = CancellationToken::new();
+        let waiter = {
+            let (o2, key, cancel) = (o2.clone(), key.clone(), cancel.clone());
+            tokio::spawn(async move {
+                o2.acquire(&key, ttl(60 * SEC).timeout(20 * SEC).cancel(cancel))
+                    .await
+            })
+        };
+        let delay = Duration::from_micros(round * 700);
+        tokio::time::sleep(delay).await;
+        let release = held.release();
+        let (_, ()) = tokio::join!(release, async {
+            tokio::time::sleep(Duration::from_micros((round % 4) * 300)).await;
+            cancel.cancel();
+        });
+        match waiter.await.unwrap() {
+            Ok(lease) => {
+                // Granted before the cancel was seen: a proper lease.
+                assert!(holds(h, "o2", &key).await);
+                lease.release().await.unwrap();
+            }
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Cancelled, "{e}");
+                assert!(
+                    !holds(h, "o2", &key).await,
+                    "round {round}: a cancelled acquire left {key} held"
+                );
+            }
+        }
+    }
+    // Dropping the future is cancellation too; the clean-up then finishes in the background.
+    for round in 0..12u64 {
+        let key = format!("d{round}");
+        let held = o1.acquire(&key, ttl(60 * SEC)).await.unwrap();
+        let attempt = o2.acquire(&key, ttl(60 * SEC));
+        let releaser = async {
+            tokio::time::sleep(Duration::from_micros(round * 500)).await;
+            held.release().await.unwrap();
+            tokio::time::sleep(Duration::from_micros(round * 150)).await;
+        };
+        tokio::select! {
+            lease = attempt => drop(lease.unwrap()),
+            _ = releaser => {}
+        }
+        assert!(
+            eventually(5 * SEC, || async { !holds(h, "o2", &key).await }).await,
+            "round {round}: a dropped acquire left {key} held"
+        );
+    }
+    assert_eq!(o2.held_count(), 0);
+}
+
+pub async fn l10_keepalive_is_batched(h: &Harness) {
+    // A schema of its own, so that the statement statistics count this client only.
+    let schema = format!("accord_{}", h.tag);
+    let owner = "o1";
+    let client = h
+        .client_with(owner, h.options(owner).schema(schema.clone()).ttl(2 * SEC))
+        .await;
+    let stats = h
+        .admin()
+        .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .await
+        .is_ok();
+    let keys: Vec<String> = (0..1000).map(|i| format!("lease/{i:04}")).collect();
+    let mut leases = Vec::new();
+    for chunk in keys.chunks(100) {
+        let acquired = futures_util::future::join_all(
+            chunk
+                .iter()
+                .map(|k| client.try_acquire(k, AcquireOptions::new())),
+        )
+        .await;
+        leases.extend(acquired.into_iter().map(|r| r.unwrap().expect("free key")));
+    }
+    let before = client.keepalive_statements();
+    tokio::time::sleep(10 * SEC).await;
+    let ticks = client.keepalive_statements() - before;
+    assert!(leases.iter().all(|l| !l.is_lost()), "a lease was lost");
+    let held = client
+        .list(ListQuery::new().state(KeyState::Held).limit(1000))
+        .await
+        .unwrap();
+    assert_eq!(held.items.len(), 1000);
+    // ttl 2 s, renewed every ~667 ms: about 15 ticks in 10 s, whatever the number of leases.
+    assert!(
+        (8..=30).contains(&ticks),
+        "{ticks} keepalive statements in 10 s"
+    );
+    if stats {
+        let row = h
+            .admin()
+            .query_one(
+                "SELECT COALESCE(sum(calls), 0)::bigint, COALESCE(sum(rows), 0)::bigint
+                   FROM pg_stat_statements
+                  WHERE query LIKE '%unnest%' AND query LIKE $1",
+                &[&format!("%\"{schema}\".leases%")],
+            )
+            .await
+            .unwrap();
+        let (calls, rows): (i64, i64) = (row.get(0), row.get(1));
+        assert!(
+            // The last statement may still be in flight when the client's count is read.
+            calls as u64 + 1 >= ticks && calls <= 40,
+            "the database saw {calls} renew statements (client sent {ticks})"
+        );
+        assert!(rows >= 1000 * 8, "the renew statements renewed {rows} rows");
+    }
+    client.close().await;
+}
+
+pub async fn l11_connection_terminated(h: &Harness) {
+    let owner = "o1";
+    let o1 = h.client(owner).await;
+    let o2 = h.client("o2").await;
+    let leases: Vec<_> =
+        futures_util::future::join_all(["a", "b", "c"].map(|k| o1.acquire(k, ttl(3 * SEC))))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+    // Make sure the listening connection exists too.
+    let _sub = o1.listen([h.channel("l11")]).await.unwrap();
+    for round in 0..3 {
+        // The first time: both command connections and the listening one. Command connections
+        // come back on demand, so later rounds may find fewer.
+        let killed = h.terminate_connections(owner).await;
+        assert!(
+            killed >= if round == 0 { 3 } else { 1 },
+            "terminated {killed} connections"
+        );
+        tokio::time::sleep(SEC).await;
+    }
+    // Well past the ttl: the leases were renewed over new connections.
+    tokio::time::sleep(2 * SEC).await;
+    for lease in &leases {
+        assert!(!lease.is_lost(), "{} was lost", lease.key());
+        assert!(o2
+            .try_acquire(lease.key(), ttl(SEC))
+            .await
+            .unwrap()
+            .is_none());
+    }
+    assert!(h.connection_count(owner).await >= 2);
+
+    // Out of reach for longer than the ttl: lost fires, and before anyone else holds the key.
+    let (proxy, url) = h.proxy().await;
+    let o3 = accord::Client::connect(&url, h.options("o3"))
+        .await
+        .unwrap();
+    let lease = o3.acquire("d", ttl(SEC)).await.unwrap();
+    let lost_at = {
+        let lost = lease.lost();
+        tokio::spawn(async move {
+            lost.await;
+            Instant::now()
+        })
+    };
+    proxy.set(Mode::Cut);
+    let taken = o2
+        .acquire("d", ttl(60 * SEC).timeout(10 * SEC))
+        .await
+        .unwrap();
+    let taken_at = Instant::now();
+    let lost_at = tokio::time::timeout(5 * SEC, lost_at)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        lost_at < taken_at,
+        "lost fired after the key was taken over"
+    );
+    assert!(taken.fence() > lease.fence());
+}
+
+/// G4 with a hung network: the renew statement never answers, yet lost fires in time.
+pub async fn l11_stalled_connection(h: &Harness) {
+    let (proxy, url) = h.proxy().await;
+    let o1 = accord::Client::connect(&url, h.options("o1"))
+        .await
+        .unwrap();
+    let o2 = h.client("o2").await;
+    let lease = o1.acquire("a", ttl(SEC)).await.unwrap();
+    let lost = lease.lost();
+    proxy.set(Mode::Stall);
+    let started = Instant::now();
+    tokio::time::timeout(5 * SEC, lost)
+        .await
+        .expect("lost fires");
+    assert!(
+        started.elapsed() < 2 * SEC,
+        "lost fired after {:?}",
+        started.elapsed()
+    );
+    let taken = o2
+        .acquire("a", ttl(60 * SEC).timeout(10 * SEC))
+        .await
+        .unwrap();
+    assert!(taken.fence() > lease.fence());
+    proxy.set(Mode::Pass);
+}

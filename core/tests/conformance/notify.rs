@@ -1,0 +1,230 @@
+//! N1–N6 of SCENARIOS.md.
+
+use std::time::Duration;
+
+use accord::{AcquireOptions, ErrorKind, Event, Message, Subscription};
+
+use crate::support::{eventually, Harness};
+
+const SEC: Duration = Duration::from_secs(1);
+
+async fn next_message(sub: &Subscription) -> Message {
+    loop {
+        match tokio::time::timeout(10 * SEC, sub.recv()).await {
+            Ok(Ok(Some(Event::Message(m)))) => return m,
+            Ok(Ok(Some(Event::Reconnected))) => continue,
+            other => panic!("expected a message, got {other:?}"),
+        }
+    }
+}
+
+fn message(channel: &str, payload: &str) -> Message {
+    Message {
+        channel: channel.into(),
+        payload: payload.into(),
+    }
+}
+
+pub async fn n1_any_source_is_heard(h: &Harness) {
+    let jobs = h.channel("jobs");
+    let listener = h.client("o1").await;
+    let sender = h.client("o2").await;
+    let sub = listener.listen([&jobs]).await.unwrap();
+    sender.notify(&jobs, "p1").await.unwrap();
+    assert_eq!(next_message(&sub).await, message(&jobs, "p1"));
+    // Plain SQL, as psql would send it.
+    h.admin()
+        .execute("SELECT pg_notify($1, 'p2')", &[&jobs])
+        .await
+        .unwrap();
+    assert_eq!(next_message(&sub).await, message(&jobs, "p2"));
+    // A trigger.
+    let table = format!("\"n1_{}\"", h.tag);
+    h.admin()
+        .batch_execute(&format!(
+            "CREATE TABLE {table} (v text);
+             CREATE FUNCTION {table}() RETURNS trigger LANGUAGE plpgsql AS $$
+               BEGIN PERFORM pg_notify('{jobs}', NEW.v); RETURN NEW; END $$;
+             CREATE TRIGGER announce AFTER INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION {table}();
+             INSERT INTO {table} VALUES ('p3');
+             DROP TABLE {table}; DROP FUNCTION {table}();"
+        ))
+        .await
+        .unwrap();
+    assert_eq!(next_message(&sub).await, message(&jobs, "p3"));
+}
+
+pub async fn n2_nothing_sent_after_listen_is_missed(h: &Harness) {
+    let listener = h.client("o1").await;
+    let sender = h.client("o2").await;
+    for round in 0..30 {
+        let (a, b) = (
+            h.channel(&format!("a{round}")),
+            h.channel(&format!("b{round}")),
+        );
+        let sub = listener.listen([&a, &b]).await.unwrap();
+        sender.notify(&b, "first").await.unwrap();
+        sender.notify(&a, "second").await.unwrap();
+        assert_eq!(next_message(&sub).await, message(&b, "first"));
+        assert_eq!(next_message(&sub).await, message(&a, "second"));
+        sub.close().await;
+    }
+}
+
+pub async fn n3_bursts_keep_order(h: &Harness) {
+    let burst = h.channel("burst");
+    let listener = h.client("o1").await;
+    let sender = h.client("o2").await;
+    let sub = listener.listen([&burst]).await.unwrap();
+    // While the burst arrives, the client keeps working (the listening side never blocks it).
+    let lease = listener
+        .acquire("busy", AcquireOptions::new())
+        .await
+        .unwrap();
+    for i in 0..10_000 {
+        sender.notify(&burst, &i.to_string()).await.unwrap();
+    }
+    lease.release().await.unwrap();
+    for i in 0..10_000 {
+        assert_eq!(next_message(&sub).await.payload, i.to_string());
+    }
+    // One transaction delivering 10,000 at once.
+    h.admin()
+        .execute(
+            "SELECT count(pg_notify($1, i::text)) FROM generate_series(0, 9999) i",
+            &[&burst],
+        )
+        .await
+        .unwrap();
+    for i in 0..10_000 {
+        assert_eq!(next_message(&sub).await.payload, i.to_string());
+    }
+}
+
+pub async fn n4_limits_and_quoting(h: &Harness) {
+    let c = h.client("o1").await;
+    let ch = h.channel("big");
+    let sub = c.listen([&ch]).await.unwrap();
+    let err = c.notify(&ch, &"x".repeat(8000)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert!(err.message().contains("payload"), "{err}");
+    c.notify(&ch, &"y".repeat(7999)).await.unwrap();
+    assert_eq!(next_message(&sub).await.payload.len(), 7999);
+
+    let tail = &h.tag[h.tag.len() - 8..];
+    let canary = format!("\"canary_{tail}\"");
+    h.admin()
+        .batch_execute(&format!("CREATE TABLE {canary} (x int)"))
+        .await
+        .unwrap();
+    let names = [
+        format!("with \"quotes\" {tail}"),
+        format!("spaces and; semicolons {tail}"),
+        format!("ünïcødé ✓ {tail}"),
+        format!("x\"; DROP TABLE {canary}; -- {tail}"),
+        format!("MixedCase{tail}"),
+    ];
+    for name in &names {
+        let sub = c.listen([name]).await.unwrap();
+        c.notify(name, "hi").await.unwrap();
+        assert_eq!(next_message(&sub).await, message(name, "hi"));
+        sub.close().await;
+    }
+    h.admin()
+        .batch_execute(&format!("DROP TABLE {canary}"))
+        .await
+        .expect("the canary table survived");
+    let err = c.listen([&"c".repeat(64)]).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert!(err.message().contains("channel"));
+}
+
+pub async fn n5_listener_reconnects(h: &Harness) {
+    let owner = "o1";
+    let ch = h.channel("n5");
+    let listener = h.client(owner).await;
+    let sender = h.client("o2").await;
+    let sub = listener.listen([&ch]).await.unwrap();
+    sender.notify(&ch, "before").await.unwrap();
+    assert_eq!(next_message(&sub).await.payload, "before");
+    assert!(h.terminate_connections(owner).await >= 1);
+    match tokio::time::timeout(10 * SEC, sub.recv()).await {
+        Ok(Ok(Some(Event::Reconnected))) => {}
+        other => panic!("expected Reconnected, got {other:?}"),
+    }
+    sender.notify(&ch, "after").await.unwrap();
+    assert_eq!(next_message(&sub).await.payload, "after");
+
+    // Closing stops delivery and gives the LISTEN back.
+    let other = h.channel("n5b");
+    let keep = listener.listen([&other]).await.unwrap();
+    sub.close().await;
+    assert!(matches!(sub.recv().await, Ok(None)));
+    sender.notify(&ch, "unheard").await.unwrap();
+    sender.notify(&other, "heard").await.unwrap();
+    assert_eq!(next_message(&keep).await.payload, "heard");
+    assert!(matches!(sub.recv().await, Ok(None)));
+    let listening = listener.listening_channels().await.unwrap();
+    assert!(listening.contains(&other), "{listening:?}");
+    assert!(
+        !listening.contains(&ch),
+        "closing did not UNLISTEN: {listening:?}"
+    );
+    drop(keep);
+    assert!(
+        eventually(5 * SEC, || async {
+            !listener
+                .listening_channels()
+                .await
+                .unwrap()
+                .contains(&other)
+        })
+        .await,
+        "dropping a subscription UNLISTENs"
+    );
+}
+
+pub async fn n6_close_ends_waits(h: &Harness) {
+    let o1 = h.client("o1").await;
+    let o2 = h.client("o2").await;
+    let _held = o1.acquire("a", AcquireOptions::new()).await.unwrap();
+    let sub = o2.listen([h.channel("n6")]).await.unwrap();
+    let waiting = {
+        let o2 = o2.clone();
+        tokio::spawn(async move { o2.acquire("a", AcquireOptions::new()).await })
+    };
+    let reading = tokio::spawn(async move { sub.recv().await });
+    let mine = o2.acquire("b", AcquireOptions::new()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    o2.close().await;
+    let acquired = tokio::time::timeout(5 * SEC, waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(acquired.unwrap_err().kind(), ErrorKind::Closed);
+    let read = tokio::time::timeout(5 * SEC, reading)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(read.unwrap_err().kind(), ErrorKind::Closed);
+    // Leases held at close are released, and their holders are told.
+    assert!(mine.is_lost());
+    assert!(
+        eventually(5 * SEC, || async {
+            o1.try_acquire("b", AcquireOptions::new())
+                .await
+                .unwrap()
+                .is_some()
+        })
+        .await
+    );
+    let err = o2
+        .try_acquire("c", AcquireOptions::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Closed);
+    assert_eq!(
+        o2.notify("x", "y").await.unwrap_err().kind(),
+        ErrorKind::Closed
+    );
+}

@@ -1,0 +1,191 @@
+//! The conformance suite on PostgreSQL, plus what only PostgreSQL has: migrations (G10),
+//! connection errors, and statements per operation.
+
+mod conformance;
+mod support;
+
+use std::time::Duration;
+
+use accord::{AcquireOptions, Client, ClientOptions, ErrorKind};
+use support::Harness;
+
+conformance_suite!(Harness::postgres;
+    leases::l1_acquire_records_everything,
+    leases::l2_not_reentrant,
+    leases::l3_expiry_hands_over_with_a_larger_fence,
+    leases::l4_renew_extends_and_merges,
+    leases::l5_done_is_final_until_reset,
+    leases::l6_release_is_idempotent_and_fenced,
+    leases::l7_list_filters_and_pages,
+    leases::l8_waiting_is_woken,
+    leases::l9_cancellation_leaves_nothing_held,
+    leases::l10_keepalive_is_batched,
+    leases::l11_connection_terminated,
+    leases::l11_stalled_connection,
+    notify::n1_any_source_is_heard,
+    notify::n2_nothing_sent_after_listen_is_missed,
+    notify::n3_bursts_keep_order,
+    notify::n4_limits_and_quoting,
+    notify::n5_listener_reconnects,
+    notify::n6_close_ends_waits,
+    input::g11_bad_input_is_refused,
+);
+
+/// G10: many workers starting at once on a fresh schema all succeed; the migration ran once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn g10_concurrent_migrations() {
+    let h = Harness::postgres("g10").await;
+    let schema = format!("accord_{}", h.tag);
+    let connects = (0..12)
+        .map(|i| Client::connect(&h.url, h.options(&format!("w{i}")).schema(schema.clone())));
+    let clients: Vec<Client> = futures_util::future::join_all(connects)
+        .await
+        .into_iter()
+        .map(|r| r.expect("every concurrent connect succeeds"))
+        .collect();
+    let versions: i64 = h
+        .admin()
+        .query_one(
+            &format!("SELECT count(*) FROM \"{schema}\".schema_migrations"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(versions, 1);
+    let lease = clients[0]
+        .try_acquire("a", AcquireOptions::new())
+        .await
+        .unwrap();
+    assert!(lease.is_some());
+}
+
+/// G10: the printed SQL is what a DBA applies by hand; afterwards a client with DML rights only
+/// (and migrations off) works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn g10_printed_sql_and_dml_only_clients() {
+    let h = Harness::postgres("g10sql").await;
+    let schema = format!("accord_{}", h.tag);
+    let role = format!("dml_{}", h.tag);
+
+    let refused = Client::connect(
+        &h.url,
+        h.options("o1").schema(schema.clone()).migrate(false),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::Database);
+    assert!(refused.message().contains("migrate"), "{refused}");
+
+    let script = accord::migration_sql(&schema).unwrap();
+    h.admin().batch_execute(&script).await.unwrap();
+    h.admin()
+        .batch_execute(&script)
+        .await
+        .expect("the script is idempotent");
+    h.admin()
+        .batch_execute(&format!(
+            "CREATE ROLE \"{role}\" LOGIN PASSWORD 'dml';
+             GRANT USAGE ON SCHEMA \"{schema}\" TO \"{role}\";
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA \"{schema}\" TO \"{role}\";
+             GRANT USAGE ON ALL SEQUENCES IN SCHEMA \"{schema}\" TO \"{role}\";"
+        ))
+        .await
+        .unwrap();
+    let config: tokio_postgres::Config = h.url.parse().unwrap();
+    let tokio_postgres::config::Host::Tcp(host) = &config.get_hosts()[0] else {
+        panic!("TCP URL expected")
+    };
+    let url = format!(
+        "postgres://{role}:dml@{host}:{}/{}",
+        config.get_ports()[0],
+        config.get_dbname().unwrap_or("postgres")
+    );
+    for migrate in [false, true] {
+        // With migrations on, an up-to-date schema needs no DDL rights either.
+        let client = Client::connect(
+            &url,
+            h.options("o1").schema(schema.clone()).migrate(migrate),
+        )
+        .await
+        .unwrap();
+        let lease = client
+            .acquire("a", AcquireOptions::new().timeout(Duration::from_secs(5)))
+            .await
+            .unwrap();
+        lease.done(None).await.unwrap();
+        client.reset("a").await.unwrap();
+        client.close().await;
+    }
+}
+
+/// Errors name the server, never the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_errors_hide_the_password() {
+    let h = Harness::postgres("pw").await;
+    let config: tokio_postgres::Config = h.url.parse().unwrap();
+    let tokio_postgres::config::Host::Tcp(host) = &config.get_hosts()[0] else {
+        panic!("TCP URL expected")
+    };
+    let port = config.get_ports()[0];
+    let wrong = format!("postgres://postgres:Wr0ngSecret@{host}:{port}/postgres");
+    let err = Client::connect(&wrong, ClientOptions::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection);
+    assert!(!format!("{err} {err:?}").contains("Wr0ngSecret"), "{err:?}");
+    assert!(err.message().contains(&format!("{host}:{port}")), "{err}");
+
+    // Nothing listens on port 1.
+    let err = Client::connect(
+        "postgres://postgres:Wr0ngSecret@127.0.0.1:1/postgres",
+        ClientOptions::new().connect_timeout(Duration::from_secs(2)),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection);
+    assert!(!format!("{err} {err:?}").contains("Wr0ngSecret"));
+}
+
+/// G9: a client uses `pool_size` command connections plus one listening connection, however
+/// many leases it holds or waits for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn g9_few_connections() {
+    let h = Harness::postgres("g9").await;
+    let owner = "o1";
+    let client = h.client_with(owner, h.options(owner).pool_size(3)).await;
+    let other = h.client("o2").await;
+    assert_eq!(h.connection_count(owner).await, 3);
+    let mut leases = Vec::new();
+    for i in 0..200 {
+        leases.push(
+            client
+                .try_acquire(&format!("k{i}"), AcquireOptions::new())
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    let _held = other
+        .acquire("contended", AcquireOptions::new())
+        .await
+        .unwrap();
+    let waiters: Vec<_> = (0..50)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                client
+                    .acquire(
+                        "contended",
+                        AcquireOptions::new().timeout(Duration::from_secs(2)),
+                    )
+                    .await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(h.connection_count(owner).await, 4);
+    for w in waiters {
+        assert_eq!(w.await.unwrap().unwrap_err().kind(), ErrorKind::Timeout);
+    }
+}

@@ -1,0 +1,202 @@
+//! What the conformance scenarios need from their environment: a coordinator URL, fresh
+//! namespaces, the coordinator's clock, and real faults (terminated connections, a restarted
+//! server, a proxy that cuts or stalls connections).
+#![allow(dead_code, unused_imports)]
+
+pub mod proxy;
+
+use std::process::Command;
+use std::sync::Once;
+use std::time::Duration;
+
+use accord::{Client, ClientOptions};
+use chrono::{DateTime, Utc};
+
+pub use proxy::{Mode, Proxy};
+
+/// The coordinator a scenario runs against.
+pub struct Harness {
+    pub url: String,
+    admin: tokio_postgres::Client,
+    _driver: tokio::task::JoinHandle<()>,
+    /// Unique per harness: namespaces, channels and application names derive from it.
+    pub tag: String,
+}
+
+static TRACING: Once = Once::new();
+
+fn init_tracing() {
+    TRACING.call_once(|| {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_env("ACCORD_TEST_LOG")
+                    .unwrap_or_else(|_| "off".into()),
+            )
+            .with_test_writer()
+            .try_init();
+    });
+}
+
+impl Harness {
+    /// The PostgreSQL named by `ACCORD_TEST_DATABASE_URL` (set by `scripts/with-postgres.sh`).
+    pub async fn postgres(test: &str) -> Harness {
+        init_tracing();
+        let url = std::env::var("ACCORD_TEST_DATABASE_URL").expect(
+            "ACCORD_TEST_DATABASE_URL is not set: run the tests with `make test` \
+             (or scripts/with-postgres.sh cargo test)",
+        );
+        let (admin, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .expect("connect to the test database");
+        let driver = tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Harness {
+            url,
+            admin,
+            _driver: driver,
+            tag: format!("{test}_{:08x}", rand::random::<u32>()),
+        }
+    }
+
+    /// Options for a client of this scenario: its own namespace, the given owner, and an
+    /// application name that fault injection can find.
+    pub fn options(&self, owner: &str) -> ClientOptions {
+        ClientOptions::new()
+            .namespace(self.tag.clone())
+            .owner(owner)
+            .application_name(self.app_name(owner))
+    }
+
+    pub fn app_name(&self, owner: &str) -> String {
+        format!("{}:{owner}", self.tag)
+    }
+
+    pub async fn client(&self, owner: &str) -> Client {
+        self.client_with(owner, self.options(owner)).await
+    }
+
+    pub async fn client_with(&self, _owner: &str, options: ClientOptions) -> Client {
+        Client::connect(&self.url, options)
+            .await
+            .expect("connect an accord client")
+    }
+
+    /// A channel name unique to this scenario.
+    pub fn channel(&self, name: &str) -> String {
+        let tag = &self.tag[self.tag.len().saturating_sub(8)..];
+        format!("{name}_{tag}")
+    }
+
+    /// The coordinator's clock.
+    pub async fn now(&self) -> DateTime<Utc> {
+        self.admin
+            .query_one("SELECT clock_timestamp()", &[])
+            .await
+            .unwrap()
+            .get(0)
+    }
+
+    pub fn admin(&self) -> &tokio_postgres::Client {
+        &self.admin
+    }
+
+    /// Terminates every server connection of the client whose owner is given.
+    pub async fn terminate_connections(&self, owner: &str) -> i64 {
+        let row = self
+            .admin
+            .query_one(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+                  WHERE application_name = $1",
+                &[&self.app_name(owner)],
+            )
+            .await
+            .unwrap();
+        row.get(0)
+    }
+
+    /// Number of server connections of a client.
+    pub async fn connection_count(&self, owner: &str) -> i64 {
+        self.admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                &[&self.app_name(owner)],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    }
+
+    /// A proxy in front of the coordinator, and the URL that goes through it.
+    pub async fn proxy(&self) -> (Proxy, String) {
+        let upstream = upstream_addr(&self.url);
+        let proxy = Proxy::start(upstream).await;
+        let url = self.url.replace(
+            &format!(":{}/", upstream.port()),
+            &format!(":{}/", proxy.port()),
+        );
+        (proxy, url)
+    }
+}
+
+fn upstream_addr(url: &str) -> std::net::SocketAddr {
+    let config: tokio_postgres::Config = url.parse().unwrap();
+    let host = match &config.get_hosts()[0] {
+        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+        _ => panic!("fault tests need a TCP URL"),
+    };
+    let port = config.get_ports()[0];
+    format!("{host}:{port}").parse().unwrap()
+}
+
+/// Restarts the throwaway server (fast shutdown: connections are terminated). Returns false
+/// when the tests run against a server they did not start.
+pub fn restart_server() -> bool {
+    let (Ok(data), Ok(bindir)) = (
+        std::env::var("ACCORD_TEST_PGDATA"),
+        std::env::var("ACCORD_TEST_PG_BINDIR"),
+    ) else {
+        return false;
+    };
+    let pg_ctl = format!("{bindir}/pg_ctl");
+    let mut cmd = if unsafe { libc::geteuid() } == 0 {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--", &pg_ctl]);
+        c
+    } else {
+        Command::new(&pg_ctl)
+    };
+    let status = cmd
+        .args(["-D", &data, "-m", "fast", "-w", "-t", "60", "restart"])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run pg_ctl");
+    assert!(status.success(), "pg_ctl restart failed");
+    true
+}
+
+/// Polls `check` until it holds or `limit` passes (for effects that land in the background).
+pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let until = tokio::time::Instant::now() + limit;
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= until {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Metadata from a JSON literal.
+pub fn meta(value: serde_json::Value) -> accord::Metadata {
+    match value {
+        serde_json::Value::Object(m) => m,
+        other => panic!("metadata must be an object, got {other}"),
+    }
+}

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Runs a command with ACCORD_TEST_DATABASE_URL naming a PostgreSQL server: the one already named
+# by the environment, or a throwaway cluster started here (initdb in a temporary folder, a free
+# port, fsync off) and stopped when the command ends, whether it passes or fails.
+#
+# For the fault tests the cluster's folder and binaries are exported too
+# (ACCORD_TEST_PGDATA, ACCORD_TEST_PG_BINDIR), so a test can restart the server.
+set -euo pipefail
+
+if [ -n "${ACCORD_TEST_DATABASE_URL:-}" ]; then
+  "$@"
+  exit $?
+fi
+
+bindir=$(pg_config --bindir 2>/dev/null || true)
+if [ ! -x "$bindir/initdb" ]; then
+  bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+fi
+if [ ! -x "$bindir/initdb" ]; then
+  echo "with-postgres: no PostgreSQL server binaries found (pg_config --bindir)" >&2
+  exit 1
+fi
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/accord-pg.XXXXXX")
+as_pg=()
+if [ "$(id -u)" = 0 ]; then
+  # The server refuses to run as root.
+  chown postgres: "$tmp"
+  as_pg=(runuser -u postgres --)
+fi
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+password="accord-test-$RANDOM$RANDOM"
+echo "$password" >"$tmp/pwfile"
+[ ${#as_pg[@]} -gt 0 ] && chown postgres: "$tmp/pwfile"
+
+stop() {
+  "${as_pg[@]}" "$bindir/pg_ctl" -D "$tmp/data" -m immediate stop >/dev/null 2>&1 || true
+  rm -rf "$tmp"
+}
+trap stop EXIT INT TERM
+
+"${as_pg[@]}" "$bindir/initdb" -D "$tmp/data" -U postgres --pwfile="$tmp/pwfile" \
+  --auth-local=trust --auth-host=scram-sha-256 -E UTF8 --no-sync >"$tmp/initdb.log" 2>&1 \
+  || { cat "$tmp/initdb.log" >&2; exit 1; }
+cat >>"$tmp/data/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $port
+unix_socket_directories = '$tmp'
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+max_connections = 400
+shared_preload_libraries = 'pg_stat_statements'
+CONF
+"${as_pg[@]}" "$bindir/pg_ctl" -D "$tmp/data" -l "$tmp/server.log" -w -t 60 start >/dev/null \
+  || { cat "$tmp/server.log" >&2; exit 1; }
+
+export ACCORD_TEST_DATABASE_URL="postgres://postgres:$password@127.0.0.1:$port/postgres"
+export ACCORD_TEST_PGDATA="$tmp/data"
+export ACCORD_TEST_PG_BINDIR="$bindir"
+echo "with-postgres: throwaway PostgreSQL on 127.0.0.1:$port ($tmp)" >&2
+set +e
+"$@"
+status=$?
+set -e
+exit $status
