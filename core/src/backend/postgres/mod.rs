@@ -12,6 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use tokio_postgres::types::ToSql;
+use tracing::Instrument;
 
 use self::connect::ConnectSpec;
 use self::listener::Listener;
@@ -42,33 +43,37 @@ impl PgBackend {
     ) -> Result<PgBackend> {
         let spec = ConnectSpec::parse(url, &options.application_name, options.connect_timeout)?;
         let span = tracing::info_span!(target: "accord", "connect", server = %spec.display, schema = %options.schema);
-        let _enter = span.enter();
-        let mut first = spec.connect(|_| {}).await?;
-        migrate(
-            &mut first.client,
-            &options.schema,
-            options.migrate,
-            &spec.display,
-        )
+        let (pool, listener, wakeup_channel) = async {
+            let mut first = spec.connect(|_| {}).await?;
+            migrate(
+                &mut first.client,
+                &options.schema,
+                options.migrate,
+                &spec.display,
+            )
+            .await?;
+            let sql = Arc::new(Sql::new(&options.schema));
+            let pool = Pool::new(
+                spec.clone(),
+                sql,
+                options.pool_size,
+                options.statement_timeout,
+                options.slow_statement,
+            );
+            pool.adopt(first).await?;
+            pool.warm_up().await?;
+            let wakeup_channel = sql::wakeup_channel(&options.schema);
+            let listener = Listener::new(
+                spec.clone(),
+                sink,
+                wakeup_channel.clone(),
+                options.connect_timeout.max(options.statement_timeout),
+            );
+            tracing::info!(target: "accord", pool = options.pool_size, "connected");
+            Ok::<_, Error>((pool, listener, wakeup_channel))
+        }
+        .instrument(span)
         .await?;
-        let sql = Arc::new(Sql::new(&options.schema));
-        let pool = Pool::new(
-            spec.clone(),
-            sql,
-            options.pool_size,
-            options.statement_timeout,
-            options.slow_statement,
-        );
-        pool.adopt(first).await?;
-        pool.warm_up().await?;
-        let wakeup_channel = sql::wakeup_channel(&options.schema);
-        let listener = Listener::new(
-            spec.clone(),
-            sink,
-            wakeup_channel.clone(),
-            options.connect_timeout.max(options.statement_timeout),
-        );
-        tracing::info!(target: "accord", server = %spec.display, pool = options.pool_size, "connected");
         Ok(PgBackend {
             pool,
             listener,
