@@ -53,12 +53,33 @@ full_page_writes = off
 max_connections = 400
 shared_preload_libraries = 'pg_stat_statements'
 CONF
+# TLS with a throwaway CA, so that the sslmode tests run against a real TLS server.
+ssl_root=""
+if command -v openssl >/dev/null 2>&1; then
+  (
+    cd "$tmp"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=accord test CA" \
+      -keyout ca.key -out ca.crt
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout server.key -out server.csr
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' >san.ext
+    openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
+      -extfile san.ext -out server.crt
+  ) >"$tmp/openssl.log" 2>&1 && {
+    chmod 600 "$tmp/server.key"
+    [ ${#as_pg[@]} -gt 0 ] && chown postgres: "$tmp/server.key" "$tmp/server.crt"
+    printf "ssl = on\nssl_cert_file = '%s'\nssl_key_file = '%s'\n" "$tmp/server.crt" "$tmp/server.key" \
+      >>"$tmp/data/postgresql.conf"
+    ssl_root="$tmp/ca.crt"
+  }
+fi
+
 "${as_pg[@]}" "$bindir/pg_ctl" -D "$tmp/data" -l "$tmp/server.log" -w -t 60 start >/dev/null \
   || { cat "$tmp/server.log" >&2; exit 1; }
 
 export ACCORD_TEST_DATABASE_URL="postgres://postgres:$password@127.0.0.1:$port/postgres"
 export ACCORD_TEST_PGDATA="$tmp/data"
 export ACCORD_TEST_PG_BINDIR="$bindir"
+export ACCORD_TEST_SSL_ROOT_CERT="$ssl_root"
 echo "with-postgres: throwaway PostgreSQL on 127.0.0.1:$port ($tmp)" >&2
 set +e
 "$@"

@@ -189,3 +189,85 @@ async fn g9_few_connections() {
         assert_eq!(w.await.unwrap().unwrap_err().kind(), ErrorKind::Timeout);
     }
 }
+
+/// `sslmode` as libpq reads it, against a server with a certificate from a throwaway CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_sslmodes_are_honoured() {
+    let h = Harness::postgres("tls").await;
+    let root = std::env::var("ACCORD_TEST_SSL_ROOT_CERT").unwrap_or_default();
+    if root.is_empty() {
+        eprintln!(
+            "tls_sslmodes_are_honoured: skipped, the test server has no TLS (openssl missing?)"
+        );
+        return;
+    }
+    let encoded_root = root.replace('/', "%2F");
+    let cases = [
+        ("disable", String::new(), false),
+        ("prefer", String::new(), true),
+        ("require", String::new(), true),
+        ("verify-ca", format!("&sslrootcert={encoded_root}"), true),
+        ("verify-full", format!("&sslrootcert={encoded_root}"), true),
+    ];
+    for (mode, extra, encrypted) in cases {
+        let owner = format!("tls-{mode}");
+        let url = format!("{}?sslmode={mode}{extra}", h.url);
+        let client = Client::connect(&url, h.options(&owner))
+            .await
+            .unwrap_or_else(|e| panic!("sslmode={mode}: {e}"));
+        let lease = client
+            .try_acquire(&owner, AcquireOptions::new())
+            .await
+            .unwrap();
+        assert!(lease.is_some());
+        let ssl: Vec<bool> = h
+            .admin()
+            .query(
+                "SELECT s.ssl FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid)
+                  WHERE a.application_name = $1",
+                &[&h.app_name(&owner)],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert!(!ssl.is_empty());
+        assert!(
+            ssl.iter().all(|s| *s == encrypted),
+            "sslmode={mode}: encrypted {ssl:?}"
+        );
+        client.close().await;
+    }
+    // The throwaway CA is not among the public roots: verification must fail.
+    let err = Client::connect(
+        &format!("{}?sslmode=verify-full", h.url),
+        h.options("tls-bad"),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    // verify-full checks the host name, verify-ca does not: reach 127.0.0.1 under a name the
+    // certificate does not carry.
+    let misnamed = h
+        .url
+        .replacen("@127.0.0.1:", "@not-in-the-certificate.test:", 1);
+    let with = |mode: &str| {
+        format!("{misnamed}?hostaddr=127.0.0.1&sslmode={mode}&sslrootcert={encoded_root}")
+    };
+    let err = Client::connect(&with("verify-full"), h.options("tls-name"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    assert!(err.to_string().contains("certificate"), "{err}");
+    Client::connect(&with("verify-ca"), h.options("tls-name"))
+        .await
+        .expect("verify-ca accepts a certificate for another name")
+        .close()
+        .await;
+    let err = Client::connect(&format!("{}?sslmode=bogus", h.url), h.options("tls-bad"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert!(err.message().contains("sslmode"));
+}
