@@ -63,6 +63,30 @@ impl Shared {
         Ok(())
     }
 
+    pub fn lease_ref<'a>(&'a self, key: &'a str, fence: i64) -> LeaseRef<'a> {
+        LeaseRef {
+            namespace: &self.namespace,
+            key,
+            owner: &self.owner,
+            fence,
+        }
+    }
+
+    /// Releases a grant nobody will use (fenced, so it never frees a newer grant). Failures
+    /// only mean the key stays held until its expiry.
+    pub async fn give_back(&self, key: &str, fence: i64) {
+        if let Err(e) = self.backend.release(self.lease_ref(key, fence)).await {
+            tracing::debug!(target: "accord", key, fence, error = %e, "give-back failed; the lease expires at its ttl");
+        }
+    }
+
+    /// [`Shared::give_back`] on the client's runtime, for callers that cannot wait.
+    pub fn give_back_later(self: &Arc<Self>, key: String, fence: i64) {
+        let shared = self.clone();
+        self.runtime
+            .spawn(async move { shared.give_back(&key, fence).await });
+    }
+
     /// Ends everything now: waiters and subscriptions see `Closed`, the keepalive stops.
     /// Returns the leases that were still held (to be released by an async close).
     fn shut(&self) -> Vec<Arc<LeaseCore>> {
@@ -264,7 +288,7 @@ impl Client {
         };
         if !wait {
             return match self.attempt(&attempt).await? {
-                (AcquireOutcome::Granted(g), sent) => Ok(Some(self.adopt(&attempt, g, sent))),
+                (AcquireOutcome::Granted(g), sent) => self.adopt(&attempt, g, sent).await.map(Some),
                 (AcquireOutcome::Done, _) => Err(Error::done(key)),
                 (AcquireOutcome::Held { .. }, _) => Ok(None),
             };
@@ -272,10 +296,15 @@ impl Client {
         let waiter = shared.dispatch.waiters.register(key);
         // Listen for releases before the first try, so that none between the try and the
         // wait is missed. Without the listening connection, waits end at the holder's expiry.
+        // That wait is bounded by the acquire's own timeout: past it, one try decides.
+        let listening_deadline = deadline.unwrap_or_else(|| started + MAX_WAIT_SLICE);
         tokio::select! {
             r = shared.backend.watch_wakeups() => if let Err(e) = r {
                 tracing::warn!(target: "accord", error = %e, "waiting without release notifications");
             },
+            _ = tokio::time::sleep_until(listening_deadline.into()) => {
+                tracing::warn!(target: "accord", key, "the listening connection is not up yet; waiting without release notifications");
+            }
             _ = cancel.cancelled() => return Err(Error::cancelled(&format!("acquire of {key:?}"))),
             _ = shared.closed.cancelled() => return Err(Error::closed()),
         }
@@ -286,7 +315,7 @@ impl Client {
             let (outcome, sent) = self.attempt(&attempt).await?;
             let remaining = match outcome {
                 AcquireOutcome::Granted(g) => {
-                    let lease = self.adopt(&attempt, g, sent);
+                    let lease = self.adopt(&attempt, g, sent).await?;
                     if cancel.is_cancelled() {
                         let _ = lease.release().await;
                         return Err(Error::cancelled(&format!("acquire of {key:?}")));
@@ -320,7 +349,7 @@ impl Client {
     }
 
     /// Sends one acquire statement on a task of its own, so that if the caller's future is
-    /// dropped mid-statement, a grant that arrives anyway is released instead of left held.
+    /// dropped mid-statement, a grant that arrives anyway is given back instead of left held.
     async fn attempt(&self, attempt: &Attempt) -> Result<(AcquireOutcome, Instant)> {
         let shared = self.shared().clone();
         let request = attempt.clone();
@@ -338,23 +367,36 @@ impl Client {
                     attempt: request.token,
                 })
                 .await;
-            if let Err(Ok((AcquireOutcome::Granted(g), _))) = reply.send(outcome.map(|o| (o, sent)))
-            {
-                let lease = LeaseRef {
-                    namespace: &shared.namespace,
-                    key: &request.key,
-                    owner: &shared.owner,
-                    fence: g.fence,
-                };
-                let _ = shared.backend.release(lease).await;
-            }
+            // Unread (the caller is gone, before or after this send), the answer gives back
+            // its grant when dropped.
+            let _ = reply.send(Answer {
+                outcome: Some(outcome.map(|o| (o, sent))),
+                shared,
+                key: request.key,
+            });
         });
-        answer
+        let mut answer = answer
             .await
-            .map_err(|_| Error::internal("the acquire task ended without an answer"))?
+            .map_err(|_| Error::internal("the acquire task ended without an answer"))?;
+        answer
+            .outcome
+            .take()
+            .unwrap_or_else(|| Err(Error::internal("an acquire answer was read twice")))
     }
 
-    fn adopt(&self, attempt: &Attempt, g: crate::backend::Granted, sent: Instant) -> Lease {
+    /// Turns a grant into a lease kept alive by this client; a grant that arrives after the
+    /// client closed is given back instead.
+    async fn adopt(
+        &self,
+        attempt: &Attempt,
+        g: crate::backend::Granted,
+        sent: Instant,
+    ) -> Result<Lease> {
+        let shared = self.shared();
+        if shared.closed.is_cancelled() {
+            shared.give_back(&attempt.key, g.fence).await;
+            return Err(Error::closed());
+        }
         let core = Arc::new(LeaseCore::new(
             attempt.key.clone(),
             g.fence,
@@ -363,11 +405,11 @@ impl Client {
             g.metadata,
             sent,
         ));
-        self.shared().keepalive.insert(core.clone());
-        Lease {
+        shared.keepalive.insert(core.clone());
+        Ok(Lease {
             client: self.clone(),
             core,
-        }
+        })
     }
 
     /// Makes a done (or free) key unknown again, so that it can be acquired. `Ok(false)` if the
@@ -456,14 +498,9 @@ impl Client {
             return;
         }
         let held = shared.shut();
-        let releases = held.iter().map(|lease| {
-            shared.backend.release(LeaseRef {
-                namespace: &shared.namespace,
-                key: &lease.key,
-                owner: &shared.owner,
-                fence: lease.fence,
-            })
-        });
+        let releases = held
+            .iter()
+            .map(|lease| shared.give_back(&lease.key, lease.fence));
         let _ = tokio::time::timeout(
             Duration::from_secs(5),
             futures_util::future::join_all(releases),
@@ -481,6 +518,22 @@ fn timeout_error(key: &str, started: Instant) -> Error {
             started.elapsed()
         ),
     )
+}
+
+/// The outcome of one acquire statement, on its way to the caller.
+struct Answer {
+    outcome: Option<Result<(AcquireOutcome, Instant)>>,
+    shared: Arc<Shared>,
+    key: String,
+}
+
+impl Drop for Answer {
+    fn drop(&mut self) {
+        if let Some(Ok((AcquireOutcome::Granted(g), _))) = &self.outcome {
+            self.shared
+                .give_back_later(std::mem::take(&mut self.key), g.fence);
+        }
+    }
 }
 
 #[derive(Clone)]

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
 
-use crate::backend::{BatchItem, LeaseRef};
+use crate::backend::BatchItem;
 use crate::client::Shared;
 use crate::error::Result;
 use crate::lease::LeaseCore;
@@ -163,20 +163,9 @@ pub(crate) async fn run(shared: Arc<Shared>) {
 }
 
 /// A lost lease may still be recorded as ours (the coordinator was out of reach): release it
-/// as soon as possible so that others need not wait for its expiry. Fenced, so never harmful.
+/// as soon as possible so that others need not wait for its expiry.
 fn give_back(shared: &Arc<Shared>, lease: &Arc<LeaseCore>) {
-    if shared.closed.is_cancelled() {
-        return;
+    if !shared.closed.is_cancelled() {
+        shared.give_back_later(lease.key.clone(), lease.fence);
     }
-    let shared = shared.clone();
-    let (key, fence) = (lease.key.clone(), lease.fence);
-    shared.runtime.clone().spawn(async move {
-        let lease = LeaseRef {
-            namespace: &shared.namespace,
-            key: &key,
-            owner: &shared.owner,
-            fence,
-        };
-        let _ = shared.backend.release(lease).await;
-    });
 }

@@ -232,12 +232,9 @@ impl Lease {
     }
 
     fn lease_ref(&self) -> LeaseRef<'_> {
-        LeaseRef {
-            namespace: self.client.namespace(),
-            key: &self.core.key,
-            owner: self.client.owner(),
-            fence: self.core.fence,
-        }
+        self.client
+            .shared()
+            .lease_ref(&self.core.key, self.core.fence)
     }
 
     /// Extends the lease by its ttl now (the keepalive does this on its own).
@@ -353,28 +350,11 @@ impl Drop for Lease {
         if !held {
             return;
         }
-        let shared = self.client.shared().clone();
+        let shared = self.client.shared();
         shared.keepalive.remove(self.core.fence);
-        if shared.check_usable().is_err() {
-            return;
+        if shared.check_usable().is_ok() {
+            shared.give_back_later(self.core.key.clone(), self.core.fence);
         }
-        let (namespace, owner) = (
-            self.client.namespace().to_string(),
-            self.client.owner().to_string(),
-        );
-        let (key, fence) = (self.core.key.clone(), self.core.fence);
-        let runtime = shared.runtime.clone();
-        runtime.spawn(async move {
-            let lease = LeaseRef {
-                namespace: &namespace,
-                key: &key,
-                owner: &owner,
-                fence,
-            };
-            if let Err(e) = shared.backend.release(lease).await {
-                tracing::debug!(target: "accord", key = %key, fence, error = %e, "release on drop failed; the lease expires at its ttl");
-            }
-        });
     }
 }
 

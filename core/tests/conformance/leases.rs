@@ -413,14 +413,14 @@ pub async fn l9_cancellation_leaves_nothing_held(h: &Harness) {
         }
     }
     // Dropping the future is cancellation too; the clean-up then finishes in the background.
-    for round in 0..12u64 {
+    for round in 0..30u64 {
         let key = format!("d{round}");
         let held = o1.acquire(&key, ttl(60 * SEC)).await.unwrap();
         let attempt = o2.acquire(&key, ttl(60 * SEC));
         let releaser = async {
-            tokio::time::sleep(Duration::from_micros(round * 500)).await;
+            tokio::time::sleep(Duration::from_micros((round % 10) * 400)).await;
             held.release().await.unwrap();
-            tokio::time::sleep(Duration::from_micros(round * 150)).await;
+            tokio::time::sleep(Duration::from_micros((round / 10) * 300)).await;
         };
         tokio::select! {
             lease = attempt => drop(lease.unwrap()),

@@ -51,6 +51,7 @@ pub(crate) struct Pool {
     slots: Vec<Slot>,
     statement_timeout: Duration,
     slow_statement: Duration,
+    closed: AtomicBool,
 }
 
 /// How a statement failed, deciding whether it may be retried on a fresh connection.
@@ -89,6 +90,7 @@ impl Pool {
             slots,
             statement_timeout,
             slow_statement,
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -172,6 +174,9 @@ impl Pool {
 
     /// The usable connection with the fewest statements in flight, or a fresh one.
     async fn pick(&self) -> Result<Arc<Conn>> {
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(Error::closed());
+        }
         let mut best: Option<Arc<Conn>> = None;
         let mut broken_slot = None;
         for (i, slot) in self.slots.iter().enumerate() {
@@ -209,7 +214,10 @@ impl Pool {
         F: FnOnce(Arc<Conn>) -> Fut,
         Fut: Future<Output = Result<T, tokio_postgres::Error>> + 'a,
     {
-        let conn = self.pick().await.map_err(Failure::Connection)?;
+        let conn = self.pick().await.map_err(|e| match e.kind() {
+            ErrorKind::Closed => Failure::Final(e),
+            _ => Failure::Connection(e),
+        })?;
         conn.inflight.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
         let result = tokio::time::timeout(self.statement_timeout, f(conn.clone())).await;
@@ -259,6 +267,7 @@ impl Pool {
     }
 
     pub fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
         for slot in &self.slots {
             slot.conn.lock().unwrap().take();
         }
