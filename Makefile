@@ -2,13 +2,21 @@
 #   make test   - lint, then every test suite against a throwaway PostgreSQL
 #   make demo   - the polyglot demo (coming with the embedded store)
 #   make bench  - benchmarks (coming)
+#
+# Each binding adds its own targets in mk/<binding>.mk and appends them to TEST_SUITES (run
+# with the throwaway PostgreSQL) and LINTS.
 
 CARGO ?= cargo
 WITH_PG := scripts/with-postgres.sh
 
-.PHONY: all build test lint test-rust fmt demo bench migrate-sql clean
+TEST_SUITES := test-rust
+LINTS := lint-rust
+
+.PHONY: all build test lint test-suites test-rust lint-rust fmt demo bench migrate-sql clean
 
 all: build
+
+-include $(sort $(wildcard mk/*.mk))
 
 build:
 	$(CARGO) build --workspace
@@ -17,13 +25,17 @@ build:
 # scripts/with-postgres.sh) unless ACCORD_TEST_DATABASE_URL names one, and stops it even when
 # tests fail.
 test: lint
-	$(WITH_PG) $(MAKE) --no-print-directory test-rust
+	$(WITH_PG) $(MAKE) --no-print-directory test-suites
+
+test-suites: $(TEST_SUITES)
 
 test-rust:
-	$(CARGO) test --workspace --all-targets
-	$(CARGO) test --workspace --doc
+	$(CARGO) test -p accord --all-targets
+	$(CARGO) test -p accord --doc
 
-lint:
+lint: $(LINTS)
+
+lint-rust:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
