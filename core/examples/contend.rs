@@ -1,0 +1,103 @@
+//! A Rust worker for cross-language checks: the other languages' tests start it beside their
+//! own workers, on the same coordinator.
+//!
+//! ```text
+//! contend URL NAMESPACE contend KEY ROUNDS TABLE   # acquire, enter TABLE's critical section, leave, release
+//! contend URL NAMESPACE hold KEY MILLIS            # acquire, print "HELD <fence>", hold, release
+//! contend URL NAMESPACE notify CHANNEL PAYLOAD     # send one notification
+//! ```
+//!
+//! `contend` proves exclusion without trusting any client: TABLE (created by the caller as
+//! `CREATE TABLE t (id int PRIMARY KEY, holder text); INSERT INTO t VALUES (1, NULL)`) has one
+//! row whose `holder` a worker sets on entry only if it is empty, and clears on exit only if
+//! it is still its own. Either update touching no row means two holders at once: the program
+//! prints `VIOLATION` and exits with status 3. Otherwise it prints `OK <rounds>`.
+
+use std::time::Duration;
+
+use accord::{AcquireOptions, Client, ClientOptions};
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let usage = "usage: contend URL NAMESPACE (contend KEY ROUNDS TABLE | hold KEY MILLIS | notify CHANNEL PAYLOAD)";
+    let [url, namespace, command, a, b, rest @ ..] = args.as_slice() else {
+        eprintln!("{usage}");
+        std::process::exit(2);
+    };
+    let owner = format!("rust-{}", std::process::id());
+    let client =
+        match Client::connect(url, ClientOptions::new().namespace(namespace).owner(&owner)).await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("connect: {e}");
+                std::process::exit(1);
+            }
+        };
+    let status = match command.as_str() {
+        "contend" => {
+            let rounds: usize = b.parse().expect("ROUNDS is a number");
+            let table = rest.first().expect(usage);
+            contend(&client, url, &owner, a, rounds, table).await
+        }
+        "hold" => {
+            let lease = client
+                .acquire(a, AcquireOptions::new())
+                .await
+                .expect("acquire");
+            println!("HELD {}", lease.fence());
+            tokio::time::sleep(Duration::from_millis(
+                b.parse().expect("MILLIS is a number"),
+            ))
+            .await;
+            lease.release().await.expect("release");
+            println!("RELEASED");
+            0
+        }
+        "notify" => {
+            client.notify(a, b).await.expect("notify");
+            0
+        }
+        _ => {
+            eprintln!("{usage}");
+            2
+        }
+    };
+    client.close().await;
+    std::process::exit(status);
+}
+
+async fn contend(
+    client: &Client,
+    url: &str,
+    owner: &str,
+    key: &str,
+    rounds: usize,
+    table: &str,
+) -> i32 {
+    let (db, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect for the critical-section table");
+    tokio::spawn(connection);
+    let table = format!("\"{}\"", table.replace('"', "\"\""));
+    let enter = format!("UPDATE {table} SET holder = $1 WHERE id = 1 AND holder IS NULL");
+    let leave = format!("UPDATE {table} SET holder = NULL WHERE id = 1 AND holder = $1");
+    for _ in 0..rounds {
+        let lease = client
+            .acquire(key, AcquireOptions::new().timeout(Duration::from_secs(60)))
+            .await
+            .expect("acquire");
+        if db.execute(&enter, &[&owner]).await.expect("enter") != 1 {
+            println!("VIOLATION entering with fence {}", lease.fence());
+            return 3;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        if db.execute(&leave, &[&owner]).await.expect("leave") != 1 {
+            println!("VIOLATION leaving with fence {}", lease.fence());
+            return 3;
+        }
+        lease.release().await.expect("release");
+    }
+    println!("OK {rounds}");
+    0
+}
