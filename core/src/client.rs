@@ -228,6 +228,11 @@ impl Client {
         self.inner.shared.closed.is_cancelled()
     }
 
+    /// Resolves once the client is closed (by [`Client::close`] or when its last handle went).
+    pub fn closed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        self.inner.shared.closed.clone().cancelled_owned()
+    }
+
     /// Number of leases this client holds and keeps alive.
     pub fn held_count(&self) -> usize {
         self.inner.shared.keepalive.len()
