@@ -193,6 +193,11 @@ impl Lease {
         self.client.owner()
     }
 
+    /// The client this lease belongs to.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// The namespace of the key.
     pub fn namespace(&self) -> &str {
         self.client.namespace()

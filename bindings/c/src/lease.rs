@@ -1,0 +1,203 @@
+//! The lease handle: accessors, renew, release, done, and the lost signal (queried, waited
+//! for, and reported to the client's event queue).
+
+use std::ffi::{c_char, CString};
+
+use accord_core::{CancellationToken, Error, ErrorKind, Lease};
+
+use crate::client::{accord_client, accord_client_event, accord_client_event_kind};
+use crate::error::{accord_error, accord_status, run, run_or};
+use crate::ffi::{c_string, handle, json, metadata};
+use crate::runtime::{block_on, runtime, timeout};
+
+/// A held key. Every function taking a lease may be called from any thread, concurrently,
+/// until accord_lease_free().
+pub struct accord_lease {
+    lease: Lease,
+    key: CString,
+    owner: CString,
+    /// Ends the watcher that reports this lease's loss to the client's event queue.
+    finished: CancellationToken,
+}
+
+impl accord_lease {
+    pub(crate) fn create(client: &accord_client, lease: Lease) -> *mut accord_lease {
+        let finished = CancellationToken::new();
+        let (lost, done, events) = (lease.lost(), finished.clone(), client.events.clone());
+        let event = accord_client_event {
+            kind: accord_client_event_kind::ACCORD_CLIENT_EVENT_LEASE_LOST,
+            fence: lease.fence(),
+        };
+        runtime().spawn(async move {
+            tokio::select! {
+                _ = lost => { let _ = events.send(event); }
+                _ = done.cancelled() => {}
+            }
+        });
+        Box::into_raw(Box::new(accord_lease {
+            key: c_string(lease.key()),
+            owner: c_string(lease.owner()),
+            lease,
+            finished,
+        }))
+    }
+}
+
+fn lease_or_null<'a>(lease: *const accord_lease) -> Option<&'a accord_lease> {
+    // SAFETY: NULL or a live lease, by contract.
+    unsafe { lease.as_ref() }
+}
+
+/// The key held; owned by the lease.
+#[no_mangle]
+pub extern "C" fn accord_lease_key(lease: *const accord_lease) -> *const c_char {
+    run_or(std::ptr::null(), || {
+        lease_or_null(lease).map_or(std::ptr::null(), |l| l.key.as_ptr())
+    })
+}
+
+/// The owner of the lease; owned by the lease.
+#[no_mangle]
+pub extern "C" fn accord_lease_owner(lease: *const accord_lease) -> *const c_char {
+    run_or(std::ptr::null(), || {
+        lease_or_null(lease).map_or(std::ptr::null(), |l| l.owner.as_ptr())
+    })
+}
+
+/// The fencing token of this grant: larger than that of every earlier grant (0 for NULL).
+#[no_mangle]
+pub extern "C" fn accord_lease_fence(lease: *const accord_lease) -> i64 {
+    run_or(0, || lease_or_null(lease).map_or(0, |l| l.lease.fence()))
+}
+
+/// The lease's ttl in milliseconds.
+#[no_mangle]
+pub extern "C" fn accord_lease_ttl_ms(lease: *const accord_lease) -> i64 {
+    run_or(0, || {
+        lease_or_null(lease).map_or(0, |l| l.lease.ttl().as_millis() as i64)
+    })
+}
+
+/// The expiry the coordinator last confirmed, in milliseconds since the Unix epoch (its clock).
+#[no_mangle]
+pub extern "C" fn accord_lease_expires_at_ms(lease: *const accord_lease) -> i64 {
+    run_or(0, || {
+        lease_or_null(lease).map_or(0, |l| l.lease.expires_at().timestamp_millis())
+    })
+}
+
+/// The key's metadata as a JSON object; the caller frees it with accord_string_free().
+#[no_mangle]
+pub extern "C" fn accord_lease_metadata_json(lease: *const accord_lease) -> *mut c_char {
+    run_or(std::ptr::null_mut(), || {
+        lease_or_null(lease).map_or(std::ptr::null_mut(), |l| {
+            json(&l.lease.metadata()).into_raw()
+        })
+    })
+}
+
+/// Whether the lease is lost (exact: checked against its deadline at each call).
+#[no_mangle]
+pub extern "C" fn accord_lease_is_lost(lease: *const accord_lease) -> bool {
+    run_or(false, || {
+        lease_or_null(lease).is_some_and(|l| l.lease.is_lost())
+    })
+}
+
+/// Waits up to `timeout_ms` (negative: without limit) for the lease to be lost. ACCORD_OK once
+/// lost; ACCORD_TIMEOUT if still held (or released normally) when the time is up;
+/// ACCORD_CLOSED if its client was closed. Blocks.
+#[no_mangle]
+pub extern "C" fn accord_lease_wait_lost(
+    lease: *const accord_lease,
+    timeout_ms: i64,
+    err: *mut *mut accord_error,
+) -> accord_status {
+    run(err, || {
+        let l = handle("lease", lease)?;
+        let lost = l.lease.lost();
+        block_on(async {
+            let wait = async {
+                match timeout(timeout_ms) {
+                    Some(t) => tokio::time::sleep(t).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                _ = lost => Ok(()),
+                _ = wait => Err(Error::new(ErrorKind::Timeout, "the lease was not lost within the timeout")),
+            }
+        })?;
+        if l.lease.client().is_closed() {
+            return Err(Error::new(
+                ErrorKind::Closed,
+                "the accord client was closed",
+            ));
+        }
+        Ok(())
+    })
+}
+
+/// Extends the lease now and merges `metadata_json` (a JSON object, or NULL) into the key's
+/// metadata. The lease is also renewed in the background on its own. Blocks.
+#[no_mangle]
+pub extern "C" fn accord_lease_renew(
+    lease: *const accord_lease,
+    metadata_json: *const c_char,
+    err: *mut *mut accord_error,
+) -> accord_status {
+    run(err, || {
+        let l = handle("lease", lease)?;
+        match metadata("metadata_json", metadata_json)? {
+            Some(m) => block_on(l.lease.renew_with_metadata(m)),
+            None => block_on(l.lease.renew()),
+        }
+    })
+}
+
+/// Releases the key (waiters wake at once). Releasing again, or after done, is harmless;
+/// after the lease was lost: ACCORD_LEASE_LOST. Blocks.
+#[no_mangle]
+pub extern "C" fn accord_lease_release(
+    lease: *const accord_lease,
+    err: *mut *mut accord_error,
+) -> accord_status {
+    run(err, || {
+        let l = handle("lease", lease)?;
+        block_on(l.lease.release())?;
+        l.finished.cancel();
+        Ok(())
+    })
+}
+
+/// Marks the key done (never granted again until reset), merging `metadata_json` (a JSON
+/// object, or NULL), and releases it. Twice, or after loss: ACCORD_LEASE_LOST. Blocks.
+#[no_mangle]
+pub extern "C" fn accord_lease_done(
+    lease: *const accord_lease,
+    metadata_json: *const c_char,
+    err: *mut *mut accord_error,
+) -> accord_status {
+    run(err, || {
+        let l = handle("lease", lease)?;
+        let m = metadata("metadata_json", metadata_json)?;
+        block_on(l.lease.done(m))?;
+        l.finished.cancel();
+        Ok(())
+    })
+}
+
+/// Frees the lease handle; a lease still held is released in the background. No other thread
+/// may use the handle during or after this call. NULL is accepted.
+#[no_mangle]
+pub extern "C" fn accord_lease_free(lease: *mut accord_lease) {
+    run_or((), || {
+        if !lease.is_null() {
+            // SAFETY: created by Box::into_raw in accord_lease::create, freed once.
+            let boxed = unsafe { Box::from_raw(lease) };
+            boxed.finished.cancel();
+            drop(boxed);
+        }
+    })
+}

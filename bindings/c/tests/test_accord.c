@@ -1,0 +1,761 @@
+/*
+ * The scenarios of SCENARIOS.md that reach C (L1-L9, N1-N6), bad input, the client event
+ * queue, and fork detection, through the installed header and library, against the PostgreSQL
+ * named by ACCORD_TEST_DATABASE_URL. Exit status 0 when every check passed.
+ *
+ * Run as `test_accord stall-child <url> <namespace>` it is the child of the L3 check; as
+ * `test_accord hold <url> <namespace> <key> <millis>` it holds a key for other languages' tests:
+ * it prints "HELD <fence>" once it holds it, and "RELEASED" after releasing it.
+ */
+#define _GNU_SOURCE
+#include <accord.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *url;
+static char ns_prefix[64];
+static int slow = 1; /* timing bounds are multiplied by this under valgrind */
+static int checks;
+
+#define FAIL(...)                                                                          \
+  do {                                                                                     \
+    fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                        \
+    fprintf(stderr, __VA_ARGS__);                                                          \
+    fputc('\n', stderr);                                                                   \
+    exit(1);                                                                               \
+  } while (0)
+
+#define CHECK(cond)                                                                        \
+  do {                                                                                     \
+    checks++;                                                                              \
+    if (!(cond)) FAIL("check failed: %s", #cond);                                          \
+  } while (0)
+
+/* Runs `call` (whose last argument is &err) and checks its status; frees the error. */
+#define EXPECT(want, call)                                                                 \
+  do {                                                                                     \
+    accord_error *err = NULL;                                                              \
+    accord_status got_ = (call);                                                           \
+    checks++;                                                                              \
+    if (got_ != (want))                                                                    \
+      FAIL("%s: status %d, wanted %d (%s)", #call, (int)got_, (int)(want),                 \
+           accord_error_message(err));                                                     \
+    if (got_ != ACCORD_OK && (err == NULL || accord_error_code(err) != got_))             \
+      FAIL("%s: no error object matching the status", #call);                              \
+    if (got_ == ACCORD_OK && err != NULL) FAIL("%s: an error object on success", #call);   \
+    accord_error_free(err);                                                                \
+  } while (0)
+
+#define MUST(call) EXPECT(ACCORD_OK, call)
+
+/* Like EXPECT, and the message must name `field`. */
+#define EXPECT_NAMING(want, field, call)                                                   \
+  do {                                                                                     \
+    accord_error *err = NULL;                                                              \
+    accord_status got_ = (call);                                                           \
+    checks++;                                                                              \
+    if (got_ != (want)) FAIL("%s: status %d, wanted %d", #call, (int)got_, (int)(want));   \
+    if (!strstr(accord_error_message(err), field))                                         \
+      FAIL("%s: message \"%s\" does not name %s", #call, accord_error_message(err), field); \
+    accord_error_free(err);                                                                \
+  } while (0)
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static void fmt(char *buf, size_t size, const char *format, ...) {
+  va_list ap;
+  va_start(ap, format);
+  vsnprintf(buf, size, format, ap);
+  va_end(ap);
+}
+
+/* A client of namespace "<prefix>-<test>" with the given owner. */
+static accord_client *client(const char *test, const char *owner) {
+  char ns[128], app[160];
+  fmt(ns, sizeof ns, "%s-%s", ns_prefix, test);
+  fmt(app, sizeof app, "%s:%s", ns, owner);
+  accord_client_options *o = accord_client_options_new();
+  MUST(accord_client_options_set_namespace(o, ns, &err));
+  MUST(accord_client_options_set_owner(o, owner, &err));
+  MUST(accord_client_options_set_application_name(o, app, &err));
+  accord_client *c = NULL;
+  MUST(accord_client_connect(url, o, &c, &err));
+  accord_client_options_free(o);
+  CHECK(c != NULL);
+  return c;
+}
+
+static accord_acquire_options *acquire_opts(int64_t ttl_ms, int64_t timeout_ms, const char *meta) {
+  accord_acquire_options *o = accord_acquire_options_new();
+  if (ttl_ms) MUST(accord_acquire_options_set_ttl_ms(o, ttl_ms, &err));
+  MUST(accord_acquire_options_set_timeout_ms(o, timeout_ms, &err));
+  if (meta) MUST(accord_acquire_options_set_metadata_json(o, meta, &err));
+  return o;
+}
+
+static accord_lease *acquire(accord_client *c, const char *key, int64_t ttl_ms) {
+  accord_acquire_options *o = acquire_opts(ttl_ms, 10000, NULL);
+  accord_lease *lease = NULL;
+  MUST(accord_client_acquire(c, key, o, &lease, &err));
+  accord_acquire_options_free(o);
+  return lease;
+}
+
+/* Runs SQL through psql (for faults and for notifications from a non-accord source). */
+static void psql(const char *sql) {
+  const char *bindir = getenv("ACCORD_TEST_PG_BINDIR");
+  char cmd[4096];
+  fmt(cmd, sizeof cmd, "%s%spsql -X -q -v ON_ERROR_STOP=1 \"%s\" -c \"%s\" >/dev/null",
+      bindir ? bindir : "", bindir ? "/" : "", url, sql);
+  if (system(cmd) != 0) FAIL("psql failed: %s", sql);
+}
+
+/* The list entries of a client's namespace with key `key` and owner `owner` that are held. */
+static int held_by(accord_client *c, const char *key, const char *owner) {
+  accord_list_query *q = accord_list_query_new();
+  MUST(accord_list_query_set_prefix(q, key, &err));
+  MUST(accord_list_query_set_state(q, ACCORD_KEY_HELD, &err));
+  accord_list_page *page = NULL;
+  MUST(accord_client_list(c, q, &page, &err));
+  size_t n = 0;
+  const accord_lease_info *items = accord_list_page_items(page, &n);
+  int found = 0;
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(items[i].key, key) && items[i].owner && !strcmp(items[i].owner, owner)) found++;
+  accord_list_page_free(page);
+  accord_list_query_free(q);
+  return found;
+}
+
+static size_t list_count(accord_client *c, const char *prefix, int state, const char *meta) {
+  accord_list_query *q = accord_list_query_new();
+  if (prefix) MUST(accord_list_query_set_prefix(q, prefix, &err));
+  MUST(accord_list_query_set_state(q, state, &err));
+  if (meta) MUST(accord_list_query_set_metadata_json(q, meta, &err));
+  accord_list_page *page = NULL;
+  MUST(accord_client_list(c, q, &page, &err));
+  size_t n = 0;
+  accord_list_page_items(page, &n);
+  accord_list_page_free(page);
+  accord_list_query_free(q);
+  return n;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+
+static void test_bad_input(void) {
+  CHECK(strlen(accord_version()) > 0);
+  accord_error_free(NULL);
+  accord_client_free(NULL);
+  accord_lease_free(NULL);
+  accord_subscription_free(NULL);
+  accord_list_page_free(NULL);
+  accord_client_options_free(NULL);
+  accord_acquire_options_free(NULL);
+  accord_list_query_free(NULL);
+  accord_cancel_token_free(NULL);
+  accord_event_free(NULL);
+  accord_string_free(NULL);
+  accord_client_close(NULL);
+  accord_subscription_close(NULL);
+  CHECK(accord_error_code(NULL) == ACCORD_OK);
+  CHECK(accord_lease_fence(NULL) == 0);
+  CHECK(accord_lease_key(NULL) == NULL);
+
+  accord_client *c = NULL;
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "url", accord_client_connect(NULL, NULL, &c, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "url", accord_client_connect("\xff\xfe", NULL, &c, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "out", accord_client_connect(url, NULL, NULL, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "url", accord_client_connect("mysql://x", NULL, &c, &err));
+  /* Without an error object, the status alone. */
+  CHECK(accord_client_connect(NULL, NULL, &c, NULL) == ACCORD_INVALID_ARGUMENT);
+  CHECK(c == NULL);
+  accord_client_options *o = accord_client_options_new();
+  MUST(accord_client_options_set_ttl_ms(o, 5, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "ttl", accord_client_connect(url, o, &c, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "namespace", accord_client_options_set_namespace(o, NULL, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "options", accord_client_options_set_owner(NULL, "x", &err));
+  accord_client_options_free(o);
+
+  c = client("bad", "o1");
+  accord_lease *lease = NULL;
+  char longkey[600];
+  memset(longkey, 'k', sizeof longkey - 1);
+  longkey[sizeof longkey - 1] = 0;
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "client", accord_client_try_acquire(NULL, "a", NULL, &lease, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "key", accord_client_try_acquire(c, NULL, NULL, &lease, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "key", accord_client_try_acquire(c, "", NULL, &lease, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "key", accord_client_try_acquire(c, "\xc3\x28", NULL, &lease, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "key", accord_client_acquire(c, longkey, NULL, &lease, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "out_lease", accord_client_try_acquire(c, "a", NULL, NULL, &err));
+  CHECK(lease == NULL);
+  accord_acquire_options *ao = accord_acquire_options_new();
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "metadata_json", accord_acquire_options_set_metadata_json(ao, "[1,2]", &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "metadata_json", accord_acquire_options_set_metadata_json(ao, "{", &err));
+  MUST(accord_acquire_options_set_ttl_ms(ao, 50, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "ttl", accord_client_try_acquire(c, "a", ao, &lease, &err));
+  accord_acquire_options_free(ao);
+  char *big = malloc(70 * 1024);
+  memset(big, 'x', 70 * 1024);
+  memcpy(big, "{\"b\":\"", 6);
+  memcpy(big + 70 * 1024 - 3, "\"}", 3);
+  ao = accord_acquire_options_new();
+  MUST(accord_acquire_options_set_metadata_json(ao, big, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "metadata", accord_client_try_acquire(c, "a", ao, &lease, &err));
+  accord_acquire_options_free(ao);
+  free(big);
+  accord_list_query *q = accord_list_query_new();
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "state", accord_list_query_set_state(q, 7, &err));
+  MUST(accord_list_query_set_limit(q, 5000, &err));
+  accord_list_page *page = NULL;
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "limit", accord_client_list(c, q, &page, &err));
+  accord_list_query_free(q);
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "channel", accord_client_notify(c, NULL, "x", &err));
+  const char *none[1] = {NULL};
+  accord_subscription *sub = NULL;
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "channels[0]", accord_client_listen(c, none, 1, &sub, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "channels", accord_client_listen(c, NULL, 0, &sub, &err));
+  /* Nothing is held after all of that. */
+  CHECK(list_count(c, NULL, ACCORD_KEY_HELD, NULL) == 0);
+  accord_client_close(c);
+  accord_client_free(c);
+}
+
+static void test_l1_l2_l4(void) {
+  accord_client *o1 = client("l1", "o1"), *o1b = client("l1", "o1"), *o2 = client("l1", "o2");
+  accord_acquire_options *o = acquire_opts(60000, 5000, "{\"k\":\"v\"}");
+  accord_lease *lease = NULL;
+  MUST(accord_client_acquire(o1, "a", o, &lease, &err));
+  accord_acquire_options_free(o);
+  CHECK(!strcmp(accord_lease_key(lease), "a"));
+  CHECK(!strcmp(accord_lease_owner(lease), "o1"));
+  CHECK(!strcmp(accord_client_owner(o1), "o1"));
+  CHECK(accord_lease_fence(lease) > 0);
+  CHECK(accord_lease_ttl_ms(lease) == 60000);
+  int64_t expires = accord_lease_expires_at_ms(lease);
+  CHECK(llabs(expires - (now_ms() + 60000)) < 2000 * slow);
+  char *meta = accord_lease_metadata_json(lease);
+  CHECK(!strcmp(meta, "{\"k\":\"v\"}"));
+  accord_string_free(meta);
+  CHECK(!accord_lease_is_lost(lease));
+
+  accord_list_page *page = NULL;
+  MUST(accord_client_list(o1, NULL, &page, &err));
+  size_t n = 0;
+  const accord_lease_info *items = accord_list_page_items(page, &n);
+  CHECK(n == 1);
+  CHECK(!strcmp(items[0].key, "a") && items[0].state == ACCORD_KEY_HELD);
+  CHECK(!strcmp(items[0].owner, "o1") && items[0].fence == accord_lease_fence(lease));
+  CHECK(!strcmp(items[0].metadata_json, "{\"k\":\"v\"}"));
+  CHECK(llabs(items[0].expires_at_ms - expires) < 1000);
+  CHECK(accord_list_page_next_cursor(page) == NULL);
+  accord_list_page_free(page);
+
+  /* L2: not re-entrant, for the same client, another client of the same owner, or another. */
+  accord_lease *other = NULL;
+  EXPECT(ACCORD_HELD, accord_client_try_acquire(o1, "a", NULL, &other, &err));
+  EXPECT(ACCORD_HELD, accord_client_try_acquire(o1b, "a", NULL, &other, &err));
+  EXPECT(ACCORD_HELD, accord_client_try_acquire(o2, "a", NULL, &other, &err));
+  CHECK(other == NULL);
+
+  /* L4: renew moves the expiry and merges metadata. */
+  sleep_ms(1100);
+  MUST(accord_lease_renew(lease, "{\"b\":2}", &err));
+  CHECK(accord_lease_expires_at_ms(lease) - expires >= 1000);
+  meta = accord_lease_metadata_json(lease);
+  CHECK(strstr(meta, "\"k\":\"v\"") && strstr(meta, "\"b\":2"));
+  accord_string_free(meta);
+  MUST(accord_lease_renew(lease, NULL, &err));
+
+  /* L6: releasing twice is harmless. */
+  MUST(accord_lease_release(lease, &err));
+  MUST(accord_lease_release(lease, &err));
+  MUST(accord_client_try_acquire(o2, "a", NULL, &other, &err));
+  CHECK(accord_lease_fence(other) > accord_lease_fence(lease));
+  accord_lease_free(lease);
+  accord_lease_free(other); /* still held: released in the background */
+  accord_client_free(o1b);
+  accord_client_close(o1);
+  accord_client_free(o1);
+  accord_client_close(o2);
+  accord_client_free(o2);
+}
+
+static void test_l5_done(void) {
+  accord_client *c = client("l5", "o1");
+  accord_lease *lease = acquire(c, "a", 60000);
+  MUST(accord_lease_done(lease, "{\"l\":\"w\"}", &err));
+  accord_lease *again = NULL;
+  EXPECT(ACCORD_DONE, accord_client_try_acquire(c, "a", NULL, &again, &err));
+  accord_acquire_options *o = acquire_opts(0, 1000, NULL);
+  EXPECT(ACCORD_DONE, accord_client_acquire(c, "a", o, &again, &err));
+  accord_acquire_options_free(o);
+  CHECK(list_count(c, NULL, ACCORD_KEY_DONE, "{\"l\":\"w\"}") == 1);
+  EXPECT(ACCORD_LEASE_LOST, accord_lease_done(lease, NULL, &err));
+  EXPECT(ACCORD_LEASE_LOST, accord_lease_renew(lease, NULL, &err));
+  MUST(accord_lease_release(lease, &err));
+  bool existed = false;
+  MUST(accord_client_reset(c, "a", &existed, &err));
+  CHECK(existed);
+  MUST(accord_client_reset(c, "a", &existed, &err));
+  CHECK(!existed);
+  MUST(accord_client_try_acquire(c, "a", NULL, &again, &err));
+  EXPECT(ACCORD_HELD, accord_client_reset(c, "a", NULL, &err));
+  accord_lease_free(again);
+  accord_lease_free(lease);
+  accord_client_close(c);
+  accord_client_free(c);
+}
+
+static void test_l7_list(void) {
+  accord_client *c = client("l7", "o1");
+  accord_lease *ab = acquire(c, "a/b", 60000);
+  accord_acquire_options *o = acquire_opts(60000, 5000, "{\"a\":1}");
+  accord_lease *l = NULL;
+  MUST(accord_client_acquire(c, "a/b/c", o, &l, &err));
+  MUST(accord_lease_done(l, NULL, &err));
+  accord_lease_free(l);
+  accord_acquire_options_free(o);
+  o = acquire_opts(60000, 5000, "{\"a\":1,\"b\":2}");
+  MUST(accord_client_acquire(c, "a/x", o, &l, &err));
+  MUST(accord_lease_done(l, NULL, &err));
+  accord_lease_free(l);
+  accord_acquire_options_free(o);
+  CHECK(list_count(c, NULL, ACCORD_KEY_ANY, NULL) == 3);
+  CHECK(list_count(c, NULL, ACCORD_KEY_DONE, NULL) == 2);
+  CHECK(list_count(c, NULL, ACCORD_KEY_HELD, NULL) == 1);
+  MUST(accord_lease_release(ab, &err));
+  accord_lease_free(ab);
+  CHECK(list_count(c, NULL, ACCORD_KEY_FREE, NULL) == 1);
+  CHECK(list_count(c, "a/b", ACCORD_KEY_ANY, NULL) == 2);
+  CHECK(list_count(c, "a/x/y", ACCORD_KEY_ANY, NULL) == 0);
+  CHECK(list_count(c, NULL, ACCORD_KEY_ANY, "{\"a\":1}") == 2);
+  CHECK(list_count(c, NULL, ACCORD_KEY_ANY, "{\"b\":2}") == 1);
+  const char *keys[] = {"p%q/1", "p_q/2", "pxq/3"};
+  for (int i = 0; i < 3; i++) {
+    l = acquire(c, keys[i], 60000);
+    MUST(accord_lease_release(l, &err));
+    accord_lease_free(l);
+  }
+  CHECK(list_count(c, "p%q", ACCORD_KEY_ANY, NULL) == 1);
+  CHECK(list_count(c, "p_q", ACCORD_KEY_ANY, NULL) == 1);
+  /* Pages of 2 over 6 keys: 3 pages, newest first. */
+  accord_list_query *q = accord_list_query_new();
+  MUST(accord_list_query_set_limit(q, 2, &err));
+  int pages = 0;
+  size_t total = 0;
+  int64_t last_fence = INT64_MAX;
+  for (;;) {
+    accord_list_page *page = NULL;
+    MUST(accord_client_list(c, q, &page, &err));
+    size_t n = 0;
+    const accord_lease_info *items = accord_list_page_items(page, &n);
+    for (size_t i = 0; i < n; i++) {
+      CHECK(items[i].fence < last_fence);
+      last_fence = items[i].fence;
+    }
+    total += n;
+    pages++;
+    const char *cursor = accord_list_page_next_cursor(page);
+    MUST(accord_list_query_set_cursor(q, cursor, &err));
+    accord_list_page_free(page);
+    if (!cursor) break;
+  }
+  CHECK(pages == 3 && total == 6);
+  accord_list_query_free(q);
+  accord_client_close(c);
+  accord_client_free(c);
+}
+
+struct waiter {
+  accord_client *client;
+  const char *key;
+  int64_t timeout_ms;
+  accord_cancel_token *token;
+  accord_status status;
+  int64_t done_at;
+  accord_lease *lease;
+};
+
+static void *wait_for_key(void *arg) {
+  struct waiter *w = arg;
+  accord_acquire_options *o = acquire_opts(60000, w->timeout_ms, NULL);
+  if (w->token) {
+    accord_error *err = NULL;
+    if (accord_acquire_options_set_cancel_token(o, w->token, &err) != ACCORD_OK) abort();
+  }
+  w->status = accord_client_acquire(w->client, w->key, o, &w->lease, NULL);
+  w->done_at = mono_ms();
+  accord_acquire_options_free(o);
+  return NULL;
+}
+
+static void test_l8_l9_waiting(void) {
+  accord_client *o1 = client("l8", "o1"), *o2 = client("l8", "o2");
+  /* Woken by the release, long before the holder's 60 s expiry. */
+  accord_lease *held = acquire(o1, "a", 60000);
+  struct waiter w = {o2, "a", 20000, NULL, -1, 0, NULL};
+  pthread_t t;
+  pthread_create(&t, NULL, wait_for_key, &w);
+  sleep_ms(300);
+  int64_t released_at = mono_ms();
+  MUST(accord_lease_release(held, &err));
+  pthread_join(t, NULL);
+  CHECK(w.status == ACCORD_OK);
+  CHECK(w.done_at - released_at < 2000 * slow);
+  CHECK(accord_lease_fence(w.lease) > accord_lease_fence(held));
+  MUST(accord_lease_release(w.lease, &err));
+  accord_lease_free(w.lease);
+  accord_lease_free(held);
+
+  /* A timeout leaves nothing held. */
+  held = acquire(o1, "b", 60000);
+  accord_acquire_options *o = acquire_opts(0, 200, NULL);
+  accord_lease *none = NULL;
+  int64_t started = mono_ms();
+  EXPECT(ACCORD_TIMEOUT, accord_client_acquire(o2, "b", o, &none, &err));
+  CHECK(mono_ms() - started < 5000 * slow);
+  accord_acquire_options_free(o);
+  CHECK(none == NULL && held_by(o1, "b", "o2") == 0);
+
+  /* L9: a cancel token ends the wait; nothing is held by the canceller afterwards, even when
+   * the release that would grant it races with the cancel. */
+  for (int round = 0; round < 6; round++) {
+    accord_cancel_token *token = accord_cancel_token_new();
+    struct waiter c = {o2, "b", -1, token, -1, 0, NULL};
+    pthread_create(&t, NULL, wait_for_key, &c);
+    sleep_ms(100 + round);
+    if (round % 2) {
+      MUST(accord_lease_release(held, &err));
+    }
+    accord_cancel_token_cancel(token);
+    pthread_join(t, NULL);
+    if (c.status == ACCORD_OK) {
+      /* Granted before the cancel was seen: a proper lease. */
+      CHECK(held_by(o1, "b", "o2") == 1);
+      MUST(accord_lease_release(c.lease, &err));
+      accord_lease_free(c.lease);
+    } else {
+      CHECK(c.status == ACCORD_CANCELLED);
+      CHECK(c.lease == NULL);
+      CHECK(held_by(o1, "b", "o2") == 0);
+    }
+    accord_cancel_token_free(token);
+    if (round % 2) {
+      accord_lease_free(held);
+      held = acquire(o1, "b", 60000);
+    }
+  }
+  accord_lease_free(held);
+  accord_client_close(o1);
+  accord_client_free(o1);
+  accord_client_close(o2);
+  accord_client_free(o2);
+}
+
+/* L3 with a real stall: a child process holds "a" with a 1 s ttl and is stopped (SIGSTOP)
+ * past it; the key goes to the parent with a larger fence; the resumed child finds its lease
+ * lost and its renew, release and done refused. */
+static int stall_child(const char *namespace) {
+  accord_client_options *o = accord_client_options_new();
+  accord_client_options_set_namespace(o, namespace, NULL);
+  accord_client_options_set_owner(o, "child", NULL);
+  accord_client *c = NULL;
+  if (accord_client_connect(url, o, &c, NULL) != ACCORD_OK) return 10;
+  accord_client_options_free(o);
+  accord_lease *lease = acquire(c, "a", 1000);
+  printf("%lld\n", (long long)accord_lease_fence(lease));
+  fflush(stdout);
+  /* The parent stops us here, past the ttl, then resumes us. */
+  accord_client_event event;
+  accord_status s = accord_client_next_event(c, 30000, &event, NULL);
+  if (s != ACCORD_OK || event.kind != ACCORD_CLIENT_EVENT_LEASE_LOST ||
+      event.fence != accord_lease_fence(lease))
+    return 11;
+  if (!accord_lease_is_lost(lease)) return 12;
+  if (accord_lease_wait_lost(lease, 0, NULL) != ACCORD_OK) return 13;
+  if (accord_lease_renew(lease, NULL, NULL) != ACCORD_LEASE_LOST) return 14;
+  if (accord_lease_release(lease, NULL) != ACCORD_LEASE_LOST) return 15;
+  if (accord_lease_done(lease, NULL, NULL) != ACCORD_LEASE_LOST) return 16;
+  accord_lease_free(lease);
+  accord_client_close(c);
+  if (accord_client_next_event(c, 1000, &event, NULL) != ACCORD_CLOSED) return 17;
+  accord_client_free(c);
+  return 0;
+}
+
+static void test_l3_stalled_holder(const char *self) {
+  char ns[128];
+  fmt(ns, sizeof ns, "%s-l3", ns_prefix);
+  int out[2];
+  CHECK(pipe(out) == 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out[1], 1);
+    execl(self, self, "stall-child", url, ns, (char *)NULL);
+    _exit(127);
+  }
+  close(out[1]);
+  FILE *from_child = fdopen(out[0], "r");
+  long long child_fence = 0;
+  CHECK(fscanf(from_child, "%lld", &child_fence) == 1);
+  kill(pid, SIGSTOP);
+  accord_client *c = client("l3", "parent");
+  accord_lease *lease = acquire(c, "a", 60000); /* waits for the child's expiry */
+  CHECK(accord_lease_fence(lease) > child_fence);
+  kill(pid, SIGCONT);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    FAIL("the stalled child failed with status %d", WEXITSTATUS(status));
+  CHECK(held_by(c, "a", "parent") == 1); /* the child's lost lease freed nothing of ours */
+  fclose(from_child);
+  accord_lease_free(lease);
+  accord_client_close(c);
+  accord_client_free(c);
+}
+
+/* G12: a client used in a forked child fails clearly instead of hanging. */
+static void test_fork_detection(void) {
+  accord_client *c = client("fork", "o1");
+  pid_t pid = fork();
+  if (pid == 0) {
+    accord_lease *lease = NULL;
+    accord_error *err = NULL;
+    accord_status s = accord_client_try_acquire(c, "a", NULL, &lease, &err);
+    int ok = s == ACCORD_UNSUPPORTED && strstr(accord_error_message(err), "fork");
+    if (!ok) fprintf(stderr, "fork child: status %d: %s\n", (int)s, accord_error_message(err));
+    accord_error_free(err);
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  accord_client_close(c);
+  accord_client_free(c);
+}
+
+static accord_event *next_event(accord_subscription *sub, accord_event_kind kind) {
+  accord_event *ev = NULL;
+  MUST(accord_subscription_next(sub, 10000 * slow, &ev, &err));
+  CHECK(ev->kind == kind);
+  return ev;
+}
+
+static void expect_message(accord_subscription *sub, const char *channel, const char *payload) {
+  accord_event *ev = next_event(sub, ACCORD_EVENT_MESSAGE);
+  if (strcmp(ev->channel, channel) || strcmp(ev->payload, payload))
+    FAIL("got %s/%.40s, wanted %s/%.40s", ev->channel, ev->payload, channel, payload);
+  accord_event_free(ev);
+}
+
+static void test_notify(int burst) {
+  accord_client *listener = client("n", "listener"), *sender = client("n", "sender");
+  char jobs[64], other[64], sql[256];
+  fmt(jobs, sizeof jobs, "jobs_%d", getpid());
+  fmt(other, sizeof other, "other_%d", getpid());
+  const char *channels[] = {jobs, other};
+  accord_subscription *sub = NULL;
+  MUST(accord_client_listen(listener, channels, 2, &sub, &err));
+  /* N1, N2: from accord and from plain SQL, on several channels, nothing missed. */
+  MUST(accord_client_notify(sender, jobs, "p1", &err));
+  expect_message(sub, jobs, "p1");
+  fmt(sql, sizeof sql, "SELECT pg_notify('%s', 'p2')", other);
+  psql(sql);
+  expect_message(sub, other, "p2");
+  MUST(accord_client_notify(sender, jobs, NULL, &err));
+  expect_message(sub, jobs, "");
+  accord_event *ev = NULL;
+  EXPECT(ACCORD_TIMEOUT, accord_subscription_next(sub, 50, &ev, &err));
+  CHECK(ev == NULL);
+
+  /* N3: a burst keeps its order. */
+  char payload[32];
+  for (int i = 0; i < burst; i++) {
+    fmt(payload, sizeof payload, "%d", i);
+    MUST(accord_client_notify(sender, jobs, payload, &err));
+  }
+  for (int i = 0; i < burst; i++) {
+    fmt(payload, sizeof payload, "%d", i);
+    expect_message(sub, jobs, payload);
+  }
+
+  /* N4: limits and quoting. */
+  char *big = malloc(8001);
+  memset(big, 'x', 8000);
+  big[8000] = 0;
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "payload", accord_client_notify(sender, jobs, big, &err));
+  big[7999] = 0;
+  MUST(accord_client_notify(sender, jobs, big, &err));
+  expect_message(sub, jobs, big);
+  free(big);
+  const char *odd[] = {"with \"quotes\"", "spaces; and semicolons", "\xc3\xbcnic\xc3\xb8" "d\xc3\xa9"};
+  for (int i = 0; i < 3; i++) {
+    accord_subscription *s = NULL;
+    MUST(accord_client_listen(listener, &odd[i], 1, &s, &err));
+    MUST(accord_client_notify(sender, odd[i], "hi", &err));
+    expect_message(s, odd[i], "hi");
+    accord_subscription_free(s);
+  }
+
+  /* N5: the listening connection is terminated: Reconnected, then delivery goes on. */
+  char app[200];
+  fmt(app, sizeof app, "%s-n:listener", ns_prefix);
+  fmt(sql, sizeof sql,
+      "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '%s'", app);
+  psql(sql);
+  accord_event_free(next_event(sub, ACCORD_EVENT_RECONNECTED));
+  MUST(accord_client_notify(sender, other, "after", &err));
+  expect_message(sub, other, "after");
+  /* Closing stops delivery. */
+  accord_subscription_close(sub);
+  EXPECT(ACCORD_CLOSED, accord_subscription_next(sub, 1000, &ev, &err));
+  accord_subscription_free(sub);
+  accord_client_close(listener);
+  accord_client_free(listener);
+  accord_client_close(sender);
+  accord_client_free(sender);
+}
+
+struct reader {
+  accord_subscription *sub;
+  accord_status status;
+};
+
+static void *read_one(void *arg) {
+  struct reader *r = arg;
+  accord_event *ev = NULL;
+  r->status = accord_subscription_next(r->sub, -1, &ev, NULL);
+  accord_event_free(ev);
+  return NULL;
+}
+
+struct event_reader {
+  accord_client *client;
+  accord_status status;
+};
+
+static void *read_client_event(void *arg) {
+  struct event_reader *r = arg;
+  accord_client_event ev;
+  r->status = accord_client_next_event(r->client, -1, &ev, NULL);
+  return NULL;
+}
+
+/* N6: closing a client ends every blocked call with ACCORD_CLOSED. */
+static void test_n6_close(void) {
+  accord_client *o1 = client("n6", "o1"), *o2 = client("n6", "o2");
+  accord_lease *held = acquire(o1, "a", 60000);
+  const char *ch = "n6";
+  struct waiter w = {o2, "a", -1, NULL, -1, 0, NULL};
+  struct reader r = {NULL, -1};
+  struct event_reader e = {o2, -1};
+  MUST(accord_client_listen(o2, &ch, 1, &r.sub, &err));
+  pthread_t t1, t2, t3;
+  pthread_create(&t1, NULL, wait_for_key, &w);
+  pthread_create(&t2, NULL, read_one, &r);
+  pthread_create(&t3, NULL, read_client_event, &e);
+  sleep_ms(300);
+  accord_client_close(o2);
+  pthread_join(t1, NULL);
+  pthread_join(t2, NULL);
+  pthread_join(t3, NULL);
+  CHECK(w.status == ACCORD_CLOSED && w.lease == NULL);
+  CHECK(r.status == ACCORD_CLOSED);
+  CHECK(e.status == ACCORD_CLOSED);
+  accord_lease *none = NULL;
+  EXPECT(ACCORD_CLOSED, accord_client_try_acquire(o2, "b", NULL, &none, &err));
+  accord_subscription_free(r.sub);
+  accord_client_free(o2);
+  accord_lease_free(held);
+  accord_client_close(o1);
+  accord_client_free(o1);
+}
+
+static void test_migration_sql(void) {
+  char *sql = NULL;
+  MUST(accord_migration_sql("accord", &sql, &err));
+  CHECK(strstr(sql, "CREATE TABLE") != NULL);
+  accord_string_free(sql);
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "schema", accord_migration_sql("", &sql, &err));
+}
+
+static int hold(const char *namespace, const char *key, int millis) {
+  accord_client_options *o = accord_client_options_new();
+  accord_client_options_set_namespace(o, namespace, NULL);
+  accord_client_options_set_owner(o, "c-holder", NULL);
+  accord_client *c = NULL;
+  if (accord_client_connect(url, o, &c, NULL) != ACCORD_OK) return 10;
+  accord_client_options_free(o);
+  accord_lease *lease = acquire(c, key, 60000);
+  printf("HELD %lld\n", (long long)accord_lease_fence(lease));
+  fflush(stdout);
+  sleep_ms(millis);
+  int64_t released_at = now_ms();
+  MUST(accord_lease_release(lease, &err));
+  printf("RELEASED %lld\n", (long long)released_at);
+  fflush(stdout);
+  accord_lease_free(lease);
+  accord_client_close(c);
+  accord_client_free(c);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 6 && !strcmp(argv[1], "hold")) {
+    url = argv[2];
+    return hold(argv[3], argv[4], atoi(argv[5]));
+  }
+  if (argc == 4 && !strcmp(argv[1], "stall-child")) {
+    url = argv[2];
+    return stall_child(argv[3]);
+  }
+  url = getenv("ACCORD_TEST_DATABASE_URL");
+  if (!url) {
+    fprintf(stderr, "ACCORD_TEST_DATABASE_URL is not set (run through make test)\n");
+    return 2;
+  }
+  if (getenv("ACCORD_TEST_SLOW")) slow = atoi(getenv("ACCORD_TEST_SLOW"));
+  int burst = slow > 1 ? 1000 : 10000;
+  fmt(ns_prefix, sizeof ns_prefix, "c-%d-%lld", getpid(), (long long)now_ms());
+
+  test_bad_input();
+  test_migration_sql();
+  test_l1_l2_l4();
+  test_l5_done();
+  test_l7_list();
+  test_l8_l9_waiting();
+  test_l3_stalled_holder(argv[0]);
+  /* Under valgrind the forked child's leak check would count the parent's runtime, whose
+   * threads (and the stacks referencing its memory) do not exist in a child: skip it there. */
+  if (!getenv("ACCORD_TEST_UNDER_VALGRIND")) test_fork_detection();
+  test_notify(burst);
+  test_n6_close();
+
+  accord_shutdown();
+  printf("C tests: %d checks passed\n", checks);
+  return 0;
+}

@@ -1,0 +1,353 @@
+// Package accord is the Go binding of accord: locks, leases with fencing tokens, done-marking and
+// notify/listen for worker fleets, coordinated through PostgreSQL. It calls the same Rust core
+// as every other accord binding, through libaccord's C ABI, so Go workers share keys, fences and
+// channels with Rust, Python, Node and C workers.
+//
+// Linking: inside the accord repository the package links target/lib/libaccord.a (`make
+// test-go` puts it there). Elsewhere, install libaccord (`make install PREFIX=…`) and build with
+// `-tags accord_pkgconfig`, which takes the flags from pkg-config.
+//
+//	client, err := accord.Connect(ctx, "postgres://localhost/app", &accord.Options{Namespace: "reports"})
+//	lease, err := client.Acquire(ctx, "daily", nil)
+//	defer lease.Release(ctx)
+//	select {
+//	case <-lease.Lost(): // stop writing
+//	case <-work(lease.Fence()):
+//	}
+package accord
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/../../include
+#cgo !accord_pkgconfig LDFLAGS: ${SRCDIR}/../../target/lib/libaccord.a -lgcc_s -lutil -lrt -lpthread -lm -ldl
+#cgo accord_pkgconfig pkg-config: accord
+#include <stdlib.h>
+#include "accord.h"
+*/
+import "C"
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+	"unsafe"
+)
+
+// Options of Connect. The zero value means every default: namespace "default", owner
+// host-pid-random, ttl 30 s, schema "accord", two command connections, migrations applied.
+type Options struct {
+	Namespace         string
+	Owner             string
+	TTL               time.Duration
+	Schema            string
+	PoolSize          int
+	ApplicationName   string
+	ConnectTimeout    time.Duration
+	DisableMigrations bool
+}
+
+// Client is a connection to a coordinator. Its methods may be called from any goroutine.
+type Client struct {
+	mu      sync.RWMutex // held for reading by every call; for writing to free the handle
+	ptr     *C.accord_client
+	owner   string
+	ns      string
+	lostMu  sync.Mutex
+	lost    map[int64]chan struct{} // fence → Lost() channel of a live lease
+	events  chan struct{}           // closed when the event loop ends
+	closing sync.Once
+}
+
+func cstring(s string) *C.char { return C.CString(s) }
+
+func millis(d time.Duration) C.int64_t { return C.int64_t(d / time.Millisecond) }
+
+// Connect opens a client on the coordinator at url (postgres://user:password@host:port/db?…).
+// The context's deadline bounds the connection attempt.
+func Connect(ctx context.Context, url string, opts *Options) (*Client, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if opts == nil {
+		opts = &Options{}
+	}
+	o := C.accord_client_options_new()
+	defer C.accord_client_options_free(o)
+	var cerr *C.accord_error
+	set := func(status C.accord_status) error { return takeError(status, cerr) }
+	strs := []struct {
+		value string
+		apply func(*C.char) C.accord_status
+	}{
+		{opts.Namespace, func(s *C.char) C.accord_status { return C.accord_client_options_set_namespace(o, s, &cerr) }},
+		{opts.Owner, func(s *C.char) C.accord_status { return C.accord_client_options_set_owner(o, s, &cerr) }},
+		{opts.Schema, func(s *C.char) C.accord_status { return C.accord_client_options_set_schema(o, s, &cerr) }},
+		{opts.ApplicationName, func(s *C.char) C.accord_status { return C.accord_client_options_set_application_name(o, s, &cerr) }},
+	}
+	for _, s := range strs {
+		if s.value == "" {
+			continue
+		}
+		cs := cstring(s.value)
+		err := set(s.apply(cs))
+		C.free(unsafe.Pointer(cs))
+		if err != nil {
+			return nil, err
+		}
+	}
+	if opts.TTL != 0 {
+		if err := set(C.accord_client_options_set_ttl_ms(o, millis(opts.TTL), &cerr)); err != nil {
+			return nil, err
+		}
+	}
+	if opts.PoolSize != 0 {
+		if err := set(C.accord_client_options_set_pool_size(o, C.uint32_t(opts.PoolSize), &cerr)); err != nil {
+			return nil, err
+		}
+	}
+	timeout := opts.ConnectTimeout
+	if deadline, ok := ctx.Deadline(); ok && (timeout == 0 || time.Until(deadline) < timeout) {
+		timeout = max(time.Until(deadline), time.Millisecond)
+	}
+	if timeout != 0 {
+		if err := set(C.accord_client_options_set_connect_timeout_ms(o, millis(timeout), &cerr)); err != nil {
+			return nil, err
+		}
+	}
+	if opts.DisableMigrations {
+		if err := set(C.accord_client_options_set_migrate(o, false, &cerr)); err != nil {
+			return nil, err
+		}
+	}
+	curl := cstring(url)
+	defer C.free(unsafe.Pointer(curl))
+	var ptr *C.accord_client
+	if err := takeError(C.accord_client_connect(curl, o, &ptr, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	c := &Client{
+		ptr:    ptr,
+		owner:  C.GoString(C.accord_client_owner(ptr)),
+		ns:     C.GoString(C.accord_client_namespace(ptr)),
+		lost:   map[int64]chan struct{}{},
+		events: make(chan struct{}),
+	}
+	go c.eventLoop(ptr)
+	if err := ctx.Err(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// eventLoop reads the client's events (leases lost) until the client closes: one goroutine per
+// client, however many leases it holds.
+func (c *Client) eventLoop(ptr *C.accord_client) {
+	defer close(c.events)
+	// The client closed: every lease it still had is over (released by the close).
+	defer func() {
+		c.lostMu.Lock()
+		for fence, ch := range c.lost {
+			close(ch)
+			delete(c.lost, fence)
+		}
+		c.lostMu.Unlock()
+	}()
+	for {
+		var ev C.accord_client_event
+		if C.accord_client_next_event(ptr, -1, &ev, nil) != C.ACCORD_OK {
+			return // closed
+		}
+		if ev.kind == C.ACCORD_CLIENT_EVENT_LEASE_LOST {
+			c.lostMu.Lock()
+			if ch, ok := c.lost[int64(ev.fence)]; ok {
+				close(ch)
+				delete(c.lost, int64(ev.fence))
+			}
+			c.lostMu.Unlock()
+		}
+	}
+}
+
+// Owner is the owner recorded on this client's leases.
+func (c *Client) Owner() string { return c.owner }
+
+// Namespace is the namespace of this client's keys.
+func (c *Client) Namespace() string { return c.ns }
+
+// use runs f with the live handle, or returns ErrClosed once the client was closed.
+func (c *Client) use(f func(*C.accord_client) error) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.ptr == nil {
+		return &Error{Kind: ErrClosed, Message: "the accord client is closed"}
+	}
+	return f(c.ptr)
+}
+
+// AcquireOptions of Acquire and TryAcquire; nil means the client's ttl, no metadata, and (for
+// Acquire) waiting as long as the context allows.
+type AcquireOptions struct {
+	TTL      time.Duration
+	Timeout  time.Duration
+	Metadata map[string]any
+}
+
+func acquireOptions(opts *AcquireOptions, deadline time.Time, hasDeadline bool) (*C.accord_acquire_options, error) {
+	o := C.accord_acquire_options_new()
+	var cerr *C.accord_error
+	fail := func(status C.accord_status) error {
+		if err := takeError(status, cerr); err != nil {
+			C.accord_acquire_options_free(o)
+			return err
+		}
+		return nil
+	}
+	if opts == nil {
+		opts = &AcquireOptions{}
+	}
+	if opts.TTL != 0 {
+		if err := fail(C.accord_acquire_options_set_ttl_ms(o, millis(opts.TTL), &cerr)); err != nil {
+			return nil, err
+		}
+	}
+	timeout := C.int64_t(-1)
+	if opts.Timeout > 0 {
+		timeout = millis(opts.Timeout)
+	}
+	if hasDeadline {
+		if left := millis(time.Until(deadline)); timeout < 0 || left < timeout {
+			timeout = max(left, 0)
+		}
+	}
+	if err := fail(C.accord_acquire_options_set_timeout_ms(o, timeout, &cerr)); err != nil {
+		return nil, err
+	}
+	if opts.Metadata != nil {
+		text, err := json.Marshal(opts.Metadata)
+		if err != nil {
+			C.accord_acquire_options_free(o)
+			return nil, &Error{Kind: ErrInvalidArgument, Message: "invalid metadata: " + err.Error()}
+		}
+		cs := cstring(string(text))
+		defer C.free(unsafe.Pointer(cs))
+		if err := fail(C.accord_acquire_options_set_metadata_json(o, cs, &cerr)); err != nil {
+			return nil, err
+		}
+	}
+	return o, nil
+}
+
+// Acquire waits until key is granted and returns its lease. Cancelling ctx (or its deadline
+// passing) ends the wait with an error matching both ErrCancelled/ErrTimeout and the context's
+// error; nothing is left held. A done key gives ErrDone.
+func (c *Client) Acquire(ctx context.Context, key string, opts *AcquireOptions) (*Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	deadline, hasDeadline := ctx.Deadline()
+	o, err := acquireOptions(opts, deadline, hasDeadline)
+	if err != nil {
+		return nil, err
+	}
+	defer C.accord_acquire_options_free(o)
+	token := C.accord_cancel_token_new()
+	var cerr *C.accord_error
+	C.accord_acquire_options_set_cancel_token(o, token, nil)
+	cancelled := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		C.accord_cancel_token_cancel(token)
+		close(cancelled)
+	})
+	ckey := cstring(key)
+	defer C.free(unsafe.Pointer(ckey))
+	var ptr *C.accord_lease
+	err = c.use(func(cp *C.accord_client) error {
+		return takeError(C.accord_client_acquire(cp, ckey, o, &ptr, &cerr), cerr)
+	})
+	if !stop() {
+		<-cancelled // the canceller may still be using the token
+	}
+	C.accord_cancel_token_free(token)
+	if err != nil {
+		// The wait may have been bounded by ctx's deadline a moment before ctx noticed.
+		bound := hasDeadline && (opts == nil || opts.Timeout <= 0 || time.Until(deadline) < opts.Timeout)
+		if bound && errors.Is(err, ErrTimeout) && ctx.Err() == nil {
+			return nil, fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+		}
+		return nil, withContext(ctx, err)
+	}
+	return c.adopt(ptr), nil
+}
+
+// TryAcquire tries once: the lease if key is free, an error matching ErrHeld if it is held (by
+// anyone, this client included), ErrDone if it is done.
+func (c *Client) TryAcquire(ctx context.Context, key string, opts *AcquireOptions) (*Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	o, err := acquireOptions(opts, time.Time{}, false)
+	if err != nil {
+		return nil, err
+	}
+	defer C.accord_acquire_options_free(o)
+	ckey := cstring(key)
+	defer C.free(unsafe.Pointer(ckey))
+	var ptr *C.accord_lease
+	var cerr *C.accord_error
+	err = c.use(func(cp *C.accord_client) error {
+		return takeError(C.accord_client_try_acquire(cp, ckey, o, &ptr, &cerr), cerr)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return c.adopt(ptr), nil
+}
+
+// Reset makes a done (or free) key unknown again, so it can be acquired; it reports whether
+// there was anything to reset. A key held by a live lease gives ErrHeld.
+func (c *Client) Reset(ctx context.Context, key string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	ckey := cstring(key)
+	defer C.free(unsafe.Pointer(ckey))
+	var existed C.bool
+	var cerr *C.accord_error
+	err := c.use(func(cp *C.accord_client) error {
+		return takeError(C.accord_client_reset(cp, ckey, &existed, &cerr), cerr)
+	})
+	return bool(existed), err
+}
+
+// Notify sends payload on channel to every listener, in any language, and to SQL LISTENers.
+func (c *Client) Notify(ctx context.Context, channel, payload string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	cch, cpayload := cstring(channel), cstring(payload)
+	defer C.free(unsafe.Pointer(cch))
+	defer C.free(unsafe.Pointer(cpayload))
+	var cerr *C.accord_error
+	return c.use(func(cp *C.accord_client) error {
+		return takeError(C.accord_client_notify(cp, cch, cpayload, &cerr), cerr)
+	})
+}
+
+// Close releases the client's leases (their Lost channels close), ends waiting acquires and
+// subscriptions with ErrClosed, and closes the connections. Idempotent.
+func (c *Client) Close() error {
+	c.closing.Do(func() {
+		c.mu.RLock()
+		C.accord_client_close(c.ptr) // wakes every blocked call
+		c.mu.RUnlock()
+		<-c.events
+		c.mu.Lock()
+		C.accord_client_free(c.ptr)
+		c.ptr = nil
+		c.mu.Unlock()
+	})
+	return nil
+}

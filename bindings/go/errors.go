@@ -1,0 +1,79 @@
+package accord
+
+// #include "accord.h"
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors, one per kind of DESIGN.md §3. Every error accord returns matches exactly one
+// of them with errors.Is.
+var (
+	ErrInvalidArgument = errors.New("accord: invalid argument")
+	ErrHeld            = errors.New("accord: held")
+	ErrDone            = errors.New("accord: done")
+	ErrTimeout         = errors.New("accord: timeout")
+	ErrCancelled       = errors.New("accord: cancelled")
+	ErrLeaseLost       = errors.New("accord: lease lost")
+	ErrConnection      = errors.New("accord: connection")
+	ErrDatabase        = errors.New("accord: database")
+	ErrClosed          = errors.New("accord: closed")
+	ErrUnsupported     = errors.New("accord: unsupported")
+	ErrInternal        = errors.New("accord: internal")
+)
+
+var sentinels = map[C.accord_status]error{
+	C.ACCORD_INVALID_ARGUMENT: ErrInvalidArgument,
+	C.ACCORD_HELD:             ErrHeld,
+	C.ACCORD_DONE:             ErrDone,
+	C.ACCORD_TIMEOUT:          ErrTimeout,
+	C.ACCORD_CANCELLED:        ErrCancelled,
+	C.ACCORD_LEASE_LOST:       ErrLeaseLost,
+	C.ACCORD_CONNECTION:       ErrConnection,
+	C.ACCORD_DATABASE:         ErrDatabase,
+	C.ACCORD_CLOSED:           ErrClosed,
+	C.ACCORD_UNSUPPORTED:      ErrUnsupported,
+	C.ACCORD_INTERNAL:         ErrInternal,
+}
+
+// Error is what accord's calls return: the kind (a sentinel, for errors.Is) and the message,
+// which names the key or argument concerned.
+type Error struct {
+	Kind    error
+	Message string
+}
+
+func (e *Error) Error() string        { return e.Message }
+func (e *Error) Is(target error) bool { return target == e.Kind }
+func (e *Error) Unwrap() error        { return e.Kind }
+
+// takeError turns a status and the C error object (freed here) into a Go error.
+func takeError(status C.accord_status, cerr *C.accord_error) error {
+	defer C.accord_error_free(cerr)
+	if status == C.ACCORD_OK {
+		return nil
+	}
+	kind, ok := sentinels[status]
+	if !ok {
+		kind = ErrInternal
+	}
+	msg := C.GoString(C.accord_error_message(cerr))
+	if msg == "" {
+		msg = kind.Error()
+	}
+	return &Error{Kind: kind, Message: msg}
+}
+
+// withContext makes an error caused by the context match the context's error too.
+func withContext(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	if errors.Is(err, ErrCancelled) || errors.Is(err, ErrTimeout) {
+		return fmt.Errorf("%w: %w", ctx.Err(), err)
+	}
+	return err
+}

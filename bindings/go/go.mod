@@ -1,0 +1,3 @@
+module github.com/accord/accord/bindings/go
+
+go 1.22

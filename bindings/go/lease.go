@@ -1,0 +1,199 @@
+package accord
+
+// #include <stdlib.h>
+// #include "accord.h"
+import "C"
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"runtime"
+	"sync"
+	"time"
+	"unsafe"
+)
+
+// Lease is a held key. Release it when done (`defer lease.Release(ctx)`); a Lease that becomes
+// unreachable without a Release is released when the garbage collector finds it. Its methods
+// may be called from any goroutine.
+type Lease struct {
+	client *Client
+	mu     sync.Mutex
+	ptr    *C.accord_lease // nil once the lease is over (released, done, lost and released)
+	key    string
+	owner  string
+	fence  int64
+	ttl    time.Duration
+	lost   chan struct{}
+}
+
+func (c *Client) adopt(ptr *C.accord_lease) *Lease {
+	l := &Lease{
+		client: c,
+		ptr:    ptr,
+		key:    C.GoString(C.accord_lease_key(ptr)),
+		owner:  C.GoString(C.accord_lease_owner(ptr)),
+		fence:  int64(C.accord_lease_fence(ptr)),
+		ttl:    time.Duration(C.accord_lease_ttl_ms(ptr)) * time.Millisecond,
+		lost:   make(chan struct{}),
+	}
+	c.lostMu.Lock()
+	c.lost[l.fence] = l.lost
+	c.lostMu.Unlock()
+	runtime.SetFinalizer(l, (*Lease).free)
+	return l
+}
+
+// Key is the key held.
+func (l *Lease) Key() string { return l.key }
+
+// Owner is the owner recorded for the lease.
+func (l *Lease) Owner() string { return l.owner }
+
+// Fence is this grant's fencing token: larger than every earlier grant's, of any key. Pass it
+// to what you write, and have that refuse smaller ones.
+func (l *Lease) Fence() int64 { return l.fence }
+
+// TTL is the lease's time to live, renewed in the background.
+func (l *Lease) TTL() time.Duration { return l.ttl }
+
+// Lost is closed when the lease is lost: not renewed within its ttl (checked against a deadline
+// that comes before anyone else could be granted the key), or ended by Client.Close. It is
+// never closed for a lease released or done normally.
+func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+// IsLost reports whether the lease is lost, exactly (checked against its deadline now).
+func (l *Lease) IsLost() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ptr != nil {
+		return bool(C.accord_lease_is_lost(l.ptr))
+	}
+	select {
+	case <-l.lost:
+		return true
+	default:
+		return false
+	}
+}
+
+// ExpiresAt is the expiry the coordinator last confirmed (its clock).
+func (l *Lease) ExpiresAt() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ptr == nil {
+		return time.Time{}
+	}
+	return time.UnixMilli(int64(C.accord_lease_expires_at_ms(l.ptr)))
+}
+
+// Metadata is the key's metadata as of the latest grant, renew or done of this lease.
+func (l *Lease) Metadata() (map[string]any, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ptr == nil {
+		return nil, &Error{Kind: ErrLeaseLost, Message: "the lease on " + l.key + " is over"}
+	}
+	text := C.accord_lease_metadata_json(l.ptr)
+	defer C.accord_string_free(text)
+	var m map[string]any
+	if err := json.Unmarshal([]byte(C.GoString(text)), &m); err != nil {
+		return nil, &Error{Kind: ErrInternal, Message: "metadata is not JSON: " + err.Error()}
+	}
+	return m, nil
+}
+
+func metadataJSON(m map[string]any) (*C.char, error) {
+	if m == nil {
+		return nil, nil
+	}
+	text, err := json.Marshal(m)
+	if err != nil {
+		return nil, &Error{Kind: ErrInvalidArgument, Message: "invalid metadata: " + err.Error()}
+	}
+	return cstring(string(text)), nil
+}
+
+// call runs f on the live handle; over is set when the lease ended with this call.
+func (l *Lease) call(ctx context.Context, f func(*C.accord_lease, **C.accord_error) C.accord_status, endsOnSuccess bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ptr == nil {
+		return nil
+	}
+	var cerr *C.accord_error
+	err := takeError(f(l.ptr, &cerr), cerr)
+	if (err == nil && endsOnSuccess) || errors.Is(err, ErrLeaseLost) {
+		l.freeLocked()
+	}
+	return err
+}
+
+// Renew extends the lease now and merges metadata (may be nil) into the key's metadata. The
+// lease also renews itself in the background.
+func (l *Lease) Renew(ctx context.Context, metadata map[string]any) error {
+	cm, err := metadataJSON(metadata)
+	if err != nil {
+		return err
+	}
+	defer C.free(unsafe.Pointer(cm))
+	if l.over() {
+		return &Error{Kind: ErrLeaseLost, Message: "the lease on " + l.key + " is over"}
+	}
+	return l.call(ctx, func(p *C.accord_lease, e **C.accord_error) C.accord_status {
+		return C.accord_lease_renew(p, cm, e)
+	}, false)
+}
+
+// Release frees the key and wakes its waiters. Releasing again, or after Done, is harmless;
+// after the lease was lost it gives ErrLeaseLost.
+func (l *Lease) Release(ctx context.Context) error {
+	return l.call(ctx, func(p *C.accord_lease, e **C.accord_error) C.accord_status {
+		return C.accord_lease_release(p, e)
+	}, true)
+}
+
+// Done marks the key done (never granted again until Reset), merging metadata (may be nil),
+// and releases it. Done twice, or after the lease was lost, gives ErrLeaseLost.
+func (l *Lease) Done(ctx context.Context, metadata map[string]any) error {
+	cm, err := metadataJSON(metadata)
+	if err != nil {
+		return err
+	}
+	defer C.free(unsafe.Pointer(cm))
+	if l.over() {
+		return &Error{Kind: ErrLeaseLost, Message: "the lease on " + l.key + " is over"}
+	}
+	return l.call(ctx, func(p *C.accord_lease, e **C.accord_error) C.accord_status {
+		return C.accord_lease_done(p, cm, e)
+	}, true)
+}
+
+func (l *Lease) over() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ptr == nil
+}
+
+func (l *Lease) free() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.freeLocked()
+}
+
+func (l *Lease) freeLocked() {
+	if l.ptr == nil {
+		return
+	}
+	C.accord_lease_free(l.ptr) // a lease still held is released in the background
+	l.ptr = nil
+	c := l.client
+	c.lostMu.Lock()
+	delete(c.lost, l.fence)
+	c.lostMu.Unlock()
+	runtime.SetFinalizer(l, nil)
+}
