@@ -53,6 +53,7 @@ build-c-tests: header-fresh
 	    -Wl,-rpath,$(C_TEST_PREFIX)/lib
 
 test-c: build-c-tests
+	$(CARGO) test -p accord-c --lib
 	target/test_accord
 	ACCORD_URL="$$ACCORD_TEST_DATABASE_URL" target/quickstart_c
 	$(MAKE) --no-print-directory test-c-valgrind

@@ -142,3 +142,34 @@ pub(crate) fn invalid(field: &str, why: &str) -> Error {
         format!("invalid {field}: {why}"),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_becomes_accord_internal() {
+        let mut err: *mut accord_error = ptr::null_mut();
+        let status = run(&mut err, || panic!("boom"));
+        assert_eq!(status, accord_status::ACCORD_INTERNAL);
+        assert_eq!(accord_error_code(err), accord_status::ACCORD_INTERNAL);
+        // SAFETY: accord_error_message returns a NUL-terminated string owned by `err`.
+        let message = unsafe { std::ffi::CStr::from_ptr(accord_error_message(err)) };
+        assert!(message.to_str().unwrap().contains("boom"));
+        accord_error_free(err);
+        assert_eq!(run_or(7, || panic!("again")), 7);
+    }
+
+    #[test]
+    fn errors_map_to_their_status_and_clear_the_out_pointer() {
+        let mut err: *mut accord_error = 1 as *mut accord_error; // stale garbage from the caller
+        assert_eq!(run(&mut err, || Ok(())), accord_status::ACCORD_OK);
+        assert!(err.is_null());
+        let status = run(&mut err, || Err(Error::new(ErrorKind::LeaseLost, "gone")));
+        assert_eq!(status, accord_status::ACCORD_LEASE_LOST);
+        accord_error_free(err);
+        // Without an error object, the status alone.
+        let status = run(ptr::null_mut(), || Err(Error::new(ErrorKind::Held, "held")));
+        assert_eq!(status, accord_status::ACCORD_HELD);
+    }
+}
