@@ -162,7 +162,7 @@ mod tests {
 
     #[test]
     fn errors_map_to_their_status_and_clear_the_out_pointer() {
-        let mut err: *mut accord_error = 1 as *mut accord_error; // stale garbage from the caller
+        let mut err: *mut accord_error = ptr::dangling_mut(); // stale garbage from the caller
         assert_eq!(run(&mut err, || Ok(())), accord_status::ACCORD_OK);
         assert!(err.is_null());
         let status = run(&mut err, || Err(Error::new(ErrorKind::LeaseLost, "gone")));
