@@ -11,7 +11,7 @@ use crate::ffi::{c_string, handle, opt_text, out, text};
 use crate::lease::accord_lease;
 use crate::list::accord_list_page;
 use crate::options::{accord_acquire_options, accord_client_options, accord_list_query};
-use crate::runtime::{block_on, timeout};
+use crate::runtime::{block_on, elapse};
 use crate::subscription::accord_subscription;
 
 /// A connection to a coordinator. Every function taking a client may be called from any thread,
@@ -258,12 +258,6 @@ pub extern "C" fn accord_client_next_event(
         let closed = c.client.closed();
         block_on(async {
             let mut receiver = c.receiver.lock().await;
-            let wait = async {
-                match timeout(timeout_ms) {
-                    Some(t) => tokio::time::sleep(t).await,
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 biased;
                 Some(event) = receiver.recv() => {
@@ -271,7 +265,7 @@ pub extern "C" fn accord_client_next_event(
                     Ok(())
                 }
                 _ = closed => Err(Error::new(ErrorKind::Closed, "the accord client is closed")),
-                _ = wait => Err(Error::new(ErrorKind::Timeout, "no event within the timeout")),
+                _ = elapse(timeout_ms) => Err(Error::new(ErrorKind::Timeout, "no event within the timeout")),
             }
         })
     })

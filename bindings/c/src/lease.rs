@@ -8,7 +8,7 @@ use accord_core::{CancellationToken, Error, ErrorKind, Lease};
 use crate::client::{accord_client, accord_client_event, accord_client_event_kind};
 use crate::error::{accord_error, accord_status, run, run_or};
 use crate::ffi::{c_string, handle, json, metadata};
-use crate::runtime::{block_on, runtime, timeout};
+use crate::runtime::{block_on, elapse, runtime};
 
 /// A held key. Every function taking a lease may be called from any thread, concurrently,
 /// until accord_lease_free().
@@ -117,16 +117,10 @@ pub extern "C" fn accord_lease_wait_lost(
         let l = handle("lease", lease)?;
         let lost = l.lease.lost();
         block_on(async {
-            let wait = async {
-                match timeout(timeout_ms) {
-                    Some(t) => tokio::time::sleep(t).await,
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 biased;
                 _ = lost => Ok(()),
-                _ = wait => Err(Error::new(ErrorKind::Timeout, "the lease was not lost within the timeout")),
+                _ = elapse(timeout_ms) => Err(Error::new(ErrorKind::Timeout, "the lease was not lost within the timeout")),
             }
         })?;
         if l.lease.client().is_closed() {

@@ -62,3 +62,11 @@ pub(crate) fn shutdown() {
 pub(crate) fn timeout(ms: i64) -> Option<Duration> {
     u64::try_from(ms).ok().map(Duration::from_millis)
 }
+
+/// Completes after a C timeout (never, for a negative one).
+pub(crate) async fn elapse(ms: i64) {
+    match timeout(ms) {
+        Some(t) => tokio::time::sleep(t).await,
+        None => std::future::pending().await,
+    }
+}

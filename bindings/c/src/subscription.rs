@@ -7,7 +7,7 @@ use accord_core::{Error, ErrorKind, Event, Subscription};
 
 use crate::error::{accord_error, accord_status, run, run_or};
 use crate::ffi::{c_string, handle, out};
-use crate::runtime::{block_on, timeout};
+use crate::runtime::{block_on, elapse};
 
 /// Notifications on one or more channels. next() may block in one thread while close() is
 /// called from another; free only after every call on it has returned.
@@ -60,16 +60,10 @@ pub extern "C" fn accord_subscription_next(
         let out_event = out("out_event", out_event)?;
         *out_event = std::ptr::null_mut();
         let event = block_on(async {
-            let wait = async {
-                match timeout(timeout_ms) {
-                    Some(t) => tokio::time::sleep(t).await,
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 biased;
                 event = s.subscription.recv() => event,
-                _ = wait => Err(Error::new(ErrorKind::Timeout, "no notification within the timeout")),
+                _ = elapse(timeout_ms) => Err(Error::new(ErrorKind::Timeout, "no notification within the timeout")),
             }
         })?;
         let event =
