@@ -282,7 +282,7 @@ void accord_shutdown(void);
 /**
  * Connects to the coordinator at `url` (`postgres://user:password@host:port/db?sslmode=…`).
  * `options` may be NULL for every default. Blocks until connected (and migrated) or failed.
- * On success `*out` is a client to free with accord_client_free().
+ * On success `*out_client` is a client to free with accord_client_free().
  */
 accord_status accord_client_connect(const char *url,
                                     const accord_client_options *options,

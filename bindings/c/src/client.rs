@@ -46,7 +46,7 @@ pub struct accord_client_event {
 
 /// Connects to the coordinator at `url` (`postgres://user:password@host:port/db?sslmode=…`).
 /// `options` may be NULL for every default. Blocks until connected (and migrated) or failed.
-/// On success `*out` is a client to free with accord_client_free().
+/// On success `*out_client` is a client to free with accord_client_free().
 #[no_mangle]
 pub extern "C" fn accord_client_connect(
     url: *const c_char,
@@ -56,7 +56,7 @@ pub extern "C" fn accord_client_connect(
 ) -> accord_status {
     run(err, || {
         let url = text("url", url)?;
-        let out_client = out("out", out_client)?;
+        let out_client = out("out_client", out_client)?;
         *out_client = std::ptr::null_mut();
         // SAFETY: NULL or live options, by contract.
         let options = unsafe { options.as_ref() }

@@ -188,7 +188,7 @@ static void test_bad_input(void) {
   accord_client *c = NULL;
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "url", accord_client_connect(NULL, NULL, &c, &err));
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "url", accord_client_connect("\xff\xfe", NULL, &c, &err));
-  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "out", accord_client_connect(url, NULL, NULL, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "out_client", accord_client_connect(url, NULL, NULL, &err));
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "url", accord_client_connect("mysql://x", NULL, &c, &err));
   /* Without an error object, the status alone. */
   CHECK(accord_client_connect(NULL, NULL, &c, NULL) == ACCORD_INVALID_ARGUMENT);
