@@ -444,7 +444,8 @@ bool accord_lease_is_lost(const accord_lease *lease);
 /**
  * Waits up to `timeout_ms` (negative: without limit) for the lease to be lost. ACCORD_OK once
  * lost; ACCORD_TIMEOUT if still held (or released normally) when the time is up;
- * ACCORD_CLOSED if its client was closed. Blocks.
+ * ACCORD_CLOSED if its client was closed; ACCORD_UNSUPPORTED in a child process after fork().
+ * Blocks.
  */
 accord_status accord_lease_wait_lost(const accord_lease *lease,
                                      int64_t timeout_ms,

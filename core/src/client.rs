@@ -30,7 +30,7 @@ pub(crate) struct Shared {
     pub namespace: String,
     pub owner: String,
     pub ttl: Duration,
-    pid: u32,
+    pub pid: u32,
     pub closed: CancellationToken,
     pub keepalive: Keepalive,
     pub dispatch: Arc<Dispatch>,
@@ -53,6 +53,11 @@ impl Shared {
             ));
         }
         Ok(())
+    }
+
+    /// True in a child process created by fork() after this client was made.
+    pub fn is_forked(&self) -> bool {
+        std::process::id() != self.pid
     }
 
     pub fn check_usable(&self) -> Result<()> {
@@ -221,6 +226,12 @@ impl Client {
     /// The namespace of this client's keys.
     pub fn namespace(&self) -> &str {
         &self.inner.shared.namespace
+    }
+
+    /// G12 for a binding's own waits (say, on a lease's lost signal): `Unsupported`, naming
+    /// fork(), when called in a child process of the one that created this client.
+    pub fn check_process(&self) -> Result<()> {
+        self.shared().check_fork()
     }
 
     /// True once [`Client::close`] was called.
@@ -500,6 +511,11 @@ impl Client {
     pub async fn close(&self) {
         let shared = self.shared();
         if shared.closed.is_cancelled() {
+            return;
+        }
+        if shared.is_forked() {
+            // The connections and leases are the parent's: leave them alone, end this copy.
+            shared.closed.cancel();
             return;
         }
         let held = shared.shut();

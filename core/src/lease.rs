@@ -222,18 +222,26 @@ impl Lease {
     /// Checked against the deadline at each call, so it is exact even while the keepalive
     /// task has not run yet (say, right after the process was stopped and resumed).
     pub fn is_lost(&self) -> bool {
-        self.core.check_deadline(Instant::now()) || self.core.lost.is_cancelled()
+        // In a child process after fork() the lease is the parent's, never this process's.
+        self.client.shared().is_forked()
+            || self.core.check_deadline(Instant::now())
+            || self.core.lost.is_cancelled()
     }
 
     /// Resolves when the lease is lost (or the client closes while holding it). Never
     /// resolves for a lease that is released or done normally.
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        self.core.lost.clone().cancelled_owned()
+        let signal = self.lost_signal();
+        async move { signal.wait().await }
     }
 
-    /// The lost signal as a token that bindings can wait on with their own timeouts.
+    /// The lost signal, detached from the handle (for bindings that wait with their own
+    /// timeouts).
     pub fn lost_signal(&self) -> LostSignal {
-        LostSignal(self.core.lost.clone())
+        LostSignal {
+            token: self.core.lost.clone(),
+            pid: self.client.shared().pid,
+        }
     }
 
     fn lease_ref(&self) -> LeaseRef<'_> {
@@ -363,17 +371,24 @@ impl Drop for Lease {
     }
 }
 
-/// A lease's lost signal, detached from the lease handle.
+/// A lease's lost signal, detached from the lease handle. In a child process after fork() it
+/// has fired: the parent's lease was never the child's.
 #[derive(Clone, Debug)]
-pub struct LostSignal(CancellationToken);
+pub struct LostSignal {
+    token: CancellationToken,
+    pid: u32,
+}
 
 impl LostSignal {
     /// True once the lease was lost.
     pub fn fired(&self) -> bool {
-        self.0.is_cancelled()
+        self.token.is_cancelled() || std::process::id() != self.pid
     }
     /// Resolves when the lease is lost.
     pub async fn wait(&self) {
-        self.0.cancelled().await
+        if std::process::id() != self.pid {
+            return;
+        }
+        self.token.cancelled().await
     }
 }

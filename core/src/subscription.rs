@@ -171,6 +171,8 @@ impl Subscription {
     /// The next event. `Ok(None)` once this subscription is closed; `Err(Closed)` once the
     /// client is closed. Cancel-safe: dropping the future loses no event.
     pub async fn recv(&self) -> Result<Option<Event>> {
+        // After fork() nothing would ever arrive here: the listening connection is the parent's.
+        self.client.shared().check_fork()?;
         if self.closed.is_cancelled() {
             return Ok(None);
         }
@@ -210,6 +212,9 @@ impl Subscription {
         }
         self.closed.cancel();
         let shared = self.client.shared();
+        if shared.is_forked() {
+            return; // the LISTENs are the parent's
+        }
         shared.dispatch.unsubscribe(self.id, &self.channels);
         for channel in &self.channels[..self.listened] {
             shared.backend.unlisten(channel).await;
@@ -229,6 +234,9 @@ impl Drop for Subscription {
         }
         self.closed.cancel();
         let shared = self.client.shared().clone();
+        if shared.is_forked() {
+            return;
+        }
         shared.dispatch.unsubscribe(self.id, &self.channels);
         let channels: Vec<String> = self.channels[..self.listened].to_vec();
         if channels.is_empty() || shared.closed.is_cancelled() {

@@ -106,7 +106,8 @@ pub extern "C" fn accord_lease_is_lost(lease: *const accord_lease) -> bool {
 
 /// Waits up to `timeout_ms` (negative: without limit) for the lease to be lost. ACCORD_OK once
 /// lost; ACCORD_TIMEOUT if still held (or released normally) when the time is up;
-/// ACCORD_CLOSED if its client was closed. Blocks.
+/// ACCORD_CLOSED if its client was closed; ACCORD_UNSUPPORTED in a child process after fork().
+/// Blocks.
 #[no_mangle]
 pub extern "C" fn accord_lease_wait_lost(
     lease: *const accord_lease,
@@ -115,6 +116,7 @@ pub extern "C" fn accord_lease_wait_lost(
 ) -> accord_status {
     run(err, || {
         let l = handle("lease", lease)?;
+        l.lease.client().check_process()?;
         let lost = l.lease.lost();
         block_on(async {
             tokio::select! {

@@ -538,22 +538,44 @@ static void test_l3_stalled_holder(const char *self) {
   accord_client_free(c);
 }
 
-/* G12: a client used in a forked child fails clearly instead of hanging. */
+/* G12: a client used in a forked child fails clearly instead of hanging, and nothing of the
+ * parent's (a subscription read or a lost-wait without timeout, close) blocks the child. */
 static void test_fork_detection(void) {
   accord_client *c = client("fork", "o1");
+  accord_lease *held = acquire(c, "held", 60000);
+  const char *ch = "fork_channel";
+  accord_subscription *sub = NULL;
+  MUST(accord_client_listen(c, &ch, 1, &sub, &err));
   pid_t pid = fork();
   if (pid == 0) {
+    alarm(10); /* a hang is a failure, not a stuck test */
     accord_lease *lease = NULL;
     accord_error *err = NULL;
     accord_status s = accord_client_try_acquire(c, "a", NULL, &lease, &err);
     int ok = s == ACCORD_UNSUPPORTED && strstr(accord_error_message(err), "fork");
     if (!ok) fprintf(stderr, "fork child: status %d: %s\n", (int)s, accord_error_message(err));
     accord_error_free(err);
+    accord_event *ev = NULL;
+    if (accord_subscription_next(sub, -1, &ev, NULL) != ACCORD_UNSUPPORTED) ok = 0;
+    if (!accord_lease_is_lost(held)) ok = 0; /* the parent's lease is not the child's */
+    if (accord_lease_wait_lost(held, -1, NULL) != ACCORD_UNSUPPORTED) ok = 0;
+    if (accord_lease_release(held, NULL) != ACCORD_UNSUPPORTED) ok = 0;
+    accord_client_close(c); /* returns at once, touching nothing of the parent's */
     _exit(ok ? 0 : 1);
   }
   int status = 0;
   waitpid(pid, &status, 0);
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  /* The parent's lease and subscription are untouched by the child. */
+  CHECK(!accord_lease_is_lost(held) && held_by(c, "held", "o1") == 1);
+  MUST(accord_client_notify(c, ch, "still here", &err));
+  accord_event *ev = NULL;
+  MUST(accord_subscription_next(sub, 5000, &ev, &err));
+  CHECK(!strcmp(ev->payload, "still here"));
+  accord_event_free(ev);
+  accord_subscription_free(sub);
+  MUST(accord_lease_release(held, &err));
+  accord_lease_free(held);
   accord_client_close(c);
   accord_client_free(c);
 }
