@@ -1,0 +1,64 @@
+# The Python package (python/: the pyo3 crate `accord-python` and the `accord` package, built by
+# maturin). Everything Python runs from a venv the Makefile makes in .venv (git-ignored), with
+# packages from PyPI.
+#
+#   make test-python        build and install the package into .venv (pip install ./python),
+#                           pytest against a database (see scripts/with-postgres.sh), the lints,
+#                           and the clean-venv wheel check
+#   make lint-python        ruff + mypy --strict on the package, its stubs, examples and tests
+#   make wheel-python       maturin build --release → target/python-wheels
+#   make test-python-wheel  the wheel installs into a clean venv and works there
+
+PYTHON ?= python3
+PY_VENV := .venv
+PY := $(PY_VENV)/bin/python
+# Lint tools pinned to a minor version: their new rules must not break a fresh clone's `make test`.
+PY_TOOLS := "maturin>=1.9.4,<2" "pytest>=8,<10" "pytest-asyncio>=1.0,<2" "pytest-timeout>=2,<3" \
+	"mypy>=2.4,<2.5" "ruff>=0.17,<0.18" "psycopg[binary]>=3.1,<4"
+PY_TOOLS_STAMP := $(PY_VENV)/.accord-python-tools
+PY_WHEELS := target/python-wheels
+PY_CLEAN_VENV := target/python-clean-venv
+
+.PHONY: python-venv python-install test-python lint-python wheel-python test-python-wheel
+
+TEST_SUITES += test-python
+LINTS += lint-python
+
+# The venv and the tools, once (again when this file changes).
+$(PY_TOOLS_STAMP): mk/python.mk
+	@test -x $(PY) || $(PYTHON) -m venv $(PY_VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check $(PY_TOOLS)
+	@touch $@
+
+python-venv: $(PY_TOOLS_STAMP)
+
+# The package as users install it: PEP 517 through maturin (a release build). The tools are in
+# the venv already, so without build isolation.
+python-install: python-venv
+	PATH="$(CURDIR)/$(PY_VENV)/bin:$$PATH" $(PY) -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps \
+	  --force-reinstall ./python
+
+lint-python: python-venv
+	cd python && ../$(PY_VENV)/bin/ruff check . && ../$(PY_VENV)/bin/ruff format --check .
+	cd python && ../$(PY_VENV)/bin/mypy --strict
+
+# The Rust contender of the cross-language test is core/examples/contend.rs. pytest runs from
+# python/ through the venv's script (not `python -m`), so that `accord` is the installed package,
+# not the source folder; stubtest (from target/, for the same reason) checks that the stubs
+# match the compiled module.
+test-python: python-install lint-python
+	mkdir -p target && cd target && $(CURDIR)/$(PY) -m mypy.stubtest accord
+	$(CARGO) build -p accord --example contend
+	cd python && ../$(PY_VENV)/bin/pytest -p no:cacheprovider -q -ra
+	$(MAKE) --no-print-directory test-python-wheel
+
+wheel-python: python-venv
+	$(PY_VENV)/bin/maturin build --release --quiet -m python/Cargo.toml --out $(PY_WHEELS)
+
+# A venv with nothing but the wheel: import, connect, try_acquire, release.
+test-python-wheel: wheel-python
+	rm -rf $(PY_CLEAN_VENV)
+	$(PYTHON) -m venv $(PY_CLEAN_VENV)
+	$(PY_CLEAN_VENV)/bin/pip install --quiet --disable-pip-version-check --no-index \
+	  $$(ls -t $(PY_WHEELS)/accord-*.whl | head -n 1)
+	cd target && $(CURDIR)/$(PY_CLEAN_VENV)/bin/python $(CURDIR)/python/tests/wheel_check.py

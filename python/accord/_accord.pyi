@@ -1,0 +1,333 @@
+"""Type stubs of the compiled module ``accord._accord`` (re-exported by ``accord``)."""
+
+import asyncio
+import builtins
+from collections.abc import Iterator
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Literal, Optional, Union, final
+
+from typing_extensions import Self
+
+from ._aio import Opening
+
+__version__: str
+
+MAX_NAME_BYTES: int
+MAX_CHANNEL_BYTES: int
+MAX_METADATA_BYTES: int
+MIN_TTL: float
+MAX_TTL: float
+
+__all__ = [
+    "MAX_CHANNEL_BYTES",
+    "MAX_METADATA_BYTES",
+    "MAX_NAME_BYTES",
+    "MAX_TTL",
+    "MIN_TTL",
+    "AsyncClient",
+    "AsyncLease",
+    "AsyncSubscription",
+    "Client",
+    "Lease",
+    "LeaseInfo",
+    "ListPage",
+    "Message",
+    "Reconnected",
+    "Subscription",
+    "__version__",
+    "migration_sql",
+]
+
+_Metadata = dict[str, Any]
+"""A JSON object (at most 64 KiB as JSON): values are dict, list, str, int, float, bool, None."""
+_State = Literal["held", "free", "done", "all"]
+
+def migration_sql(schema: str = "accord") -> str:
+    """The SQL that creates or upgrades accord's schema, for DBAs who apply it by hand."""
+
+@final
+class Message:
+    """A notification: what was sent on ``channel``."""
+
+    __match_args__ = ("channel", "payload")
+    def __new__(cls, channel: str, payload: str) -> Self: ...
+    @property
+    def channel(self) -> str: ...
+    @property
+    def payload(self) -> str: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class Reconnected:
+    """The listening connection was re-established: notifications may have been missed."""
+
+    def __new__(cls) -> Self: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+_Event = Union[Message, Reconnected]
+
+@final
+class LeaseInfo:
+    """One key as the coordinator knows it."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def state(self) -> Literal["held", "free", "done"]: ...
+    @property
+    def owner(self) -> Optional[str]: ...
+    @property
+    def fence(self) -> int: ...
+    @property
+    def expires_at(self) -> Optional[datetime]: ...
+    @property
+    def metadata(self) -> _Metadata: ...
+    @property
+    def updated_at(self) -> datetime: ...
+    def __eq__(self, other: object, /) -> bool: ...
+
+@final
+class ListPage:
+    """One page of ``list``, newest grant first."""
+
+    @property
+    def items(self) -> builtins.list[LeaseInfo]: ...
+    @property
+    def next_cursor(self) -> Optional[str]: ...
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[LeaseInfo]: ...
+    def __getitem__(self, index: int, /) -> LeaseInfo: ...
+
+@final
+class Lease:
+    """A held key (sync API), renewed in the background until released, done or lost."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def fence(self) -> int:
+        """The fencing token of this grant: larger than that of every earlier grant."""
+    @property
+    def owner(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def ttl(self) -> float: ...
+    @property
+    def expires_at(self) -> datetime:
+        """The expiry the coordinator last confirmed, timezone-aware (UTC)."""
+    @property
+    def metadata(self) -> _Metadata: ...
+    @property
+    def is_lost(self) -> bool: ...
+    @property
+    def lost(self) -> bool:
+        """True once the lease is lost: stop acting on what it protects."""
+    def wait_lost(self, timeout: Optional[float] = None) -> bool:
+        """Blocks until the lease is lost or ``timeout`` seconds passed; True if lost."""
+    def renew(self, metadata: Optional[_Metadata] = None) -> None: ...
+    def release(self) -> None: ...
+    def done(self, metadata: Optional[_Metadata] = None) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException] = None,
+        tb: Optional[TracebackType] = None,
+    ) -> Literal[False]: ...
+
+@final
+class AsyncLease:
+    """A held key (asyncio API), renewed in the background until released, done or lost."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def fence(self) -> int: ...
+    @property
+    def owner(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def ttl(self) -> float: ...
+    @property
+    def expires_at(self) -> datetime: ...
+    @property
+    def metadata(self) -> _Metadata: ...
+    @property
+    def is_lost(self) -> bool: ...
+    @property
+    def lost(self) -> asyncio.Future[None]:
+        """Completes when the lease is lost; never for a lease released or done normally."""
+    async def renew(self, metadata: Optional[_Metadata] = None) -> None: ...
+    async def release(self) -> None: ...
+    async def done(self, metadata: Optional[_Metadata] = None) -> None: ...
+    async def __aenter__(self) -> Self: ...
+    async def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException] = None,
+        tb: Optional[TracebackType] = None,
+    ) -> Literal[False]: ...
+
+@final
+class Subscription:
+    """Notifications on one or more channels (sync API)."""
+
+    @property
+    def channels(self) -> builtins.list[str]: ...
+    @property
+    def closed(self) -> bool: ...
+    def recv(self, timeout: Optional[float] = None) -> Optional[_Event]:
+        """The next event; None once closed. Raises Timeout, or Closed once the client closed."""
+    def __iter__(self) -> Self: ...
+    def __next__(self) -> _Event: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException] = None,
+        tb: Optional[TracebackType] = None,
+    ) -> Literal[False]: ...
+
+@final
+class AsyncSubscription:
+    """Notifications on one or more channels (asyncio API)."""
+
+    @property
+    def channels(self) -> builtins.list[str]: ...
+    @property
+    def closed(self) -> bool: ...
+    async def recv(self, timeout: Optional[float] = None) -> Optional[_Event]: ...
+    def __aiter__(self) -> Self: ...
+    async def __anext__(self) -> _Event: ...
+    async def close(self) -> None: ...
+    async def __aenter__(self) -> Self: ...
+    async def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException] = None,
+        tb: Optional[TracebackType] = None,
+    ) -> Literal[False]: ...
+
+@final
+class Client:
+    """A connection to a coordinator (sync API); thread-safe."""
+
+    @staticmethod
+    def connect(
+        url: str,
+        *,
+        namespace: Optional[str] = None,
+        owner: Optional[str] = None,
+        ttl: Optional[float] = None,
+        schema: Optional[str] = None,
+        pool_size: Optional[int] = None,
+        connect_timeout: Optional[float] = None,
+        statement_timeout: Optional[float] = None,
+        migrate: bool = True,
+        application_name: Optional[str] = None,
+    ) -> Client: ...
+    @property
+    def owner(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def held_count(self) -> int: ...
+    def acquire(
+        self,
+        key: str,
+        *,
+        ttl: Optional[float] = None,
+        timeout: Optional[float] = None,
+        metadata: Optional[_Metadata] = None,
+    ) -> Lease: ...
+    def try_acquire(
+        self, key: str, *, ttl: Optional[float] = None, metadata: Optional[_Metadata] = None
+    ) -> Optional[Lease]: ...
+    def reset(self, key: str) -> bool: ...
+    def list(
+        self,
+        prefix: Optional[str] = None,
+        *,
+        state: Optional[_State] = None,
+        metadata: Optional[_Metadata] = None,
+        limit: int = 100,
+        cursor: Optional[str] = None,
+    ) -> ListPage: ...
+    def notify(self, channel: str, payload: str = "") -> None: ...
+    def listen(self, *channels: str) -> Subscription: ...
+    def _listening_channels(self) -> builtins.list[str]: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException] = None,
+        tb: Optional[TracebackType] = None,
+    ) -> Literal[False]: ...
+
+@final
+class AsyncClient:
+    """A connection to a coordinator (asyncio API)."""
+
+    @staticmethod
+    def connect(
+        url: str,
+        *,
+        namespace: Optional[str] = None,
+        owner: Optional[str] = None,
+        ttl: Optional[float] = None,
+        schema: Optional[str] = None,
+        pool_size: Optional[int] = None,
+        connect_timeout: Optional[float] = None,
+        statement_timeout: Optional[float] = None,
+        migrate: bool = True,
+        application_name: Optional[str] = None,
+    ) -> Opening[AsyncClient]: ...
+    @property
+    def owner(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def held_count(self) -> int: ...
+    def acquire(
+        self,
+        key: str,
+        *,
+        ttl: Optional[float] = None,
+        timeout: Optional[float] = None,
+        metadata: Optional[_Metadata] = None,
+    ) -> Opening[AsyncLease]: ...
+    async def try_acquire(
+        self, key: str, *, ttl: Optional[float] = None, metadata: Optional[_Metadata] = None
+    ) -> Optional[AsyncLease]: ...
+    async def reset(self, key: str) -> bool: ...
+    async def list(
+        self,
+        prefix: Optional[str] = None,
+        *,
+        state: Optional[_State] = None,
+        metadata: Optional[_Metadata] = None,
+        limit: int = 100,
+        cursor: Optional[str] = None,
+    ) -> ListPage: ...
+    async def notify(self, channel: str, payload: str = "") -> None: ...
+    def listen(self, *channels: str) -> Opening[AsyncSubscription]: ...
+    async def _listening_channels(self) -> builtins.list[str]: ...
+    async def close(self) -> None: ...
+    async def __aenter__(self) -> Self: ...
+    async def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException] = None,
+        tb: Optional[TracebackType] = None,
+    ) -> Literal[False]: ...

@@ -1,0 +1,143 @@
+"""asyncio glue the extension module calls into: the parts of the async API that are about
+asyncio's cancellation rules rather than about accord.
+
+- ``Opening``: what ``AsyncClient.connect``, ``AsyncClient.acquire`` and ``AsyncClient.listen``
+  return: awaitable (``lease = await client.acquire("k")``) and an async context manager
+  (``async with client.acquire("k") as lease:``).
+- ``settle``: a cancelled ``acquire`` returns (raises ``CancelledError``) only after the core
+  made sure nothing it may have been granted stays held (scenario L9).
+- ``next_event``: a cancelled subscription read loses no notification; the read in flight is
+  kept and answers the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Coroutine, Generator
+from typing import Any, Callable, Generic, Optional, TypeVar
+
+T = TypeVar("T")
+
+
+class Opening(Coroutine[Any, Any, T], Generic[T]):
+    """Awaitable, or an async context manager that closes what it opened on exit.
+
+    A coroutine too (``asyncio.create_task(client.acquire("k"))`` works). Nothing starts
+    until it is awaited or entered.
+    """
+
+    __slots__ = ("_opened", "_start", "_started")
+
+    def __init__(self, start: Callable[[], Awaitable[T]]) -> None:
+        self._start = start
+        self._started: Optional[Generator[Any, None, T]] = None
+        self._opened: Optional[Any] = None
+
+    def _steps(self) -> Generator[Any, None, T]:
+        if self._started is None:
+            self._started = self._start().__await__()
+        assert self._started is not None
+        return self._started
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self._steps()
+
+    def send(self, value: Any) -> Any:
+        return self._steps().send(value)
+
+    def throw(self, *args: Any) -> Any:
+        return self._steps().throw(*args)
+
+    def close(self) -> None:
+        if self._started is not None:
+            self._started.close()
+
+    async def __aenter__(self) -> T:
+        opened: Any = await self._start()
+        self._opened = opened
+        return await opened.__aenter__()  # type: ignore[no-any-return]
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> Optional[bool]:
+        opened, self._opened = self._opened, None
+        if opened is None:
+            return None
+        return await opened.__aexit__(exc_type, exc, tb)  # type: ignore[no-any-return]
+
+    def __repr__(self) -> str:
+        return "<accord.Opening>"
+
+
+async def _finish(aw: Awaitable[Any]) -> asyncio.Future[Any]:
+    """Waits for ``aw`` to complete even while the calling task is being cancelled again."""
+    future = asyncio.ensure_future(aw)
+    while not future.done():
+        # Already on the way out because of a cancellation: finish the clean-up first.
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait((future,))
+    return future
+
+
+async def settle(future: asyncio.Future[T], cancel: Callable[[], None]) -> T:
+    """Awaits an acquire; when the caller is cancelled, cancels the core's acquire and waits
+    until it returned, releasing a lease granted in the meantime, before re-raising."""
+    try:
+        await asyncio.wait((future,))
+    except asyncio.CancelledError:
+        cancel()
+        await _finish(future)
+        if not future.cancelled() and future.exception() is None:
+            lease: Any = future.result()
+            release = await _finish(lease.release())
+            if not release.cancelled():
+                release.exception()  # retrieved, so that asyncio does not log it
+        raise
+    return future.result()
+
+
+async def next_event(sub: Any, timeout: Optional[float], iterating: bool) -> Any:
+    """The next event of an AsyncSubscription: ``None`` once it is closed (or
+    ``StopAsyncIteration`` when iterating); ``accord.Timeout`` after ``timeout`` seconds."""
+    future = sub._next_future()
+    try:
+        done, _ = await asyncio.wait((future,), timeout=timeout)
+    except asyncio.CancelledError:
+        sub._keep(future)
+        raise
+    if not done:
+        sub._keep(future)
+        from ._errors import Timeout
+
+        raise Timeout(f"no notification within {timeout} s")
+    event = future.result()
+    if event is None and iterating:
+        raise StopAsyncIteration
+    return event
+
+
+async def ready(value: T) -> T:
+    return value
+
+
+async def exit_lease(release: Awaitable[None], body_failed: bool) -> bool:
+    """``AsyncLease.__aexit__``: releases; a release error (``LeaseLost``: the critical section
+    was not protected to its end) is raised unless the body already raised."""
+    from ._errors import AccordError
+
+    try:
+        await release
+    except AccordError:
+        if not body_failed:
+            raise
+    return False
+
+
+async def exit_closing(close: Awaitable[None]) -> bool:
+    await close
+    return False
+
+
+def resolve(future: asyncio.Future[None]) -> None:
+    """Completes an ``AsyncLease.lost`` future (called on its loop)."""
+    if not future.done():
+        future.set_result(None)

@@ -1,0 +1,497 @@
+//! `Client` (sync, blocking with the GIL released) and `AsyncClient` (asyncio).
+
+use std::pin::pin;
+
+use accord::{AcquireOptions, CancellationToken, ClientOptions};
+use pyo3::prelude::*;
+use pyo3::types::{PyCFunction, PyTuple};
+
+use crate::convert;
+use crate::errors::{invalid, IntoPyResult};
+use crate::lease::{AsyncLease, Lease};
+use crate::runtime::{self, aio, block_on, block_on_settled, finish, GRACE};
+use crate::subscription::{AsyncSubscription, Subscription};
+use crate::types::{self, py_str_repr, ListPage};
+
+#[allow(clippy::too_many_arguments)]
+fn client_options(
+    namespace: Option<String>,
+    owner: Option<String>,
+    ttl: Option<f64>,
+    schema: Option<String>,
+    pool_size: Option<i64>,
+    connect_timeout: Option<f64>,
+    statement_timeout: Option<f64>,
+    migrate: bool,
+    application_name: Option<String>,
+) -> PyResult<ClientOptions> {
+    let mut options = ClientOptions::new().migrate(migrate);
+    if let Some(namespace) = namespace {
+        options = options.namespace(namespace);
+    }
+    if let Some(owner) = owner {
+        options = options.owner(owner);
+    }
+    if let Some(ttl) = convert::ttl("ttl", ttl)? {
+        options = options.ttl(ttl);
+    }
+    if let Some(schema) = schema {
+        options = options.schema(schema);
+    }
+    if let Some(size) = pool_size {
+        let size = usize::try_from(size)
+            .map_err(|_| invalid("pool_size", format!("{size} is outside 1..=64")))?;
+        options = options.pool_size(size);
+    }
+    if let Some(t) = convert::timeout("connect_timeout", connect_timeout)? {
+        options = options.connect_timeout(t);
+    }
+    if let Some(t) = convert::timeout("statement_timeout", statement_timeout)? {
+        options = options.statement_timeout(t);
+    }
+    if let Some(name) = application_name {
+        options = options.application_name(name);
+    }
+    Ok(options)
+}
+
+fn acquire_options(
+    ttl: Option<f64>,
+    timeout: Option<f64>,
+    metadata: Option<&Bound<'_, PyAny>>,
+) -> PyResult<AcquireOptions> {
+    let mut options = AcquireOptions::new();
+    if let Some(ttl) = convert::ttl("ttl", ttl)? {
+        options = options.ttl(ttl);
+    }
+    if let Some(timeout) = convert::timeout("timeout", timeout)? {
+        options = options.timeout(timeout);
+    }
+    if let Some(metadata) = convert::metadata("metadata", metadata)? {
+        options = options.metadata(metadata);
+    }
+    Ok(options)
+}
+
+fn repr(class: &str, client: &accord::Client) -> String {
+    format!(
+        "<accord.{class} namespace={} owner={}{}>",
+        py_str_repr(client.namespace()),
+        py_str_repr(client.owner()),
+        if client.is_closed() { " closed" } else { "" }
+    )
+}
+
+/// A connection to a coordinator (sync API). Every call blocks with the GIL released; a
+/// waiting `acquire` or subscription read answers Ctrl-C. Thread-safe: share one client
+/// between threads. Close it (or use it as a context manager) to release what it holds.
+#[pyclass(module = "accord", frozen)]
+pub struct Client {
+    inner: accord::Client,
+}
+
+#[pymethods]
+impl Client {
+    /// Connects to the coordinator named by `url` (`postgres://user:pw@host:port/db?sslmode=…`,
+    /// `postgresql://…`, or a libpq `key=value` string). Durations are in seconds.
+    #[staticmethod]
+    #[pyo3(signature = (url, *, namespace=None, owner=None, ttl=None, schema=None,
+        pool_size=None, connect_timeout=None, statement_timeout=None, migrate=true,
+        application_name=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn connect(
+        py: Python<'_>,
+        url: &str,
+        namespace: Option<String>,
+        owner: Option<String>,
+        ttl: Option<f64>,
+        schema: Option<String>,
+        pool_size: Option<i64>,
+        connect_timeout: Option<f64>,
+        statement_timeout: Option<f64>,
+        migrate: bool,
+        application_name: Option<String>,
+    ) -> PyResult<Client> {
+        let options = client_options(
+            namespace,
+            owner,
+            ttl,
+            schema,
+            pool_size,
+            connect_timeout,
+            statement_timeout,
+            migrate,
+            application_name,
+        )?;
+        let inner = block_on(py, accord::Client::connect(url, options))?.py()?;
+        Ok(Client { inner })
+    }
+
+    /// The owner recorded on this client's leases.
+    #[getter]
+    fn owner(&self) -> &str {
+        self.inner.owner()
+    }
+
+    /// The namespace of this client's keys.
+    #[getter]
+    fn namespace(&self) -> &str {
+        self.inner.namespace()
+    }
+
+    /// True once `close` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+
+    /// Number of leases this client holds and keeps alive.
+    #[getter]
+    fn held_count(&self) -> usize {
+        self.inner.held_count()
+    }
+
+    /// Waits until `key` is granted and returns its lease. Raises `Done` if the key is done,
+    /// `Timeout` after `timeout` seconds, `Closed` if the client closes. Ctrl-C interrupts the
+    /// wait; in every failure nothing is left held.
+    #[pyo3(signature = (key, *, ttl=None, timeout=None, metadata=None))]
+    fn acquire(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        ttl: Option<f64>,
+        timeout: Option<f64>,
+        metadata: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Lease> {
+        let cancel = CancellationToken::new();
+        let options = acquire_options(ttl, timeout, metadata)?.cancel(cancel.clone());
+        let mut acquiring = pin!(self.inner.acquire(key, options));
+        let lease = match block_on(py, acquiring.as_mut()) {
+            Ok(acquired) => acquired.py()?,
+            Err(interrupt) => {
+                // Let the core make sure nothing stays held, then raise.
+                cancel.cancel();
+                if let Some(Ok(lease)) = finish(py, acquiring, GRACE) {
+                    finish(py, lease.release(), GRACE);
+                }
+                return Err(interrupt);
+            }
+        };
+        // An interrupt that arrived while the grant came back: release, then raise.
+        if let Err(interrupt) = py.check_signals() {
+            finish(py, lease.release(), GRACE);
+            return Err(interrupt);
+        }
+        Ok(Lease::new(lease))
+    }
+
+    /// The lease if `key` is free, None at once if it is held (by anyone, this client
+    /// included: leases are not re-entrant). Raises `Done` if the key is done.
+    #[pyo3(signature = (key, *, ttl=None, metadata=None))]
+    fn try_acquire(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        ttl: Option<f64>,
+        metadata: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<Lease>> {
+        let options = acquire_options(ttl, None, metadata)?;
+        let acquired = block_on(py, self.inner.try_acquire(key, options))?.py()?;
+        Ok(acquired.map(Lease::new))
+    }
+
+    /// Makes a done (or free) key unknown again, so that it can be acquired. Returns False if
+    /// the key was not known; raises `Held` if a live lease holds it.
+    fn reset(&self, py: Python<'_>, key: &str) -> PyResult<bool> {
+        block_on(py, self.inner.reset(key))?.py()
+    }
+
+    /// One page of this namespace's keys, newest grant first. `state` is "held", "free",
+    /// "done" or "all"; `metadata` keeps keys whose metadata contains it; `prefix` matches
+    /// literally.
+    #[pyo3(signature = (prefix=None, *, state=None, metadata=None, limit=100, cursor=None))]
+    fn list(
+        &self,
+        py: Python<'_>,
+        prefix: Option<String>,
+        state: Option<&str>,
+        metadata: Option<&Bound<'_, PyAny>>,
+        limit: i64,
+        cursor: Option<String>,
+    ) -> PyResult<ListPage> {
+        let query = types::list_query(prefix, state, metadata, limit, cursor)?;
+        let page = block_on(py, self.inner.list(query))?.py()?;
+        Ok(page.into())
+    }
+
+    /// Sends `payload` on `channel` to every listener (PostgreSQL NOTIFY).
+    #[pyo3(signature = (channel, payload=""))]
+    fn notify(&self, py: Python<'_>, channel: &str, payload: &str) -> PyResult<()> {
+        block_on(py, self.inner.notify(channel, payload))?.py()
+    }
+
+    /// Starts receiving notifications on `channels`; returns once every notification sent
+    /// from then on will be delivered.
+    #[pyo3(signature = (*channels))]
+    fn listen(&self, py: Python<'_>, channels: &Bound<'_, PyTuple>) -> PyResult<Subscription> {
+        let channels = types::channels(channels)?;
+        let subscription = block_on(py, self.inner.listen(channels))?.py()?;
+        Ok(Subscription::new(subscription))
+    }
+
+    /// The channels the listening connection has LISTENed, as the server reports them (for
+    /// tests and diagnostics).
+    fn _listening_channels(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        block_on(py, self.inner.listening_channels())?.py()
+    }
+
+    /// Releases held leases (their `lost` fires), ends waiting acquires and subscriptions
+    /// with `Closed`, closes connections. Idempotent. In a child process made by fork() it
+    /// does nothing: the client is the parent's.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        block_on_settled(py, self.inner.close())
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        repr("Client", &self.inner)
+    }
+}
+
+/// A connection to a coordinator (asyncio API): the same calls as `Client`, as coroutines.
+#[pyclass(module = "accord", frozen)]
+pub struct AsyncClient {
+    inner: accord::Client,
+}
+
+/// `accord._aio.Opening(start)`: awaitable, or an async context manager.
+fn opening<'py, F>(py: Python<'py>, start: F) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Fn(Python<'_>) -> PyResult<Py<PyAny>> + Send + Sync + 'static,
+{
+    let start = PyCFunction::new_closure(py, None, None, move |args, _kwargs| start(args.py()))?;
+    aio(py, "Opening")?.call1((start,))
+}
+
+#[pymethods]
+impl AsyncClient {
+    /// Connects to the coordinator named by `url`; see `Client.connect`. Await it, or use it
+    /// with `async with` to close the client at the end of the block.
+    #[staticmethod]
+    #[pyo3(signature = (url, *, namespace=None, owner=None, ttl=None, schema=None,
+        pool_size=None, connect_timeout=None, statement_timeout=None, migrate=true,
+        application_name=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn connect<'py>(
+        py: Python<'py>,
+        url: String,
+        namespace: Option<String>,
+        owner: Option<String>,
+        ttl: Option<f64>,
+        schema: Option<String>,
+        pool_size: Option<i64>,
+        connect_timeout: Option<f64>,
+        statement_timeout: Option<f64>,
+        migrate: bool,
+        application_name: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let options = client_options(
+            namespace,
+            owner,
+            ttl,
+            schema,
+            pool_size,
+            connect_timeout,
+            statement_timeout,
+            migrate,
+            application_name,
+        )?;
+        opening(py, move |py| {
+            let (url, options) = (url.clone(), options.clone());
+            let connecting = runtime::future_into_py(py, async move {
+                let inner = accord::Client::connect(&url, options).await.py()?;
+                Ok(AsyncClient { inner })
+            })?;
+            Ok(connecting.unbind())
+        })
+    }
+
+    /// The owner recorded on this client's leases.
+    #[getter]
+    fn owner(&self) -> &str {
+        self.inner.owner()
+    }
+
+    /// The namespace of this client's keys.
+    #[getter]
+    fn namespace(&self) -> &str {
+        self.inner.namespace()
+    }
+
+    /// True once `close` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+
+    /// Number of leases this client holds and keeps alive.
+    #[getter]
+    fn held_count(&self) -> usize {
+        self.inner.held_count()
+    }
+
+    /// Waits until `key` is granted and returns its lease: await it, or use it with
+    /// `async with`. Raises `Done`, `Timeout` (after `timeout` seconds) or `Closed`. A
+    /// cancelled acquire raises `CancelledError` only once nothing it may have been granted
+    /// is held.
+    #[pyo3(signature = (key, *, ttl=None, timeout=None, metadata=None))]
+    fn acquire<'py>(
+        &self,
+        py: Python<'py>,
+        key: String,
+        ttl: Option<f64>,
+        timeout: Option<f64>,
+        metadata: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let options = acquire_options(ttl, timeout, metadata)?;
+        let client = self.inner.clone();
+        opening(py, move |py| {
+            let cancel = CancellationToken::new();
+            let (client, key) = (client.clone(), key.clone());
+            let options = options.clone().cancel(cancel.clone());
+            let acquiring = runtime::future_into_py(py, async move {
+                client
+                    .acquire(&key, options)
+                    .await
+                    .py()
+                    .map(AsyncLease::new)
+            })?;
+            let cancel = PyCFunction::new_closure(py, None, None, move |_args, _kwargs| {
+                cancel.cancel();
+            })?;
+            Ok(aio(py, "settle")?.call1((acquiring, cancel))?.unbind())
+        })
+    }
+
+    /// The lease if `key` is free, None at once if it is held. Raises `Done` if it is done.
+    #[pyo3(signature = (key, *, ttl=None, metadata=None))]
+    fn try_acquire<'py>(
+        &self,
+        py: Python<'py>,
+        key: String,
+        ttl: Option<f64>,
+        metadata: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let options = acquire_options(ttl, None, metadata)?;
+        let client = self.inner.clone();
+        runtime::future_into_py(py, async move {
+            let acquired = client.try_acquire(&key, options).await.py()?;
+            Ok(acquired.map(AsyncLease::new))
+        })
+    }
+
+    /// Makes a done (or free) key unknown again. False if the key was not known; raises
+    /// `Held` if a live lease holds it.
+    fn reset<'py>(&self, py: Python<'py>, key: String) -> PyResult<Bound<'py, PyAny>> {
+        let client = self.inner.clone();
+        runtime::future_into_py(py, async move { client.reset(&key).await.py() })
+    }
+
+    /// One page of this namespace's keys, newest grant first; see `Client.list`.
+    #[pyo3(signature = (prefix=None, *, state=None, metadata=None, limit=100, cursor=None))]
+    fn list<'py>(
+        &self,
+        py: Python<'py>,
+        prefix: Option<String>,
+        state: Option<&str>,
+        metadata: Option<&Bound<'py, PyAny>>,
+        limit: i64,
+        cursor: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let query = types::list_query(prefix, state, metadata, limit, cursor)?;
+        let client = self.inner.clone();
+        runtime::future_into_py(py, async move {
+            Ok(ListPage::from(client.list(query).await.py()?))
+        })
+    }
+
+    /// Sends `payload` on `channel` to every listener (PostgreSQL NOTIFY).
+    #[pyo3(signature = (channel, payload=""))]
+    fn notify<'py>(
+        &self,
+        py: Python<'py>,
+        channel: String,
+        payload: &str,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let payload = payload.to_owned();
+        let client = self.inner.clone();
+        runtime::future_into_py(
+            py,
+            async move { client.notify(&channel, &payload).await.py() },
+        )
+    }
+
+    /// Starts receiving notifications on `channels`: await it, or use it with `async with`
+    /// to close the subscription at the end of the block.
+    #[pyo3(signature = (*channels))]
+    fn listen<'py>(
+        &self,
+        py: Python<'py>,
+        channels: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let channels = types::channels(channels)?;
+        let client = self.inner.clone();
+        opening(py, move |py| {
+            let (client, channels) = (client.clone(), channels.clone());
+            let listening = runtime::future_into_py(py, async move {
+                let subscription = client.listen(channels).await.py()?;
+                Ok(AsyncSubscription::new(subscription))
+            })?;
+            Ok(listening.unbind())
+        })
+    }
+
+    /// The channels the listening connection has LISTENed, as the server reports them (for
+    /// tests and diagnostics).
+    fn _listening_channels<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let client = self.inner.clone();
+        runtime::future_into_py(py, async move { client.listening_channels().await.py() })
+    }
+
+    /// Releases held leases, ends waiting acquires and subscriptions with `Closed`, closes
+    /// connections. Idempotent; runs to its end even if the caller is cancelled. In a child
+    /// process made by fork() it does nothing: the client is the parent's.
+    fn close<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let client = self.inner.clone();
+        runtime::detached_into_py(py, async move {
+            client.close().await;
+            Ok(())
+        })
+    }
+
+    fn __aenter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        aio(slf.py(), "ready")?.call1((slf,))
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __aexit__<'py>(
+        &self,
+        py: Python<'py>,
+        _args: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        aio(py, "exit_closing")?.call1((self.close(py)?,))
+    }
+
+    fn __repr__(&self) -> String {
+        repr("AsyncClient", &self.inner)
+    }
+}

@@ -1,0 +1,185 @@
+//! Python values ↔ the core's: seconds as floats, metadata as dicts (JSON objects).
+
+use std::time::Duration;
+
+use accord::serde_json::{Map, Number, Value};
+use accord::Metadata;
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+
+use crate::errors::invalid;
+
+/// Deepest metadata nesting accepted (deeper is refused, not overflowed).
+const MAX_DEPTH: usize = 64;
+
+/// A ttl in seconds. Range checks (100 ms ..= 24 h) are the core's.
+pub fn ttl(field: &str, seconds: Option<f64>) -> PyResult<Option<Duration>> {
+    let Some(seconds) = seconds else {
+        return Ok(None);
+    };
+    if !seconds.is_finite() || seconds < 0.0 {
+        return Err(invalid(
+            field,
+            format!("{seconds} s is outside the allowed range 0.1..=86400 s"),
+        ));
+    }
+    // Far beyond 24 h, but the core names the range.
+    Ok(Some(
+        Duration::try_from_secs_f64(seconds).unwrap_or(Duration::from_secs(u32::MAX.into())),
+    ))
+}
+
+/// A timeout in seconds: `None` or infinity wait without a limit.
+pub fn timeout(field: &str, seconds: Option<f64>) -> PyResult<Option<Duration>> {
+    let Some(seconds) = seconds else {
+        return Ok(None);
+    };
+    if seconds.is_nan() || seconds < 0.0 {
+        return Err(invalid(
+            field,
+            format!("{seconds} is not a number of seconds >= 0"),
+        ));
+    }
+    Ok(Duration::try_from_secs_f64(seconds).ok())
+}
+
+/// A metadata argument: a dict with str keys and JSON values, or None.
+pub fn metadata(field: &str, value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Metadata>> {
+    match value {
+        None => Ok(None),
+        Some(v) if v.is_none() => Ok(None),
+        Some(v) => {
+            let Ok(dict) = v.cast::<PyDict>() else {
+                return Err(PyTypeError::new_err(format!(
+                    "{field} must be a dict (a JSON object), not {}",
+                    type_name(v)
+                )));
+            };
+            object(&|| field.to_string(), dict, 0).map(Some)
+        }
+    }
+}
+
+fn type_name(v: &Bound<'_, PyAny>) -> String {
+    v.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// Where a value sits in the argument, for messages (built only when one is needed).
+type Path<'a> = &'a dyn Fn() -> String;
+
+fn too_deep(path: Path<'_>) -> PyErr {
+    invalid(
+        "metadata",
+        format!("{} is nested more than {MAX_DEPTH} levels deep", path()),
+    )
+}
+
+fn object(path: Path<'_>, dict: &Bound<'_, PyDict>, depth: usize) -> PyResult<Map<String, Value>> {
+    if depth > MAX_DEPTH {
+        return Err(too_deep(path));
+    }
+    let mut map = Map::new();
+    for (k, v) in dict.iter() {
+        let Ok(key) = k.cast::<PyString>() else {
+            return Err(PyTypeError::new_err(format!(
+                "keys of {} must be str, not {}",
+                path(),
+                type_name(&k)
+            )));
+        };
+        let key = key.to_cow()?.into_owned();
+        let value = json(&|| format!("{}[{key:?}]", path()), &v, depth + 1)?;
+        map.insert(key, value);
+    }
+    Ok(map)
+}
+
+fn json(path: Path<'_>, v: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
+    if v.is_none() {
+        return Ok(Value::Null);
+    }
+    if let Ok(b) = v.cast::<PyBool>() {
+        return Ok(Value::Bool(b.is_true()));
+    }
+    if v.is_instance_of::<PyInt>() {
+        if let Ok(i) = v.extract::<i64>() {
+            return Ok(Value::from(i));
+        }
+        if let Ok(u) = v.extract::<u64>() {
+            return Ok(Value::from(u));
+        }
+        return Err(invalid(
+            "metadata",
+            format!("{} is an integer outside the 64-bit range", path()),
+        ));
+    }
+    if let Ok(f) = v.cast::<PyFloat>() {
+        return Number::from_f64(f.value())
+            .map(Value::Number)
+            .ok_or_else(|| {
+                invalid(
+                    "metadata",
+                    format!("{} is {}, which JSON cannot hold", path(), f.value()),
+                )
+            });
+    }
+    if let Ok(s) = v.cast::<PyString>() {
+        return Ok(Value::String(s.to_cow()?.into_owned()));
+    }
+    if let Ok(d) = v.cast::<PyDict>() {
+        return object(path, d, depth).map(Value::Object);
+    }
+    if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
+        if depth > MAX_DEPTH {
+            return Err(too_deep(path));
+        }
+        let mut items = Vec::new();
+        for (i, item) in v.try_iter()?.enumerate() {
+            items.push(json(&|| format!("{}[{i}]", path()), &item?, depth + 1)?);
+        }
+        return Ok(Value::Array(items));
+    }
+    Err(PyTypeError::new_err(format!(
+        "{} is of type {}, which is not JSON (use dict, list, str, int, float, bool or None)",
+        path(),
+        type_name(v)
+    )))
+}
+
+/// Metadata as a new dict.
+pub fn metadata_to_py<'py>(py: Python<'py>, map: &Metadata) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    for (k, v) in map {
+        dict.set_item(k, value_to_py(py, v)?)?;
+    }
+    Ok(dict)
+}
+
+fn value_to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match v {
+        Value::Null => py.None().into_bound(py),
+        Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                i.into_pyobject(py)?.into_any()
+            } else if let Some(u) = n.as_u64() {
+                u.into_pyobject(py)?.into_any()
+            } else {
+                n.as_f64().unwrap_or(f64::NAN).into_pyobject(py)?.into_any()
+            }
+        }
+        Value::String(s) => PyString::new(py, s).into_any(),
+        Value::Array(items) => {
+            let list = PyList::empty(py);
+            for item in items {
+                list.append(value_to_py(py, item)?)?;
+            }
+            list.into_any()
+        }
+        Value::Object(map) => metadata_to_py(py, map)?.into_any(),
+    })
+}

@@ -1,0 +1,48 @@
+//! `accord._accord`: the Python binding of the accord core, re-exported by the `accord`
+//! package. A thin layer: every rule (exclusion, fencing, keepalive, waiting, limits) is the
+//! core's; this crate converts values, releases the GIL while the core works, and maps error
+//! kinds to exception classes.
+
+mod client;
+mod convert;
+mod errors;
+mod lease;
+mod runtime;
+mod subscription;
+mod types;
+
+use pyo3::prelude::*;
+
+/// The SQL that creates or upgrades accord's schema, for DBAs who apply it by hand (connect
+/// with `migrate=False` afterwards).
+#[pyfunction]
+#[pyo3(signature = (schema="accord"))]
+fn migration_sql(schema: &str) -> PyResult<String> {
+    errors::IntoPyResult::py(accord::migration_sql(schema))
+}
+
+#[pymodule]
+fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<client::Client>()?;
+    m.add_class::<client::AsyncClient>()?;
+    m.add_class::<lease::Lease>()?;
+    m.add_class::<lease::AsyncLease>()?;
+    m.add_class::<subscription::Subscription>()?;
+    m.add_class::<subscription::AsyncSubscription>()?;
+    m.add_class::<types::Message>()?;
+    m.add_class::<types::Reconnected>()?;
+    m.add_class::<types::LeaseInfo>()?;
+    m.add_class::<types::ListPage>()?;
+    m.add_function(wrap_pyfunction!(migration_sql, m)?)?;
+    let at_exit = wrap_pyfunction!(runtime::_at_exit, m)?;
+    m.py()
+        .import("atexit")?
+        .call_method1("register", (at_exit,))?;
+    m.add("MAX_NAME_BYTES", accord::MAX_NAME_BYTES)?;
+    m.add("MAX_CHANNEL_BYTES", accord::MAX_CHANNEL_BYTES)?;
+    m.add("MAX_METADATA_BYTES", accord::MAX_METADATA_BYTES)?;
+    m.add("MIN_TTL", accord::MIN_TTL.as_secs_f64())?;
+    m.add("MAX_TTL", accord::MAX_TTL.as_secs_f64())?;
+    Ok(())
+}

@@ -1,0 +1,298 @@
+//! The one tokio runtime of the process, created lazily and again in a forked child, and the
+//! two ways Python waits on it: blocking with the GIL released (the sync API) and asyncio
+//! futures (the async API, through pyo3-async-runtimes' generic bridge).
+
+use std::cell::OnceCell;
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3_async_runtimes::generic::{ContextExt, Runtime as GenericRuntime};
+use pyo3_async_runtimes::TaskLocals;
+use tokio::runtime::Runtime;
+
+/// How often a blocking call wakes up to let Python run its signal handlers (Ctrl-C).
+const TICK: Duration = Duration::from_millis(50);
+/// How long an interrupted call may take to finish its clean-up before the interrupt is raised.
+pub const GRACE: Duration = Duration::from_secs(2);
+
+struct Current {
+    pid: u32,
+    runtime: Runtime,
+}
+
+static CURRENT: AtomicPtr<Current> = AtomicPtr::new(std::ptr::null_mut());
+static BUILDING: Mutex<()> = Mutex::new(());
+
+/// The runtime of this process. A child made by `fork()` inherits the parent's runtime without
+/// its threads, so it gets a new one (the inherited one is left alone: dropping it would wait
+/// for threads that do not exist in the child).
+pub fn runtime() -> &'static Runtime {
+    let pid = std::process::id();
+    let current = CURRENT.load(Ordering::Acquire);
+    // SAFETY: a published `Current` is leaked, so it lives for the rest of the process.
+    if let Some(current) = unsafe { current.as_ref() } {
+        if current.pid == pid {
+            return &current.runtime;
+        }
+    }
+    build(pid)
+}
+
+#[cold]
+fn build(pid: u32) -> &'static Runtime {
+    let _building = BUILDING.lock().unwrap_or_else(PoisonError::into_inner);
+    // SAFETY: as above.
+    if let Some(current) = unsafe { CURRENT.load(Ordering::Acquire).as_ref() } {
+        if current.pid == pid {
+            return &current.runtime;
+        }
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(
+            std::thread::available_parallelism()
+                .map(|n| n.get().clamp(2, 4))
+                .unwrap_or(2),
+        )
+        .thread_name("accord-runtime")
+        .on_thread_start(leave_signals_to_python)
+        .enable_all()
+        .build()
+        .expect("accord: cannot start its tokio runtime");
+    let current: &'static Current = Box::leak(Box::new(Current { pid, runtime }));
+    CURRENT.store(current as *const Current as *mut Current, Ordering::Release);
+    &current.runtime
+}
+
+/// Process-directed signals (Ctrl-C's SIGINT, SIGTERM, …) must reach a thread that Python
+/// handles them in: delivered to one of the runtime's threads, they would set Python's flag
+/// without interrupting what the main thread is blocked in (a `time.sleep`, say). So the
+/// runtime's threads block every signal but the synchronous ones (faults).
+fn leave_signals_to_python() {
+    #[cfg(unix)]
+    // SAFETY: plain libc calls on a local, initialized signal set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        for fault in [
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGFPE,
+            libc::SIGILL,
+            libc::SIGTRAP,
+            libc::SIGSYS,
+            libc::SIGABRT,
+        ] {
+            libc::sigdelset(&mut set, fault);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Runs `fut` to completion on the calling thread with the GIL released, waking every
+/// [`TICK`] to run Python's signal handlers. When one raises (Ctrl-C: `KeyboardInterrupt`),
+/// the future is dropped and the exception returned; the core's futures are drop-safe.
+pub fn block_on<F>(py: Python<'_>, fut: F) -> PyResult<F::Output>
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    let runtime = runtime();
+    let mut fut = pin!(fut);
+    let _busy = Busy::enter();
+    loop {
+        let polled = py.detach(|| {
+            runtime.block_on(async { tokio::time::timeout(TICK, fut.as_mut()).await.ok() })
+        });
+        if let Some(output) = polled {
+            return Ok(output);
+        }
+        py.check_signals()?;
+        if interpreter_exiting() {
+            return Err(PyRuntimeError::new_err(
+                "accord: the Python interpreter is shutting down; this wait was abandoned",
+            ));
+        }
+    }
+}
+
+/// Like [`block_on`], but after an interrupt `fut` may finish (for up to [`GRACE`]) before
+/// the exception is raised: for calls that should not be cut in half (release, done, close).
+pub fn block_on_settled<F>(py: Python<'_>, fut: F) -> PyResult<F::Output>
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    let mut fut = pin!(fut);
+    match block_on(py, fut.as_mut()) {
+        Ok(output) => Ok(output),
+        Err(interrupt) => {
+            finish(py, fut, GRACE);
+            Err(interrupt)
+        }
+    }
+}
+
+/// Drives `fut` for at most `grace` with the GIL released and without looking at signals: the
+/// clean-up after an interrupt. `None` if it did not finish in time (it is then dropped, and
+/// the core finishes its clean-up in the background).
+pub fn finish<F>(py: Python<'_>, fut: F, grace: Duration) -> Option<F::Output>
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    let runtime = runtime();
+    py.detach(|| runtime.block_on(async { tokio::time::timeout(grace, fut).await.ok() }))
+}
+
+/// Threads of this module that will run Python code: blocking calls in other threads, and
+/// completions of asyncio futures on the runtime's blocking pool.
+static BUSY: AtomicUsize = AtomicUsize::new(0);
+/// Set by [`at_exit`]: Python is about to finalize.
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+struct Busy;
+
+impl Busy {
+    fn enter() -> Busy {
+        BUSY.fetch_add(1, Ordering::SeqCst);
+        Busy
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        BUSY.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// True once the interpreter is exiting, for every thread but the one running the exit.
+fn interpreter_exiting() -> bool {
+    EXITING.load(Ordering::SeqCst) && !EXIT_THREAD.with(|t| t.get())
+}
+
+thread_local! {
+    static EXIT_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` (which takes the GIL) on the runtime's blocking pool, unless the interpreter is
+/// exiting by then.
+pub fn with_python_later<F>(f: F) -> tokio::task::JoinHandle<()>
+where
+    F: FnOnce() + Send + 'static,
+{
+    let busy = Busy::enter();
+    runtime().spawn_blocking(move || {
+        let _busy = busy;
+        if !EXITING.load(Ordering::SeqCst) {
+            f();
+        }
+    })
+}
+
+/// Registered with `atexit`. A thread that takes the GIL after Python started finalizing is
+/// ended in the middle of what it does, which Rust code cannot survive; so before that, waits
+/// (with the GIL released, up to a second) until no thread of this module is still going to
+/// run Python code: pending asyncio completions finish, blocking waits in other threads are
+/// abandoned with an exception.
+#[pyfunction]
+pub fn _at_exit(py: Python<'_>) {
+    EXIT_THREAD.with(|t| t.set(true));
+    EXITING.store(true, Ordering::SeqCst);
+    py.detach(|| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(1);
+        while BUSY.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    });
+}
+
+/// Registered with `os.register_at_fork`: the threads counted in [`BUSY`] stayed in the parent.
+#[pyfunction]
+pub fn _after_fork_in_child() {
+    BUSY.store(0, Ordering::SeqCst);
+}
+
+/// The runtime as pyo3-async-runtimes sees it, so that asyncio futures run on the same
+/// fork-aware runtime as the blocking calls.
+pub struct AccordRuntime;
+
+tokio::task_local! {
+    static TASK_LOCALS: OnceCell<TaskLocals>;
+}
+
+impl GenericRuntime for AccordRuntime {
+    type JoinError = tokio::task::JoinError;
+    type JoinHandle = tokio::task::JoinHandle<()>;
+
+    fn spawn<F>(fut: F) -> Self::JoinHandle
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        runtime().spawn(fut)
+    }
+
+    /// pyo3-async-runtimes completes asyncio futures from here (with the GIL): counted, and
+    /// skipped once the interpreter exits (see [`at_exit`]).
+    fn spawn_blocking<F>(f: F) -> Self::JoinHandle
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        with_python_later(f)
+    }
+}
+
+impl ContextExt for AccordRuntime {
+    fn scope<F, R>(locals: TaskLocals, fut: F) -> Pin<Box<dyn Future<Output = R> + Send>>
+    where
+        F: Future<Output = R> + Send + 'static,
+    {
+        let cell = OnceCell::new();
+        let _ = cell.set(locals);
+        Box::pin(TASK_LOCALS.scope(cell, fut))
+    }
+
+    fn get_task_locals() -> Option<TaskLocals> {
+        TASK_LOCALS
+            .try_with(|c| c.get().cloned())
+            .unwrap_or_default()
+    }
+}
+
+/// An asyncio future (of the running loop) for `fut`, which runs on the accord runtime.
+/// Cancelling the asyncio future drops `fut`. The result is handed to the loop from the
+/// runtime's blocking pool, so that no runtime worker ever waits for the GIL.
+pub fn future_into_py<'py, F, T>(py: Python<'py>, fut: F) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = PyResult<T>> + Send + 'static,
+    T: for<'a> IntoPyObject<'a> + Send + 'static,
+{
+    pyo3_async_runtimes::generic::future_into_py::<AccordRuntime, F, T>(py, fut)
+}
+
+/// Like [`future_into_py`], but `fut` runs as a task of its own that cancelling the asyncio
+/// future does not stop: for operations that should not be cut in half (release, close).
+pub fn detached_into_py<'py, F, T>(py: Python<'py>, fut: F) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = PyResult<T>> + Send + 'static,
+    T: for<'a> IntoPyObject<'a> + Send + 'static,
+{
+    let task = runtime().spawn(fut);
+    future_into_py(py, async move {
+        task.await
+            .map_err(|e| crate::errors::Internal::new_err(format!("an accord task failed: {e}")))?
+    })
+}
+
+/// A function or class of `accord/_aio.py`, the asyncio glue.
+pub fn aio<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    static AIO: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    AIO.get_or_try_init(py, || py.import("accord._aio").map(Bound::unbind))?
+        .bind(py)
+        .getattr(name)
+}

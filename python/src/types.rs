@@ -1,0 +1,240 @@
+//! Plain records: notifications and the rows `list` returns.
+
+use accord::{KeyState, ListQuery, StateFilter};
+use chrono::{DateTime, Utc};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+
+use crate::convert;
+use crate::errors::invalid;
+
+/// A notification: what was sent on `channel`.
+#[pyclass(module = "accord", frozen, eq, hash, from_py_object)]
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Message {
+    #[pyo3(get)]
+    channel: String,
+    #[pyo3(get)]
+    payload: String,
+}
+
+#[pymethods]
+impl Message {
+    #[new]
+    fn new(channel: String, payload: String) -> Self {
+        Message { channel, payload }
+    }
+
+    #[classattr]
+    fn __match_args__() -> (&'static str, &'static str) {
+        ("channel", "payload")
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Message(channel={}, payload={})",
+            py_str_repr(&self.channel),
+            py_str_repr(&self.payload)
+        )
+    }
+}
+
+/// The listening connection was re-established: notifications sent while it was down were
+/// missed. Re-read whatever state the notifications were about.
+#[pyclass(module = "accord", frozen, eq, hash, from_py_object)]
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Reconnected {}
+
+#[pymethods]
+impl Reconnected {
+    #[new]
+    fn new() -> Self {
+        Reconnected {}
+    }
+
+    fn __repr__(&self) -> &'static str {
+        "Reconnected()"
+    }
+}
+
+/// What a subscription yields, on its way to Python.
+#[derive(IntoPyObject)]
+pub enum Event {
+    Message(Message),
+    Reconnected(Reconnected),
+}
+
+impl From<accord::Event> for Event {
+    fn from(e: accord::Event) -> Self {
+        match e {
+            accord::Event::Message(m) => Event::Message(Message {
+                channel: m.channel,
+                payload: m.payload,
+            }),
+            accord::Event::Reconnected => Event::Reconnected(Reconnected {}),
+        }
+    }
+}
+
+/// One key as the coordinator knows it.
+#[pyclass(module = "accord", frozen, eq)]
+#[derive(Clone, PartialEq)]
+pub struct LeaseInfo(accord::LeaseInfo);
+
+#[pymethods]
+impl LeaseInfo {
+    #[getter]
+    fn key(&self) -> &str {
+        &self.0.key
+    }
+    /// "held", "free" or "done", judged by the coordinator's clock when listed.
+    #[getter]
+    fn state(&self) -> &'static str {
+        self.0.state.as_str()
+    }
+    #[getter]
+    fn owner(&self) -> Option<&str> {
+        self.0.owner.as_deref()
+    }
+    #[getter]
+    fn fence(&self) -> i64 {
+        self.0.fence
+    }
+    #[getter]
+    fn expires_at(&self) -> Option<DateTime<Utc>> {
+        self.0.expires_at
+    }
+    #[getter]
+    fn metadata<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        convert::metadata_to_py(py, &self.0.metadata)
+    }
+    #[getter]
+    fn updated_at(&self) -> DateTime<Utc> {
+        self.0.updated_at
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "LeaseInfo(key={}, state='{}', owner={}, fence={})",
+            py_str_repr(&self.0.key),
+            self.0.state.as_str(),
+            self.0
+                .owner
+                .as_deref()
+                .map(py_str_repr)
+                .unwrap_or_else(|| "None".into()),
+            self.0.fence
+        )
+    }
+}
+
+/// One page of `list`, newest grant first. Iterable; `next_cursor` continues it.
+#[pyclass(module = "accord", frozen)]
+pub struct ListPage {
+    items: Vec<LeaseInfo>,
+    next_cursor: Option<String>,
+}
+
+impl From<accord::ListPage> for ListPage {
+    fn from(page: accord::ListPage) -> Self {
+        ListPage {
+            items: page.items.into_iter().map(LeaseInfo).collect(),
+            next_cursor: page.next_cursor,
+        }
+    }
+}
+
+#[pymethods]
+impl ListPage {
+    #[getter]
+    fn items<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        PyList::new(py, self.items.iter().cloned())
+    }
+    /// Pass to `list(cursor=…)` for the next page; None on the last page.
+    #[getter]
+    fn next_cursor(&self) -> Option<&str> {
+        self.next_cursor.as_deref()
+    }
+    fn __len__(&self) -> usize {
+        self.items.len()
+    }
+    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        Ok(self.items(py)?.try_iter()?.into_any())
+    }
+    fn __getitem__<'py>(&self, py: Python<'py>, index: isize) -> PyResult<Bound<'py, PyAny>> {
+        self.items(py)?.as_any().get_item(index)
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "ListPage(items=<{} keys>, next_cursor={})",
+            self.items.len(),
+            self.next_cursor
+                .as_deref()
+                .map(py_str_repr)
+                .unwrap_or_else(|| "None".into())
+        )
+    }
+}
+
+/// The arguments of `list`, checked.
+pub fn list_query(
+    prefix: Option<String>,
+    state: Option<&str>,
+    metadata: Option<&Bound<'_, PyAny>>,
+    limit: i64,
+    cursor: Option<String>,
+) -> PyResult<ListQuery> {
+    let mut query = ListQuery::new();
+    if let Some(prefix) = prefix {
+        query = query.prefix(prefix);
+    }
+    let state = match state {
+        None | Some("all") => StateFilter::All,
+        Some("held") => StateFilter::Only(KeyState::Held),
+        Some("free") => StateFilter::Only(KeyState::Free),
+        Some("done") => StateFilter::Only(KeyState::Done),
+        Some(other) => {
+            return Err(invalid(
+                "state",
+                format!("{other:?} is not one of \"held\", \"free\", \"done\", \"all\""),
+            ))
+        }
+    };
+    if let StateFilter::Only(s) = state {
+        query = query.state(s);
+    }
+    if let Some(m) = convert::metadata("metadata", metadata)? {
+        query = query.metadata(m);
+    }
+    let limit = usize::try_from(limit)
+        .map_err(|_| invalid("limit", format!("{limit} is outside 1..=1000")))?;
+    query = query.limit(limit);
+    if let Some(cursor) = cursor {
+        query = query.cursor(cursor);
+    }
+    Ok(query)
+}
+
+/// Python's repr of a str, near enough for reprs: single quotes, escapes.
+pub fn py_str_repr(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('\'');
+    for c in s.chars() {
+        match c {
+            '\'' => out.push_str("\\'"),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// `*channels`: str arguments.
+pub fn channels(args: &Bound<'_, PyTuple>) -> PyResult<Vec<String>> {
+    args.iter().map(|c| c.extract::<String>()).collect()
+}

@@ -1,0 +1,215 @@
+"""Bad arguments get clear exceptions (TypeError for a wrong type, InvalidArgument — also a
+ValueError — naming the field for a bad value) and leave nothing held; the exception classes
+map the core's error kinds."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import pytest
+from support import AsyncClients, Clients, Scenario
+
+import accord
+
+KINDS = {
+    accord.InvalidArgument: "ACCORD_INVALID_ARGUMENT",
+    accord.Held: "ACCORD_HELD",
+    accord.Done: "ACCORD_DONE",
+    accord.Timeout: "ACCORD_TIMEOUT",
+    accord.Cancelled: "ACCORD_CANCELLED",
+    accord.LeaseLost: "ACCORD_LEASE_LOST",
+    accord.Connection: "ACCORD_CONNECTION",
+    accord.Database: "ACCORD_DATABASE",
+    accord.Closed: "ACCORD_CLOSED",
+    accord.Unsupported: "ACCORD_UNSUPPORTED",
+    accord.Internal: "ACCORD_INTERNAL",
+}
+
+
+def test_exception_classes() -> None:
+    for cls, code in KINDS.items():
+        assert issubclass(cls, accord.AccordError)
+        assert cls.code == code
+        assert cls.__module__ == "accord"
+        e = cls("message")
+        assert str(e) == "message"
+        again = pickle.loads(pickle.dumps(e))
+        assert type(again) is cls and str(again) == "message"
+    assert issubclass(accord.Timeout, TimeoutError)
+    assert issubclass(accord.InvalidArgument, ValueError)
+    assert issubclass(accord.Connection, ConnectionError)
+    assert not issubclass(accord.AccordError, ValueError)
+
+
+def test_bad_keys(clients: Clients) -> None:
+    c = clients("o1")
+    with pytest.raises(TypeError):
+        c.try_acquire(123)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        c.acquire(None)  # type: ignore[arg-type]
+    for key, why in (("", "empty"), ("a\0b", "NUL"), ("k" * 513, "513 bytes")):
+        with pytest.raises(accord.InvalidArgument, match="key") as e:
+            c.try_acquire(key)
+        assert why in str(e.value)
+        assert isinstance(e.value, ValueError)
+    with pytest.raises(accord.InvalidArgument, match="key"):
+        c.reset("")
+    at_the_limit = c.try_acquire("k" * 512)
+    assert at_the_limit is not None
+    at_the_limit.release()
+    assert c.held_count == 0
+
+
+@pytest.mark.parametrize(
+    ("ttl", "error"),
+    [
+        (0.05, accord.InvalidArgument),
+        (0, accord.InvalidArgument),
+        (-1, accord.InvalidArgument),
+        (86401, accord.InvalidArgument),
+        (1e300, accord.InvalidArgument),
+        (float("nan"), accord.InvalidArgument),
+        (float("inf"), accord.InvalidArgument),
+        ("10", TypeError),
+    ],
+)
+def test_bad_ttls(clients: Clients, ttl: Any, error: type[Exception]) -> None:
+    c = clients("o1")
+    with pytest.raises(error, match="ttl"):
+        c.try_acquire("k", ttl=ttl)
+    with pytest.raises(error, match="ttl"):
+        c.acquire("k", ttl=ttl, timeout=1)
+    assert c.held_count == 0
+
+
+def test_bad_timeouts(clients: Clients) -> None:
+    c = clients("o1")
+    for timeout in (-0.1, float("nan")):
+        with pytest.raises(accord.InvalidArgument, match="timeout"):
+            c.acquire("k", timeout=timeout)
+    with pytest.raises(TypeError):
+        c.acquire("k", timeout="soon")  # type: ignore[arg-type]
+    with c.acquire("k", timeout=float("inf")) as lease:  # no limit
+        with pytest.raises(accord.Timeout):
+            clients("o2").acquire("k", timeout=0)
+        assert not lease.wait_lost(timeout=0)
+    sub = c.listen("ch")
+    with pytest.raises(accord.InvalidArgument, match="timeout"):
+        sub.recv(timeout=-1)
+    with pytest.raises(accord.Timeout):
+        sub.recv(timeout=0)
+
+
+class NotJson:
+    pass
+
+
+@pytest.mark.parametrize(
+    ("metadata", "error", "match"),
+    [
+        (["a", "list"], TypeError, "dict"),
+        ("text", TypeError, "dict"),
+        ({1: "int key"}, TypeError, "keys"),
+        ({"k": {1, 2}}, TypeError, "set"),
+        ({"k": NotJson()}, TypeError, "NotJson"),
+        ({"k": b"bytes"}, TypeError, "bytes"),
+        ({"k": float("nan")}, accord.InvalidArgument, "metadata"),
+        ({"k": 2**70}, accord.InvalidArgument, "64-bit"),
+        ({"k": "x" * 70_000}, accord.InvalidArgument, "65536"),
+        ({"k": "a\0b"}, accord.InvalidArgument, "NUL"),
+    ],
+)
+def test_bad_metadata(clients: Clients, metadata: Any, error: type[Exception], match: str) -> None:
+    c = clients("o1")
+    with pytest.raises(error, match=match):
+        c.try_acquire("k", metadata=metadata)
+    with pytest.raises(error, match=match):
+        c.list(metadata=metadata)
+    lease = c.acquire("k")
+    with pytest.raises(error, match=match):
+        lease.renew(metadata)
+    with pytest.raises(error, match=match):
+        lease.done(metadata)
+    lease.release()
+    assert c.held_count == 0
+
+
+def test_deep_and_cyclic_metadata(clients: Clients) -> None:
+    c = clients("o1")
+    deep: dict[str, Any] = {}
+    node = deep
+    for _ in range(100):
+        node["d"] = {}
+        node = node["d"]
+    with pytest.raises(accord.InvalidArgument, match="nested"):
+        c.try_acquire("k", metadata=deep)
+    cyclic: dict[str, Any] = {}
+    cyclic["self"] = [cyclic]
+    with pytest.raises(accord.InvalidArgument, match="nested"):
+        c.try_acquire("k", metadata=cyclic)
+    values = {"n": None, "b": True, "i": -3, "u": 2**63, "f": 1.5, "s": "✓", "l": [1, (2, 3)]}
+    with c.acquire("k", metadata={"all": values}) as lease:
+        assert lease.metadata == {"all": {**values, "l": [1, [2, 3]]}}
+
+
+def test_bad_connections(sc: Scenario) -> None:
+    for url in ("mysql://localhost/db", "nonsense", ""):
+        with pytest.raises(accord.InvalidArgument, match="url"):
+            accord.Client.connect(url)
+    with pytest.raises(accord.Unsupported, match="embedded"):
+        accord.Client.connect("memory:")
+    for options, field in (
+        ({"namespace": ""}, "namespace"),
+        ({"owner": "o\0"}, "owner"),
+        ({"ttl": 0.01}, "ttl"),
+        ({"pool_size": 0}, "pool_size"),
+        ({"pool_size": -1}, "pool_size"),
+        ({"pool_size": 65}, "pool_size"),
+        ({"connect_timeout": -1}, "connect_timeout"),
+    ):
+        with pytest.raises(accord.InvalidArgument, match=field):
+            accord.Client.connect(sc.url, **options)
+    with pytest.raises(TypeError):
+        accord.Client.connect(sc.url, namespace=5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        accord.Client.connect(sc.url, nonsense=True)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        accord.Client()
+    # Nothing listens on port 1: a Connection error, quickly, which is a ConnectionError.
+    with pytest.raises(accord.Connection) as e:
+        accord.Client.connect("postgres://u:secret-pw@127.0.0.1:1/db", connect_timeout=2)
+    assert isinstance(e.value, ConnectionError)
+    assert "secret-pw" not in str(e.value)
+    # A wrong password: refused, and the password appears nowhere.
+    bad = sc.url.replace("://postgres:", "://postgres:wrong-pw-", 1)
+    with pytest.raises(accord.AccordError) as e2:
+        accord.Client.connect(bad)
+    assert "wrong-pw" not in str(e2.value)
+
+
+def test_bad_notify_and_listen(clients: Clients) -> None:
+    c = clients("o1")
+    with pytest.raises(accord.InvalidArgument, match="payload"):
+        c.notify("ch", "a\0b")
+    with pytest.raises(TypeError):
+        c.notify("ch", 5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        c.listen("ch", 5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        c.listen(["a", "b"])  # type: ignore[arg-type]
+
+
+async def test_bad_arguments_async(aclients: AsyncClients) -> None:
+    c = await aclients("o1")
+    with pytest.raises(accord.InvalidArgument, match="key"):
+        await c.acquire("")
+    with pytest.raises(accord.InvalidArgument, match="ttl"):
+        await c.try_acquire("k", ttl=0)
+    with pytest.raises(TypeError):
+        await c.try_acquire("k", metadata=[1])  # type: ignore[arg-type]
+    with pytest.raises(accord.InvalidArgument, match="payload"):
+        await c.notify("ch", "x" * 9000)
+    with pytest.raises(accord.InvalidArgument, match="url"):
+        await accord.AsyncClient.connect("nonsense")
+    assert c.held_count == 0
