@@ -1,0 +1,42 @@
+# The Node.js package (node/: the napi-rs crate `accord-node` and the `accord` npm package).
+# npm packages stay under node/ (installed from the committed package-lock.json); nothing global.
+#
+#   make test-node    npm install, the addon built (debug), tsc on the examples, then node --test
+#                     against a database (see scripts/with-postgres.sh): L1–L9, N1–N6,
+#                     AbortSignal, process exit, bad arguments, examples, the Rust contender,
+#                     the generated index.js/index.d.ts fresh, npm pack + install of the tarball
+#   make lint-node    the examples and the committed index.d.ts pass `tsc --strict` (no database)
+#   make build-node   the release addon in node/ (what `npm pack` then ships)
+
+NPM ?= npm
+NODE_STAMP := node/node_modules/.accord-npm-ci
+NAPI := node_modules/.bin/napi
+
+.PHONY: node-deps build-node build-node-debug lint-node test-node
+
+TEST_SUITES += test-node
+LINTS += lint-node
+
+# `npm install` rather than `npm ci`: the registry reached here serves @napi-rs/cli's optional
+# native helpers for this platform only, so the lock cannot record the others, and `npm ci`
+# refuses a lock that lacks them. The versions installed are the locked ones all the same.
+$(NODE_STAMP): node/package.json node/package-lock.json
+	cd node && $(NPM) install --no-audit --no-fund --loglevel=error
+	@touch $@
+
+node-deps: $(NODE_STAMP)
+
+build-node: node-deps
+	cd node && $(NAPI) build --platform --release
+
+# Built into node/build/ so that the committed loader and index.d.ts are left as they are for
+# the test that checks them fresh; only the addon is copied next to them.
+build-node-debug: node-deps
+	cd node && rm -rf build/napi && $(NAPI) build --platform -o build/napi && cp build/napi/accord.*.node .
+
+lint-node: node-deps
+	cd node && node_modules/.bin/tsc -p tsconfig.json
+
+test-node: lint-node build-node-debug
+	$(CARGO) build -p accord --example contend
+	cd node && node --test --test-timeout=180000 test/*.test.js

@@ -1,0 +1,531 @@
+//! `connect` and `Client`: acquire, tryAcquire, reset, list, notify, listen, close.
+
+use napi::bindgen_prelude::*;
+use napi_derive::napi;
+use tokio_util::sync::CancellationToken;
+
+use crate::convert::{
+    call_method, opt_bool, opt_count, opt_metadata, opt_millis, opt_object, opt_string, property,
+    settle, settle_map, settle_ok, string,
+};
+use crate::error::{Failure, Outcome};
+use crate::lease::Lease;
+use crate::subscription::Subscription;
+
+/// Options of `connect()`. Every one has a default; durations are in milliseconds.
+#[napi(object, object_to_js = false, object_from_js = false)]
+#[allow(dead_code)] // declares the TypeScript interface; read field by field for clear errors
+pub struct ClientOptions {
+    /// Keys live in a namespace (default `"default"`); clients of different namespaces never
+    /// contend.
+    pub namespace: Option<String>,
+    /// The owner recorded on every lease (default: `host-pid-random`). Two clients with the
+    /// same owner still exclude each other: leases are not re-entrant.
+    pub owner: Option<String>,
+    /// Default lease ttl (default 30000; 100 ..= 86400000).
+    pub ttl: Option<f64>,
+    /// The database schema holding accord's tables (default `"accord"`).
+    pub schema: Option<String>,
+    /// Number of pipelined command connections (default 2; 1 ..= 64). One more connection
+    /// listens for notifications.
+    pub pool_size: Option<u32>,
+    /// How long to wait for a connection to the coordinator (default 10000).
+    pub connect_timeout: Option<f64>,
+    /// How long one statement may take before its connection is considered broken
+    /// (default 10000).
+    pub statement_timeout: Option<f64>,
+    /// Apply pending schema migrations at connect (default true).
+    pub migrate: Option<bool>,
+    /// `application_name` shown in `pg_stat_activity` (default `"accord"`).
+    pub application_name: Option<String>,
+}
+
+/// Options of `client.acquire()`. Durations are in milliseconds.
+#[napi(object, object_to_js = false, object_from_js = false)]
+#[allow(dead_code)] // declares the TypeScript interface; read field by field for clear errors
+pub struct AcquireOptions {
+    /// Lease ttl for this acquisition (default: the client's).
+    pub ttl: Option<f64>,
+    /// Give up waiting after this long with `ACCORD_TIMEOUT` (default: wait until granted).
+    pub timeout: Option<f64>,
+    /// Merged into the key's stored metadata on grant.
+    #[napi(ts_type = "Record<string, unknown>")]
+    pub metadata: Option<()>,
+    /// Aborting it ends a waiting acquire with `ACCORD_CANCELLED`, leaving nothing held.
+    #[napi(ts_type = "AbortSignal")]
+    pub signal: Option<()>,
+}
+
+/// Options of `client.tryAcquire()`.
+#[napi(object, object_to_js = false, object_from_js = false)]
+#[allow(dead_code)] // declares the TypeScript interface; read field by field for clear errors
+pub struct TryAcquireOptions {
+    /// Lease ttl for this acquisition in milliseconds (default: the client's).
+    pub ttl: Option<f64>,
+    /// Merged into the key's stored metadata on grant.
+    #[napi(ts_type = "Record<string, unknown>")]
+    pub metadata: Option<()>,
+}
+
+/// A query of `client.list()`: filters and paging.
+#[napi(object, object_to_js = false, object_from_js = false)]
+#[allow(dead_code)] // declares the TypeScript interface; read field by field for clear errors
+pub struct ListQuery {
+    /// Only keys starting with this (compared literally: `%` and `_` are ordinary).
+    pub prefix: Option<String>,
+    /// Only keys in this state (default `"all"`).
+    #[napi(ts_type = "'held' | 'free' | 'done' | 'all'")]
+    pub state: Option<String>,
+    /// Only keys whose metadata contains this object (JSON containment).
+    #[napi(ts_type = "Record<string, unknown>")]
+    pub metadata: Option<()>,
+    /// Page size (default 100, at most 1000).
+    pub limit: Option<u32>,
+    /// Continue after the page that returned this `nextCursor`.
+    pub cursor: Option<String>,
+}
+
+/// One key as the coordinator knows it.
+#[napi(object, object_from_js = false, use_nullable = true)]
+pub struct LeaseInfo {
+    pub key: String,
+    /// `held` (granted to a lease that has not expired), `free` (released or expired) or
+    /// `done` (not granted again until `reset`), by the coordinator's clock at the query.
+    #[napi(ts_type = "'held' | 'free' | 'done'")]
+    pub state: &'static str,
+    /// The holder while held; who finished it when done; `null` when free.
+    pub owner: Option<String>,
+    /// The fence of the latest grant of this key.
+    pub fence: BigInt,
+    /// When the current lease expires (held keys only).
+    pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The key's metadata (merged over its grants, renewals and done).
+    #[napi(ts_type = "Record<string, unknown>")]
+    pub metadata: accord::serde_json::Value,
+    /// When the key last changed.
+    pub updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// One page of `list()`, newest grant first.
+#[napi(object, object_from_js = false, use_nullable = true)]
+pub struct ListPage {
+    pub items: Vec<LeaseInfo>,
+    /// Pass as `cursor` for the next page; `null` on the last page.
+    pub next_cursor: Option<String>,
+}
+
+impl From<accord::ListPage> for ListPage {
+    fn from(page: accord::ListPage) -> Self {
+        ListPage {
+            items: page
+                .items
+                .into_iter()
+                .map(|info| LeaseInfo {
+                    key: info.key,
+                    state: info.state.as_str(),
+                    owner: info.owner,
+                    fence: BigInt::from(info.fence),
+                    expires_at: info.expires_at,
+                    metadata: accord::serde_json::Value::Object(info.metadata),
+                    updated_at: info.updated_at,
+                })
+                .collect(),
+            next_cursor: page.next_cursor,
+        }
+    }
+}
+
+/// Connects to the coordinator named by `url` (`postgres://user:password@host:port/db?sslmode=…`,
+/// `postgresql://…`, or a libpq `key=value` string) and applies pending migrations unless
+/// `migrate: false`.
+#[napi(
+    ts_args_type = "url: string, options?: ClientOptions | null",
+    ts_return_type = "Promise<Client>"
+)]
+pub fn connect<'e>(
+    env: &'e Env,
+    url: Unknown,
+    options: Option<Unknown>,
+) -> Result<PromiseRaw<'e, Client>> {
+    let parsed = parse_connect(&url, options);
+    settle_map(
+        env,
+        async move {
+            let (url, options) = parsed?;
+            Ok(accord::Client::connect(&url, options).await?)
+        },
+        |_, inner| Ok(Client { inner }),
+    )
+}
+
+fn parse_connect(
+    url: &Unknown,
+    options: Option<Unknown>,
+) -> Outcome<(String, accord::ClientOptions)> {
+    let url = string("url", url)?;
+    let mut parsed = accord::ClientOptions::new();
+    if let Some(o) = opt_object("options", options)? {
+        if let Some(v) = opt_string("options.namespace", &property(&o, "namespace")?)? {
+            parsed = parsed.namespace(v);
+        }
+        if let Some(v) = opt_string("options.owner", &property(&o, "owner")?)? {
+            parsed = parsed.owner(v);
+        }
+        if let Some(v) = opt_millis("options.ttl", &property(&o, "ttl")?, false)? {
+            parsed = parsed.ttl(v);
+        }
+        if let Some(v) = opt_string("options.schema", &property(&o, "schema")?)? {
+            parsed = parsed.schema(v);
+        }
+        if let Some(v) = opt_count("options.poolSize", &property(&o, "poolSize")?)? {
+            parsed = parsed.pool_size(v);
+        }
+        if let Some(v) = opt_millis(
+            "options.connectTimeout",
+            &property(&o, "connectTimeout")?,
+            false,
+        )? {
+            parsed = parsed.connect_timeout(v);
+        }
+        if let Some(v) = opt_millis(
+            "options.statementTimeout",
+            &property(&o, "statementTimeout")?,
+            false,
+        )? {
+            parsed = parsed.statement_timeout(v);
+        }
+        if let Some(v) = opt_bool("options.migrate", &property(&o, "migrate")?)? {
+            parsed = parsed.migrate(v);
+        }
+        if let Some(v) = opt_string("options.applicationName", &property(&o, "applicationName")?)? {
+            parsed = parsed.application_name(v);
+        }
+    }
+    Ok((url, parsed))
+}
+
+/// `addEventListener` / `removeEventListener` of an `AbortSignal`, and the listener they take.
+type Listener<'a> = Function<'a, (), ()>;
+type ListenerMethod<'a> = Function<'a, FnArgs<(&'a str, Listener<'a>)>, Unknown<'a>>;
+
+/// An `AbortSignal` wired to a cancellation token for the time of one acquire.
+struct AbortWatch {
+    signal: ObjectRef<false>,
+    listener: FunctionRef<(), ()>,
+}
+
+impl AbortWatch {
+    /// Cancels `token` when `signal` aborts; fails at once if it already has.
+    fn start(env: &Env, key: &str, signal: &Unknown, token: CancellationToken) -> Outcome<Self> {
+        let not_a_signal = || Failure::invalid("options.signal", "expected an AbortSignal");
+        let Some(signal) = opt_object("options.signal", Some(*signal))? else {
+            return Err(not_a_signal());
+        };
+        let aborted = property(&signal, "aborted")?;
+        let add = property(&signal, "addEventListener")?;
+        if aborted.get_type()? != ValueType::Boolean || add.get_type()? != ValueType::Function {
+            return Err(not_a_signal());
+        }
+        if unsafe { aborted.cast::<bool>() }? {
+            return Err(Failure::new(
+                accord::ErrorKind::Cancelled,
+                format!("acquire of {key:?} was cancelled: its AbortSignal was already aborted"),
+            ));
+        }
+        let listener = env.create_function_from_closure::<(), (), _>("accordAbort", move |_| {
+            token.cancel();
+            Ok(())
+        })?;
+        let add: ListenerMethod = unsafe { add.cast() }?;
+        call_method(env, &add, signal, ("abort", listener).into())?;
+        Ok(AbortWatch {
+            signal: signal.create_ref()?,
+            listener: listener.create_ref()?,
+        })
+    }
+
+    /// Removes the listener, so that a long-lived signal does not collect one per acquire.
+    fn stop(self, env: &Env) {
+        let _ = (|| -> Result<()> {
+            let signal = self.signal.get_value(env)?;
+            let listener = self.listener.borrow_back(env)?;
+            let remove: ListenerMethod =
+                signal.get_named_property_unchecked("removeEventListener")?;
+            call_method(env, &remove, signal, ("abort", listener).into())?;
+            Ok(())
+        })();
+        let _ = self.signal.unref(env);
+        drop(self.listener);
+    }
+}
+
+/// A connection to a coordinator: leases, notifications and inspection of keys.
+///
+/// Nothing keeps the Node process alive on the client's account but its pending calls, open
+/// subscriptions and the `lost` Promises of its held leases. `close()` it when done.
+#[napi]
+pub struct Client {
+    inner: accord::Client,
+}
+
+#[napi]
+impl Client {
+    /// The owner recorded on this client's leases.
+    #[napi(getter)]
+    pub fn owner(&self) -> String {
+        self.inner.owner().to_string()
+    }
+
+    /// The namespace of this client's keys.
+    #[napi(getter)]
+    pub fn namespace(&self) -> String {
+        self.inner.namespace().to_string()
+    }
+
+    /// True once `close()` was called.
+    #[napi(getter)]
+    pub fn closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+
+    /// Waits until `key` is granted, then resolves with its lease. Rejects with `ACCORD_DONE`
+    /// if the key is done, `ACCORD_TIMEOUT` after `timeout` ms, `ACCORD_CANCELLED` when
+    /// `signal` aborts, `ACCORD_CLOSED` when the client closes; then nothing is left held.
+    #[napi(
+        ts_args_type = "key: string, options?: AcquireOptions | null",
+        ts_return_type = "Promise<Lease>"
+    )]
+    pub fn acquire<'e>(
+        &self,
+        env: &'e Env,
+        key: Unknown,
+        options: Option<Unknown>,
+    ) -> Result<PromiseRaw<'e, Lease>> {
+        let mut watch = None;
+        let parsed = (|| -> Outcome<_> {
+            let key = string("key", &key)?;
+            let mut parsed = accord::AcquireOptions::new();
+            if let Some(o) = opt_object("options", options)? {
+                parsed = common_acquire_options(env, &o, parsed)?;
+                if let Some(t) = opt_millis("options.timeout", &property(&o, "timeout")?, true)? {
+                    parsed = parsed.timeout(t);
+                }
+                let signal = property(&o, "signal")?;
+                if !matches!(signal.get_type()?, ValueType::Undefined | ValueType::Null) {
+                    let token = CancellationToken::new();
+                    watch = Some(AbortWatch::start(env, &key, &signal, token.clone())?);
+                    parsed = parsed.cancel(token);
+                }
+            }
+            Ok((key, parsed))
+        })();
+        let client = self.inner.clone();
+        settle(
+            env,
+            async move {
+                let (key, options) = parsed?;
+                Ok(client.acquire(&key, options).await?)
+            },
+            move |env, outcome| {
+                if let Some(watch) = watch {
+                    watch.stop(env);
+                }
+                Ok(Lease::adopt(outcome?))
+            },
+        )
+    }
+
+    /// Tries once: resolves with the lease if `key` is free, `null` if it is held (by anyone,
+    /// this client included: leases are not re-entrant). Rejects with `ACCORD_DONE` if the key
+    /// is done.
+    #[napi(
+        ts_args_type = "key: string, options?: TryAcquireOptions | null",
+        ts_return_type = "Promise<Lease | null>"
+    )]
+    pub fn try_acquire<'e>(
+        &self,
+        env: &'e Env,
+        key: Unknown,
+        options: Option<Unknown>,
+    ) -> Result<PromiseRaw<'e, Option<Lease>>> {
+        let parsed = (|| -> Outcome<_> {
+            let key = string("key", &key)?;
+            let mut parsed = accord::AcquireOptions::new();
+            if let Some(o) = opt_object("options", options)? {
+                parsed = common_acquire_options(env, &o, parsed)?;
+            }
+            Ok((key, parsed))
+        })();
+        let client = self.inner.clone();
+        settle_map(
+            env,
+            async move {
+                let (key, options) = parsed?;
+                Ok(client.try_acquire(&key, options).await?)
+            },
+            |_, lease| Ok(lease.map(Lease::adopt)),
+        )
+    }
+
+    /// Makes a done (or free) key unknown again, so that it can be acquired. Resolves with
+    /// `false` if the key was not known; rejects with `ACCORD_HELD` if a live lease holds it.
+    #[napi(ts_args_type = "key: string", ts_return_type = "Promise<boolean>")]
+    pub fn reset<'e>(&self, env: &'e Env, key: Unknown) -> Result<PromiseRaw<'e, bool>> {
+        let key = string("key", &key);
+        let client = self.inner.clone();
+        settle_ok(env, async move { Ok(client.reset(&key?).await?) })
+    }
+
+    /// Lists keys of this client's namespace, newest grant first, one page at a time.
+    #[napi(
+        ts_args_type = "query?: ListQuery | null",
+        ts_return_type = "Promise<ListPage>"
+    )]
+    pub fn list<'e>(
+        &self,
+        env: &'e Env,
+        query: Option<Unknown>,
+    ) -> Result<PromiseRaw<'e, ListPage>> {
+        let parsed = parse_list(env, query);
+        let client = self.inner.clone();
+        settle_ok(env, async move {
+            Ok(ListPage::from(client.list(parsed?).await?))
+        })
+    }
+
+    /// Sends `payload` on `channel` to every listener, whatever its language or connection
+    /// (PostgreSQL NOTIFY; payloads must be under 8000 bytes).
+    #[napi(
+        ts_args_type = "channel: string, payload?: string",
+        ts_return_type = "Promise<void>"
+    )]
+    pub fn notify<'e>(
+        &self,
+        env: &'e Env,
+        channel: Unknown,
+        payload: Option<Unknown>,
+    ) -> Result<PromiseRaw<'e, ()>> {
+        let parsed = (|| -> Outcome<_> {
+            let channel = string("channel", &channel)?;
+            let payload = match payload {
+                Some(p) => opt_string("payload", &p)?.unwrap_or_default(),
+                None => String::new(),
+            };
+            Ok((channel, payload))
+        })();
+        let client = self.inner.clone();
+        settle_ok(env, async move {
+            let (channel, payload) = parsed?;
+            Ok(client.notify(&channel, &payload).await?)
+        })
+    }
+
+    /// Starts receiving notifications on `channels`. Resolves once every notification sent
+    /// from then on will be delivered; iterate the subscription with `for await`.
+    #[napi(
+        ts_args_type = "...channels: string[]",
+        ts_return_type = "Promise<Subscription>"
+    )]
+    pub fn listen<'e>(
+        &self,
+        env: &'e Env,
+        channels: Unknown,
+    ) -> Result<PromiseRaw<'e, Subscription>> {
+        self.listen_all(env, vec![channels])
+    }
+
+    /// The channels this client's listening connection has LISTENed, as the server reports
+    /// them (for tests and diagnostics; not part of the typed API).
+    #[napi(js_name = "_listeningChannels", skip_typescript)]
+    pub fn listening_channels<'e>(&self, env: &'e Env) -> Result<PromiseRaw<'e, Vec<String>>> {
+        let client = self.inner.clone();
+        settle_ok(env, async move { Ok(client.listening_channels().await?) })
+    }
+
+    /// Closes the client: held leases are released (their `lost` resolves), waiting acquires
+    /// and subscriptions end with `ACCORD_CLOSED`, connections close. Idempotent.
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn close<'e>(&self, env: &'e Env) -> Result<PromiseRaw<'e, ()>> {
+        let client = self.inner.clone();
+        settle_ok(env, async move {
+            client.close().await;
+            Ok(())
+        })
+    }
+
+    /// `await using client = await connect(url)` closes it at the end of the block.
+    #[napi(well_known_symbol = "asyncDispose", ts_return_type = "Promise<void>")]
+    pub fn dispose<'e>(&self, env: &'e Env) -> Result<PromiseRaw<'e, ()>> {
+        self.close(env)
+    }
+}
+
+impl Client {
+    /// `listen` with every argument (see `lib.rs`: napi declares a fixed number of them).
+    pub(crate) fn listen_all<'e>(
+        &self,
+        env: &'e Env,
+        channels: Vec<Unknown>,
+    ) -> Result<PromiseRaw<'e, Subscription>> {
+        let parsed = channels
+            .iter()
+            .enumerate()
+            .map(|(i, c)| string(&format!("channel (argument {})", i + 1), c))
+            .collect::<Outcome<Vec<String>>>();
+        let client = self.inner.clone();
+        let client_closed = self.inner.closed();
+        settle_map(
+            env,
+            async move { Ok(client.listen(parsed?).await?) },
+            move |env, subscription| {
+                Subscription::open(env, subscription, client_closed).map_err(Failure::internal)
+            },
+        )
+    }
+}
+
+fn common_acquire_options(
+    env: &Env,
+    o: &Object,
+    mut parsed: accord::AcquireOptions,
+) -> Outcome<accord::AcquireOptions> {
+    if let Some(ttl) = opt_millis("options.ttl", &property(o, "ttl")?, false)? {
+        parsed = parsed.ttl(ttl);
+    }
+    if let Some(m) = opt_metadata(env, "options.metadata", &property(o, "metadata")?)? {
+        parsed = parsed.metadata(m);
+    }
+    Ok(parsed)
+}
+
+fn parse_list(env: &Env, query: Option<Unknown>) -> Outcome<accord::ListQuery> {
+    let mut parsed = accord::ListQuery::new();
+    let Some(q) = opt_object("query", query)? else {
+        return Ok(parsed);
+    };
+    if let Some(prefix) = opt_string("query.prefix", &property(&q, "prefix")?)? {
+        parsed = parsed.prefix(prefix);
+    }
+    match opt_string("query.state", &property(&q, "state")?)?.as_deref() {
+        None | Some("all") => {}
+        Some("held") => parsed = parsed.state(accord::KeyState::Held),
+        Some("free") => parsed = parsed.state(accord::KeyState::Free),
+        Some("done") => parsed = parsed.state(accord::KeyState::Done),
+        Some(other) => {
+            return Err(Failure::invalid(
+                "query.state",
+                format!("{other:?} is not one of \"held\", \"free\", \"done\", \"all\""),
+            ))
+        }
+    }
+    if let Some(m) = opt_metadata(env, "query.metadata", &property(&q, "metadata")?)? {
+        parsed = parsed.metadata(m);
+    }
+    if let Some(limit) = opt_count("query.limit", &property(&q, "limit")?)? {
+        parsed = parsed.limit(limit);
+    }
+    if let Some(cursor) = opt_string("query.cursor", &property(&q, "cursor")?)? {
+        parsed = parsed.cursor(cursor);
+    }
+    Ok(parsed)
+}

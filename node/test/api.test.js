@@ -1,0 +1,128 @@
+'use strict'
+// The shape of the API: bad arguments get clear errors with codes, errors are Errors, the
+// classes cannot be built by hand, and the ESM entry exports what the CommonJS one does.
+
+const assert = require('node:assert/strict')
+const path = require('node:path')
+const { test } = require('node:test')
+const { pathToFileURL } = require('node:url')
+const { accord, databaseUrl, PACKAGE_DIR, rejectsWith, scenario } = require('./support')
+
+const CODES = [
+  'ACCORD_INVALID_ARGUMENT',
+  'ACCORD_HELD',
+  'ACCORD_DONE',
+  'ACCORD_TIMEOUT',
+  'ACCORD_CANCELLED',
+  'ACCORD_LEASE_LOST',
+  'ACCORD_CONNECTION',
+  'ACCORD_DATABASE',
+  'ACCORD_CLOSED',
+  'ACCORD_UNSUPPORTED',
+  'ACCORD_INTERNAL',
+]
+
+test('connect refuses bad URLs and options with clear errors', async () => {
+  const url = databaseUrl()
+  const bad = async (args, code, pattern, type = Error) => {
+    const e = await rejectsWith(accord.connect(...args), code, pattern)
+    assert.ok(e instanceof type, `${e.constructor.name}: ${e.message}`)
+    assert.ok(CODES.includes(e.code))
+  }
+  await bad([], 'ACCORD_INVALID_ARGUMENT', /invalid url: expected a string, got undefined/, TypeError)
+  await bad([42], 'ACCORD_INVALID_ARGUMENT', /invalid url: expected a string, got a number/, TypeError)
+  await bad(['mysql://x'], 'ACCORD_INVALID_ARGUMENT', /url/)
+  await bad(['memory:'], 'ACCORD_UNSUPPORTED', /embedded store/)
+  await bad([url, 'ns'], 'ACCORD_INVALID_ARGUMENT', /invalid options: expected an object, got a string/)
+  await bad([url, { namespace: '' }], 'ACCORD_INVALID_ARGUMENT', /namespace/)
+  await bad([url, { namespace: 7 }], 'ACCORD_INVALID_ARGUMENT', /options\.namespace: expected a string/)
+  await bad([url, { ttl: '30s' }], 'ACCORD_INVALID_ARGUMENT', /options\.ttl: expected a number/)
+  await bad([url, { ttl: 5 }], 'ACCORD_INVALID_ARGUMENT', /ttl/)
+  await bad([url, { ttl: -1 }], 'ACCORD_INVALID_ARGUMENT', /options\.ttl: -1 ms is negative/)
+  await bad([url, { ttl: NaN }], 'ACCORD_INVALID_ARGUMENT', /options\.ttl/)
+  await bad([url, { poolSize: 0 }], 'ACCORD_INVALID_ARGUMENT', /pool_size/)
+  await bad([url, { poolSize: 1.5 }], 'ACCORD_INVALID_ARGUMENT', /options\.poolSize/)
+  await bad([url, { migrate: 'yes' }], 'ACCORD_INVALID_ARGUMENT', /options\.migrate: expected a boolean/)
+  await bad(
+    ['postgres://nobody:wrong@127.0.0.1:1/x', { connectTimeout: 2000 }],
+    'ACCORD_CONNECTION',
+    /127\.0\.0\.1/,
+  )
+})
+
+scenario('calls refuse bad arguments with ACCORD_INVALID_ARGUMENT, leaving nothing held', async (h) => {
+  const c = await h.client('o1')
+  const bad = (promise, pattern, type = Error) =>
+    rejectsWith(promise, 'ACCORD_INVALID_ARGUMENT', pattern).then((e) =>
+      assert.ok(e instanceof type, `${e.constructor.name}: ${e.message}`),
+    )
+  await bad(c.acquire(''), /invalid key: must not be empty/)
+  await bad(c.acquire(), /invalid key: expected a string, got undefined/, TypeError)
+  await bad(c.acquire(5), /invalid key: expected a string, got a number/, TypeError)
+  await bad(c.acquire({ key: 'a' }), /invalid key: expected a string, got an object/, TypeError)
+  await bad(c.acquire('a\0b'), /NUL/)
+  await bad(c.acquire('x'.repeat(513)), /513 bytes/)
+  await bad(c.tryAcquire(null), /invalid key/, TypeError)
+  await bad(c.acquire('a', 1000), /invalid options: expected an object, got a number/, TypeError)
+  await bad(c.acquire('a', [1]), /invalid options: expected an object, got an array/)
+  await bad(c.acquire('a', { ttl: 50 }), /ttl/)
+  await bad(c.acquire('a', { ttl: 25 * 3600 * 1000 }), /ttl/)
+  await bad(c.acquire('a', { timeout: '1s' }), /options\.timeout: expected a number/, TypeError)
+  await bad(c.acquire('a', { timeout: -5 }), /options\.timeout/)
+  await bad(c.acquire('a', { metadata: 'k=v' }), /options\.metadata: expected an object/, TypeError)
+  await bad(c.acquire('a', { metadata: [1, 2] }), /options\.metadata/)
+  await bad(c.acquire('a', { metadata: { big: 'x'.repeat(70000) } }), /metadata/)
+  await bad(c.acquire('a', { metadata: { n: 1n } }), /options\.metadata: cannot be serialized as JSON/)
+  await bad(c.tryAcquire('a', { metadata: { nul: 'a\0b' } }), /NUL/)
+  await bad(c.reset(''), /key/)
+  await bad(c.reset(1), /key/, TypeError)
+  await bad(c.notify(''), /channel/)
+  await bad(c.notify(['jobs']), /invalid channel: expected a string/, TypeError)
+  await bad(c.notify('jobs', 42), /invalid payload: expected a string/, TypeError)
+  await bad(c.notify('jobs', 'a\0b'), /payload/)
+  await bad(c.listen(), /at least one channel/)
+  await bad(c.listen('ok', 3), /channel \(argument 2\): expected a string, got a number/, TypeError)
+  await bad(c.list('a/'), /invalid query: expected an object/, TypeError)
+  await bad(c.list({ prefix: 3 }), /query\.prefix/, TypeError)
+  await bad(c.list({ limit: 1001 }), /limit/)
+  const lease = await c.acquire('a', { ttl: 60000, metadata: { ok: true } })
+  await bad(lease.renew('x'), /invalid metadata: expected an object/, TypeError)
+  await bad(lease.done([]), /invalid metadata/)
+  await lease.release()
+  assert.equal((await c.list({ state: 'held' })).items.length, 0, 'nothing left held')
+  const [info] = (await c.list()).items
+  assert.deepEqual(info.metadata, { ok: true })
+  // A metadata object is taken the way JSON.stringify sees it.
+  const dated = await c.acquire('d', { metadata: { at: new Date(0), skip: undefined, n: 1.5 } })
+  assert.deepEqual(dated.metadata, { at: '1970-01-01T00:00:00.000Z', n: 1.5 })
+  await dated.release()
+})
+
+test('errors are Error objects with a code of DESIGN.md §3', async () => {
+  const e = await rejectsWith(accord.connect('memory:'), 'ACCORD_UNSUPPORTED')
+  assert.ok(e instanceof Error)
+  assert.equal(typeof e.message, 'string')
+  assert.ok(e.stack)
+})
+
+test('the classes come only from connect/acquire/listen', () => {
+  for (const Class of [accord.Client, accord.Lease, accord.Subscription]) {
+    assert.equal(typeof Class, 'function')
+    assert.throws(() => new Class())
+  }
+})
+
+test('migrationSql prints the schema for DBAs', () => {
+  const sql = accord.migrationSql('accord_dba')
+  assert.match(sql, /CREATE SCHEMA IF NOT EXISTS "accord_dba"/)
+  assert.match(accord.migrationSql(), /"accord"/)
+  assert.throws(() => accord.migrationSql(''), { code: 'ACCORD_INVALID_ARGUMENT' })
+})
+
+test('the ESM entry exports the same API as the CommonJS one', async () => {
+  const esm = await import(pathToFileURL(path.join(PACKAGE_DIR, 'index.mjs')))
+  const names = Object.keys(accord).filter((n) => !n.startsWith('__'))
+  for (const name of names) assert.equal(esm[name], accord[name], name)
+  assert.deepEqual(Object.keys(esm).filter((n) => n !== 'default').sort(), names.sort())
+  assert.equal(esm.default, accord)
+})

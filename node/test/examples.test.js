@@ -1,0 +1,64 @@
+'use strict'
+// The examples compile under `tsc --strict` and do what they say against a real coordinator.
+
+const assert = require('node:assert/strict')
+const { execFileSync, spawn } = require('node:child_process')
+const path = require('node:path')
+const { before, test } = require('node:test')
+const { accord, databaseUrl, PACKAGE_DIR, SEC } = require('./support')
+
+// Inside the package, so that `import ... from 'accord'` resolves to it (self-reference).
+const out = path.join(PACKAGE_DIR, 'build', 'examples')
+const tsc = path.join(PACKAGE_DIR, 'node_modules', 'typescript', 'bin', 'tsc')
+
+before(() => {
+  execFileSync(process.execPath, [tsc, '-p', 'tsconfig.json', '--noEmit', 'false', '--outDir', out], {
+    cwd: PACKAGE_DIR,
+    stdio: 'inherit',
+  })
+})
+
+function run(example, args = [], env = {}) {
+  return execFileSync(process.execPath, [path.join(out, example), ...args], {
+    encoding: 'utf8',
+    timeout: 60 * SEC,
+    env: { ...process.env, ACCORD_URL: databaseUrl(), ...env },
+  })
+}
+
+test('quickstart', () => {
+  const output = run('quickstart.mjs')
+  assert.match(output, /holding daily\/2026-11-22 with fence \d+/)
+  assert.match(output, /jobs: report ready/)
+  assert.match(output, /daily\/2026-11-22 done \d+n \{ rows: 42 \}/)
+})
+
+test('worker pool', () => {
+  const namespace = `pool_${process.pid}`
+  const output = run('worker-pool.mjs', ['3', '12'], { ACCORD_NAMESPACE: namespace })
+  assert.match(output, /processed 12 of 12 files/)
+  assert.match(output, /report \(fence \d+\): 12 files done/)
+})
+
+test('listener', async () => {
+  const channel = `listener_${process.pid}`
+  const child = spawn(process.execPath, [path.join(out, 'listener.mjs'), channel], {
+    env: { ...process.env, ACCORD_URL: databaseUrl() },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  })
+  let output = ''
+  const listening = new Promise((resolve) =>
+    child.stdout.on('data', (d) => {
+      output += d
+      if (output.includes('listening on')) resolve()
+    }),
+  )
+  const exited = new Promise((resolve) => child.on('exit', resolve))
+  await listening
+  const sender = await accord.connect(databaseUrl())
+  await sender.notify(channel, 'hello')
+  await sender.notify(channel, 'quit')
+  await sender.close()
+  assert.equal(await exited, 0)
+  assert.match(output, new RegExp(`${channel}: hello`))
+})

@@ -1,0 +1,185 @@
+'use strict'
+// G12 in Node: a process exits by itself once nothing is held or listened to, and only then.
+// Each case runs a child script and watches when it exits.
+
+const assert = require('node:assert/strict')
+const { spawn } = require('node:child_process')
+const fs = require('node:fs')
+const os = require('node:os')
+const path = require('node:path')
+const { test } = require('node:test')
+const { accord, databaseUrl, PACKAGE_DIR, SEC } = require('./support')
+
+const namespace = `process_${process.pid}`
+
+/** Starts `body` (an async function body with `accord`, `url`, `ns` and `say` in scope). */
+function child(body) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'accord-node-process-'))
+  const script = path.join(dir, 'child.js')
+  fs.writeFileSync(
+    script,
+    `'use strict'
+const accord = require(${JSON.stringify(PACKAGE_DIR)})
+const url = process.env.ACCORD_TEST_DATABASE_URL
+const ns = ${JSON.stringify(namespace)}
+const say = (line) => process.stdout.write(line + '\\n')
+;(async () => {
+${body}
+})().catch((e) => { console.error(e); process.exit(3) })
+`,
+  )
+  const proc = spawn(process.execPath, [script], { stdio: ['ignore', 'pipe', 'pipe'] })
+  const lines = []
+  const waiters = []
+  let stderr = ''
+  proc.stderr.on('data', (d) => (stderr += d))
+  let buffered = ''
+  proc.stdout.on('data', (d) => {
+    buffered += d
+    let i
+    while ((i = buffered.indexOf('\n')) >= 0) {
+      const line = buffered.slice(0, i)
+      buffered = buffered.slice(i + 1)
+      lines.push({ line, at: performance.now() })
+      for (const w of waiters.splice(0)) w()
+    }
+  })
+  const exited = new Promise((resolve) =>
+    proc.on('exit', (code, signal) => resolve({ code, signal, at: performance.now() })),
+  )
+  return {
+    proc,
+    exited,
+    stderr: () => stderr,
+    /** Resolves with the time `line` was printed. */
+    async printed(line, ms = 20 * SEC) {
+      const until = performance.now() + ms
+      for (;;) {
+        const hit = lines.find((l) => l.line === line)
+        if (hit) return hit.at
+        const done = await Promise.race([
+          new Promise((r) => waiters.push(r)).then(() => false),
+          exited.then(() => true),
+          new Promise((r) => setTimeout(() => r(true), Math.max(0, until - performance.now()))),
+        ])
+        if (done && !lines.find((l) => l.line === line)) {
+          throw new Error(`child did not print ${line} (stderr: ${stderr})`)
+        }
+      }
+    },
+    /** Whether the child is still running after `ms`. */
+    async aliveAfter(ms) {
+      const result = await Promise.race([
+        exited.then(() => false),
+        new Promise((r) => setTimeout(() => r(true), ms)),
+      ])
+      return result
+    },
+  }
+}
+
+/** Asserts the child exits with status 0 within `ms` of printing `line`. */
+async function exitsSoonAfter(c, line, ms = 3 * SEC) {
+  const printedAt = await c.printed(line)
+  const exit = await Promise.race([
+    c.exited,
+    new Promise((r) => setTimeout(() => r(null), ms + 10 * SEC)),
+  ])
+  if (exit === null) c.proc.kill('SIGKILL')
+  assert.ok(exit, `the child is still running ${ms + 10 * SEC} ms after ${line}`)
+  assert.equal(exit.code, 0, c.stderr())
+  const lag = exit.at - printedAt
+  assert.ok(lag < ms, `the child exited ${Math.round(lag)} ms after ${line}`)
+}
+
+test.before(() => databaseUrl())
+
+test('exits after releasing, closing its subscriptions and its client', async () => {
+  const c = child(`
+  const client = await accord.connect(url, { namespace: ns })
+  const lease = await client.acquire('exit/a', { ttl: 5000 })
+  void lease.lost // a pending lost Promise must not hold the process
+  await lease.release()
+  const done = await client.tryAcquire('exit/b', { ttl: 5000 })
+  await done.done()
+  await client.reset('exit/b')
+  const controller = new AbortController()
+  await (await client.acquire('exit/c', { signal: controller.signal })).release()
+  const sub = await client.listen('exit_ch')
+  await client.notify('exit_ch', 'x')
+  for await (const m of sub) break
+  const sub2 = await client.listen('exit_ch2')
+  await sub2.close()
+  await client.close()
+  say('DONE')`)
+  await exitsSoonAfter(c, 'DONE')
+})
+
+test('exits once nothing is held or listened to, even with the client left open', async () => {
+  const c = child(`
+  const client = await accord.connect(url, { namespace: ns })
+  const lease = await client.acquire('open/a', { ttl: 5000 })
+  await lease.release()
+  const sub = await client.listen('open_ch')
+  await sub.close()
+  say('DONE')`)
+  await exitsSoonAfter(c, 'DONE')
+})
+
+test('a held lease alone does not keep the process alive', async () => {
+  const c = child(`
+  const client = await accord.connect(url, { namespace: ns })
+  const lease = await client.acquire('forgotten/' + process.pid, { ttl: 2000 })
+  say('HELD')`)
+  await exitsSoonAfter(c, 'HELD')
+})
+
+test('waiting on lost keeps the process alive while held; losing it at close ends that', async () => {
+  const c = child(`
+  const client = await accord.connect(url, { namespace: ns })
+  const lease = await client.acquire('held/' + process.pid, { ttl: 2000 })
+  say('HELD')
+  process.on('SIGUSR2', () => client.close())
+  await lease.lost
+  say('LOST')`)
+  await c.printed('HELD')
+  assert.equal(await c.aliveAfter(2500), true, 'a held lease keeps the process alive')
+  c.proc.kill('SIGUSR2')
+  await exitsSoonAfter(c, 'LOST')
+})
+
+test('an open subscription keeps the process alive until it is closed', async () => {
+  const channel = `alive_${process.pid}`
+  const c = child(`
+  const client = await accord.connect(url, { namespace: ns })
+  const sub = await client.listen(${JSON.stringify(channel)})
+  say('LISTENING')
+  await new Promise((r) => setTimeout(r, 2000))
+  say('STILL')
+  for await (const m of sub) if (m.type === 'message' && m.payload === 'stop') break
+  say('STOPPED')`)
+  await c.printed('LISTENING')
+  assert.equal(await c.aliveAfter(3000), true, 'an open subscription keeps the process alive')
+  await c.printed('STILL')
+  const sender = await accord.connect(databaseUrl(), { namespace })
+  await sender.notify(channel, 'stop')
+  await sender.close()
+  await exitsSoonAfter(c, 'STOPPED')
+})
+
+test('a pending acquire keeps the process alive until it settles', async () => {
+  const key = `pending/${process.pid}`
+  const holder = await accord.connect(databaseUrl(), { namespace })
+  const lease = await holder.acquire(key, { ttl: 60 * SEC })
+  const c = child(`
+  const client = await accord.connect(url, { namespace: ns })
+  say('WAITING')
+  const lease = await client.acquire(${JSON.stringify(key)})
+  await lease.release()
+  say('ACQUIRED')`)
+  await c.printed('WAITING')
+  assert.equal(await c.aliveAfter(1500), true)
+  await lease.release()
+  await exitsSoonAfter(c, 'ACQUIRED')
+  await holder.close()
+})
