@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::postgres::PgBackend;
+use crate::backend::sqlite::SqliteBackend;
 use crate::backend::{AcquireOutcome, AcquireRequest, DynBackend, LeaseRef, ResetOutcome};
 use crate::error::{Error, ErrorKind, Result};
 use crate::keepalive::{self, Keepalive};
@@ -184,12 +185,7 @@ impl Client {
             Scheme::Postgres => {
                 Arc::new(PgBackend::connect(url, &options, dispatch.clone()).await?)
             }
-            Scheme::Embedded(which) => {
-                return Err(Error::new(
-                    ErrorKind::Unsupported,
-                    format!("the embedded store ({which}) is not available in this version"),
-                ))
-            }
+            Scheme::Embedded => Arc::new(SqliteBackend::connect(url, dispatch.clone()).await?),
             Scheme::Unknown => {
                 return Err(Error::invalid(
                     "url",
@@ -567,17 +563,15 @@ struct Attempt {
 
 enum Scheme {
     Postgres,
-    Embedded(&'static str),
+    Embedded,
     Unknown,
 }
 
 fn scheme(url: &str) -> Scheme {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         Scheme::Postgres
-    } else if url.starts_with("sqlite:") {
-        Scheme::Embedded("sqlite:")
-    } else if url.starts_with("memory:") {
-        Scheme::Embedded("memory:")
+    } else if url.starts_with("sqlite:") || url.starts_with("memory:") {
+        Scheme::Embedded
     } else if !url.contains("://") && url.contains('=') {
         // libpq key=value form: host=… dbname=…
         Scheme::Postgres

@@ -18,6 +18,7 @@ conformance_suite!(Harness::postgres;
     leases::l6_release_is_idempotent_and_fenced,
     leases::l7_list_filters_and_pages,
     leases::l8_waiting_is_woken,
+    leases::l8_woken_at_expiry,
     leases::l9_cancellation_leaves_nothing_held,
     leases::l10_keepalive_is_batched,
     leases::l11_connection_terminated,

@@ -6,6 +6,7 @@
 //! core so that every backend keeps them the same way.
 
 pub(crate) mod postgres;
+pub(crate) mod sqlite;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -17,8 +17,9 @@ pub use proxy::{Mode, Proxy};
 /// The coordinator a scenario runs against.
 pub struct Harness {
     pub url: String,
-    admin: tokio_postgres::Client,
-    _driver: tokio::task::JoinHandle<()>,
+    /// A plain SQL connection (PostgreSQL only).
+    admin: Option<tokio_postgres::Client>,
+    _driver: Option<tokio::task::JoinHandle<()>>,
     /// Unique per harness: namespaces, channels and application names derive from it.
     pub tag: String,
 }
@@ -53,9 +54,36 @@ impl Harness {
         });
         Harness {
             url,
-            admin,
-            _driver: driver,
+            admin: Some(admin),
+            _driver: Some(driver),
             tag: format!("{test}_{:08x}", rand::random::<u32>()),
+        }
+    }
+
+    /// A SQLite file of its own, in the system's temporary folder.
+    pub async fn sqlite(test: &str) -> Harness {
+        init_tracing();
+        let tag = format!("{test}_{:08x}", rand::random::<u32>());
+        let dir = std::env::temp_dir().join("accord-tests");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{tag}.db"));
+        Harness {
+            url: format!("sqlite://{}", path.display()),
+            admin: None,
+            _driver: None,
+            tag,
+        }
+    }
+
+    /// An in-process store of its own.
+    pub async fn memory(test: &str) -> Harness {
+        init_tracing();
+        let tag = format!("{test}_{:08x}", rand::random::<u32>());
+        Harness {
+            url: format!("memory:{tag}"),
+            admin: None,
+            _driver: None,
+            tag,
         }
     }
 
@@ -88,23 +116,31 @@ impl Harness {
         format!("{name}_{tag}")
     }
 
-    /// The coordinator's clock.
+    /// The coordinator's clock (the host's, for the embedded store).
     pub async fn now(&self) -> DateTime<Utc> {
-        self.admin
-            .query_one("SELECT clock_timestamp()", &[])
-            .await
-            .unwrap()
-            .get(0)
+        match &self.admin {
+            Some(admin) => admin
+                .query_one("SELECT clock_timestamp()", &[])
+                .await
+                .unwrap()
+                .get(0),
+            None => Utc::now(),
+        }
+    }
+
+    /// True when plain SQL (and PostgreSQL's faults) are available.
+    pub fn is_postgres(&self) -> bool {
+        self.admin.is_some()
     }
 
     pub fn admin(&self) -> &tokio_postgres::Client {
-        &self.admin
+        self.admin.as_ref().expect("this scenario needs PostgreSQL")
     }
 
     /// Terminates every server connection of the client whose owner is given.
     pub async fn terminate_connections(&self, owner: &str) -> i64 {
         let row = self
-            .admin
+            .admin()
             .query_one(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
                   WHERE application_name = $1",
@@ -117,7 +153,7 @@ impl Harness {
 
     /// Number of server connections of a client.
     pub async fn connection_count(&self, owner: &str) -> i64 {
-        self.admin
+        self.admin()
             .query_one(
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
                 &[&self.app_name(owner)],

@@ -1,0 +1,636 @@
+//! The embedded backend: a SQLite file shared by the processes of one host (`sqlite:///path`),
+//! or an in-process store (`memory:`). Each operation is one IMMEDIATE transaction, so SQLite's
+//! write lock serializes grants across processes; time is the host's clock, which every process
+//! on the host shares. Notifications are rows of an event table that listeners read when the
+//! file changes (`PRAGMA data_version`, polled every few milliseconds, and nudged at once
+//! within a process).
+
+mod store;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, TimeZone, Utc};
+use rusqlite::{params, Connection, OptionalExtension};
+use tokio::sync::OnceCell;
+use tokio_util::sync::CancellationToken;
+
+use self::store::{db_error, now_ms, Location, Store};
+use super::{
+    AcquireOutcome, AcquireRequest, Backend, BackendEvent, BatchItem, EventSink, Granted, LeaseRef,
+    Renewed, ResetOutcome,
+};
+use crate::error::{Error, Result};
+use crate::options::{KeyState, LeaseInfo, ListPage, ListQuery, StateFilter};
+use crate::Metadata;
+
+/// Kept equal to PostgreSQL's limit, so that applications move between stores unchanged.
+const MAX_PAYLOAD: usize = 7999;
+const WAKEUP_CHANNEL: &str = "accord_wakeup";
+/// How often a listener looks for changes made by other processes.
+const POLL_EVERY: Duration = Duration::from_millis(5);
+/// Events older than this are deleted (listeners read them within milliseconds).
+const EVENT_RETENTION_MS: i64 = 60_000;
+
+/// An event row: id, channel, payload.
+type StoredEvent = (i64, String, String);
+/// What one read of the event table gives: the newest id, the data version, the new events.
+type EventsRead = (i64, i64, Vec<StoredEvent>);
+
+fn time(ms: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(ms).single().unwrap_or_default()
+}
+
+fn parse_metadata(text: &str) -> Result<Metadata> {
+    serde_json::from_str(text)
+        .map_err(|e| Error::internal(format!("stored metadata is not a JSON object: {e}")))
+}
+
+/// `jsonb ||` as PostgreSQL does it: top-level keys of `patch` replace those of `base`.
+fn merge(base: &str, patch: Option<&str>) -> Result<(String, Metadata)> {
+    let mut merged = parse_metadata(base)?;
+    if let Some(patch) = patch {
+        merged.extend(parse_metadata(patch)?);
+    }
+    Ok((
+        serde_json::to_string(&merged).unwrap_or_else(|_| "{}".into()),
+        merged,
+    ))
+}
+
+fn wakeup_payload(namespace: &str, key: &str) -> String {
+    serde_json::to_string(&(namespace, key)).unwrap_or_default()
+}
+
+pub(crate) struct SqliteBackend {
+    store: Arc<Store>,
+    listener: Arc<Listener>,
+}
+
+impl SqliteBackend {
+    pub async fn connect(url: &str, sink: Arc<dyn EventSink>) -> Result<SqliteBackend> {
+        let location = Location::parse(url)?;
+        let store = tokio::task::spawn_blocking(move || Store::open(&location))
+            .await
+            .map_err(|e| Error::internal(format!("SQLite task failed: {e}")))??;
+        tracing::info!(target: "accord", store = ?store.location, "connected");
+        Ok(SqliteBackend {
+            listener: Arc::new(Listener {
+                store: store.clone(),
+                sink,
+                channels: Mutex::new(HashMap::new()),
+                started: OnceCell::new(),
+                shutdown: CancellationToken::new(),
+            }),
+            store,
+        })
+    }
+
+    async fn write<T: Send + 'static>(
+        &self,
+        what: &'static str,
+        f: impl FnOnce(&rusqlite::Transaction<'_>, i64) -> Result<(T, bool)> + Send + 'static,
+    ) -> Result<T> {
+        let nudge = self.store.nudge.clone();
+        let (value, evented) = self
+            .store
+            .with(move |conn| {
+                let tx = conn
+                    .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                    .map_err(|e| db_error(what, e))?;
+                let result = f(&tx, now_ms())?;
+                tx.commit().map_err(|e| db_error(what, e))?;
+                Ok(result)
+            })
+            .await?;
+        if evented {
+            nudge.send_modify(|n| *n = n.wrapping_add(1));
+        }
+        Ok(value)
+    }
+}
+
+fn add_event(tx: &Connection, channel: &str, payload: &str, now: i64) -> Result<()> {
+    tx.execute(
+        "INSERT INTO events (channel, payload, created_at_ms) VALUES (?1, ?2, ?3)",
+        params![channel, payload, now],
+    )
+    .map_err(|e| db_error("notify", e))?;
+    Ok(())
+}
+
+#[async_trait]
+impl Backend for SqliteBackend {
+    async fn acquire(&self, r: &AcquireRequest<'_>) -> Result<AcquireOutcome> {
+        let (ns, key, owner) = (
+            r.namespace.to_string(),
+            r.key.to_string(),
+            r.owner.to_string(),
+        );
+        let (ttl, attempt) = (r.ttl.as_millis() as i64, r.attempt);
+        let metadata = r.metadata.map(str::to_string);
+        self.write("acquire", move |tx, now| {
+            let row: Option<(Option<i64>, bool, Option<i64>, String)> = tx
+                .query_row(
+                    "SELECT expires_at_ms, done, attempt, metadata FROM leases
+                      WHERE namespace = ?1 AND key = ?2",
+                    params![ns, key],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                )
+                .optional()
+                .map_err(|e| db_error("acquire", e))?;
+            let base = match &row {
+                Some((_, true, _, _)) => return Ok((AcquireOutcome::Done, false)),
+                Some((Some(expires), false, held_by, _))
+                    if *expires > now && *held_by != Some(attempt) =>
+                {
+                    let remaining = Duration::from_millis((expires - now) as u64);
+                    return Ok((
+                        AcquireOutcome::Held {
+                            remaining: Some(remaining),
+                        },
+                        false,
+                    ));
+                }
+                Some((_, _, _, metadata)) => metadata.clone(),
+                None => "{}".to_string(),
+            };
+            let fence: i64 = tx
+                .query_row(
+                    "UPDATE fence_seq SET value = value + 1 WHERE id = 1 RETURNING value",
+                    [],
+                    |r| r.get(0),
+                )
+                .map_err(|e| db_error("acquire", e))?;
+            let (text, merged) = merge(&base, metadata.as_deref())?;
+            let expires = now + ttl;
+            tx.execute(
+                "INSERT INTO leases (namespace, key, owner, fence, attempt, expires_at_ms, done,
+                                     metadata, updated_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7, ?8)
+                 ON CONFLICT (namespace, key) DO UPDATE SET
+                   owner = excluded.owner, fence = excluded.fence, attempt = excluded.attempt,
+                   expires_at_ms = excluded.expires_at_ms, done = 0,
+                   metadata = excluded.metadata, updated_at_ms = excluded.updated_at_ms",
+                params![ns, key, owner, fence, attempt, expires, text, now],
+            )
+            .map_err(|e| db_error("acquire", e))?;
+            Ok((
+                AcquireOutcome::Granted(Granted {
+                    fence,
+                    expires_at: time(expires),
+                    metadata: merged,
+                }),
+                false,
+            ))
+        })
+        .await
+    }
+
+    async fn renew(
+        &self,
+        l: LeaseRef<'_>,
+        ttl: Duration,
+        metadata: Option<&str>,
+    ) -> Result<Option<Renewed>> {
+        let (ns, key, owner, fence) = (
+            l.namespace.to_string(),
+            l.key.to_string(),
+            l.owner.to_string(),
+            l.fence,
+        );
+        let ttl = ttl.as_millis() as i64;
+        let metadata = metadata.map(str::to_string);
+        self.write("renew", move |tx, now| {
+            let base: Option<String> = tx
+                .query_row(
+                    "SELECT metadata FROM leases WHERE namespace = ?1 AND key = ?2 AND owner = ?3
+                        AND fence = ?4 AND done = 0 AND expires_at_ms > ?5",
+                    params![ns, key, owner, fence, now],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(|e| db_error("renew", e))?;
+            let Some(base) = base else {
+                return Ok((None, false));
+            };
+            let (text, merged) = merge(&base, metadata.as_deref())?;
+            tx.execute(
+                "UPDATE leases SET expires_at_ms = ?3, metadata = ?4, updated_at_ms = ?5
+                  WHERE namespace = ?1 AND key = ?2",
+                params![ns, key, now + ttl, text, now],
+            )
+            .map_err(|e| db_error("renew", e))?;
+            Ok((
+                Some(Renewed {
+                    expires_at: time(now + ttl),
+                    metadata: merged,
+                }),
+                false,
+            ))
+        })
+        .await
+    }
+
+    async fn renew_batch(
+        &self,
+        namespace: &str,
+        owner: &str,
+        items: &[BatchItem],
+    ) -> Result<Vec<(i64, DateTime<Utc>)>> {
+        let (ns, owner) = (namespace.to_string(), owner.to_string());
+        let batch = serde_json::to_string(
+            &items
+                .iter()
+                .map(|i| (i.key.as_str(), i.fence, i.ttl.as_millis() as i64))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap_or_default();
+        // One statement for the whole tick (G3), as on PostgreSQL.
+        self.write("keepalive", move |tx, now| {
+            let mut stmt = tx
+                .prepare_cached(
+                    "UPDATE leases SET expires_at_ms = ?4 + b.ttl, updated_at_ms = ?4
+                       FROM (SELECT value ->> 0 AS key, value ->> 1 AS fence, value ->> 2 AS ttl
+                               FROM json_each(?3)) AS b
+                      WHERE leases.namespace = ?1 AND leases.owner = ?2 AND leases.key = b.key
+                        AND leases.fence = b.fence AND leases.done = 0 AND leases.expires_at_ms > ?4
+                  RETURNING leases.fence, leases.expires_at_ms",
+                )
+                .map_err(|e| db_error("keepalive", e))?;
+            let rows = stmt
+                .query_map(params![ns, owner, batch, now], |r| {
+                    Ok((r.get::<_, i64>(0)?, time(r.get::<_, i64>(1)?)))
+                })
+                .map_err(|e| db_error("keepalive", e))?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(|e| db_error("keepalive", e))?;
+            Ok((rows, false))
+        })
+        .await
+    }
+
+    async fn release(&self, l: LeaseRef<'_>) -> Result<bool> {
+        let (ns, key, owner, fence) = (
+            l.namespace.to_string(),
+            l.key.to_string(),
+            l.owner.to_string(),
+            l.fence,
+        );
+        self.write("release", move |tx, now| {
+            let changed = tx
+                .execute(
+                    "UPDATE leases SET owner = NULL, expires_at_ms = NULL, attempt = NULL,
+                                       updated_at_ms = ?5
+                      WHERE namespace = ?1 AND key = ?2 AND owner = ?3 AND fence = ?4
+                        AND done = 0 AND expires_at_ms > ?5",
+                    params![ns, key, owner, fence, now],
+                )
+                .map_err(|e| db_error("release", e))?;
+            if changed == 1 {
+                add_event(tx, WAKEUP_CHANNEL, &wakeup_payload(&ns, &key), now)?;
+            }
+            Ok((changed == 1, changed == 1))
+        })
+        .await
+    }
+
+    async fn done(&self, l: LeaseRef<'_>, metadata: Option<&str>) -> Result<Option<Metadata>> {
+        let (ns, key, owner, fence) = (
+            l.namespace.to_string(),
+            l.key.to_string(),
+            l.owner.to_string(),
+            l.fence,
+        );
+        let metadata = metadata.map(str::to_string);
+        self.write("done", move |tx, now| {
+            let base: Option<String> = tx
+                .query_row(
+                    "SELECT metadata FROM leases WHERE namespace = ?1 AND key = ?2 AND owner = ?3
+                        AND fence = ?4 AND done = 0 AND expires_at_ms > ?5",
+                    params![ns, key, owner, fence, now],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(|e| db_error("done", e))?;
+            let Some(base) = base else {
+                return Ok((None, false));
+            };
+            let (text, merged) = merge(&base, metadata.as_deref())?;
+            tx.execute(
+                "UPDATE leases SET done = 1, expires_at_ms = NULL, attempt = NULL, metadata = ?3,
+                                   updated_at_ms = ?4
+                  WHERE namespace = ?1 AND key = ?2",
+                params![ns, key, text, now],
+            )
+            .map_err(|e| db_error("done", e))?;
+            add_event(tx, WAKEUP_CHANNEL, &wakeup_payload(&ns, &key), now)?;
+            Ok((Some(merged), true))
+        })
+        .await
+    }
+
+    async fn reset(&self, namespace: &str, key: &str) -> Result<ResetOutcome> {
+        let (ns, key) = (namespace.to_string(), key.to_string());
+        self.write("reset", move |tx, now| {
+            let row: Option<(bool, Option<i64>)> = tx
+                .query_row(
+                    "SELECT done, expires_at_ms FROM leases WHERE namespace = ?1 AND key = ?2",
+                    params![ns, key],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()
+                .map_err(|e| db_error("reset", e))?;
+            let outcome = match row {
+                None => ResetOutcome::NotFound,
+                Some((false, Some(expires))) if expires > now => ResetOutcome::Held,
+                Some(_) => {
+                    tx.execute(
+                        "DELETE FROM leases WHERE namespace = ?1 AND key = ?2",
+                        params![ns, key],
+                    )
+                    .map_err(|e| db_error("reset", e))?;
+                    ResetOutcome::Reset
+                }
+            };
+            Ok((outcome, false))
+        })
+        .await
+    }
+
+    async fn list(&self, namespace: &str, q: &ListQuery) -> Result<ListPage> {
+        let ns = namespace.to_string();
+        let q = q.clone();
+        let cursor = q
+            .cursor
+            .as_deref()
+            .map(|c| {
+                c.parse::<i64>().map_err(|_| {
+                    Error::invalid("cursor", format!("{c:?} is not a cursor returned by list"))
+                })
+            })
+            .transpose()?;
+        self.store
+            .with(move |conn| {
+                let now = now_ms();
+                let mut stmt = conn
+                    .prepare_cached(
+                        "SELECT key, owner, fence, expires_at_ms, done, metadata, updated_at_ms
+                           FROM leases
+                          WHERE namespace = ?1
+                            AND (?2 IS NULL OR substr(key, 1, length(?2)) = ?2)
+                            AND (?3 IS NULL OR fence < ?3)
+                          ORDER BY fence DESC",
+                    )
+                    .map_err(|e| db_error("list", e))?;
+                let mut rows = stmt
+                    .query(params![ns, q.prefix, cursor])
+                    .map_err(|e| db_error("list", e))?;
+                let mut items = Vec::new();
+                let mut more = false;
+                while let Some(row) = rows.next().map_err(|e| db_error("list", e))? {
+                    let done: bool = row.get(4).map_err(|e| db_error("list", e))?;
+                    let expires: Option<i64> = row.get(3).map_err(|e| db_error("list", e))?;
+                    let state = match (done, expires) {
+                        (true, _) => KeyState::Done,
+                        (false, Some(e)) if e > now => KeyState::Held,
+                        _ => KeyState::Free,
+                    };
+                    if matches!(q.state, StateFilter::Only(s) if s != state) {
+                        continue;
+                    }
+                    let metadata =
+                        parse_metadata(&row.get::<_, String>(5).map_err(|e| db_error("list", e))?)?;
+                    // JSON containment, as PostgreSQL's @> for a flat object filter.
+                    if let Some(filter) = &q.metadata {
+                        if !filter.iter().all(|(k, v)| metadata.get(k) == Some(v)) {
+                            continue;
+                        }
+                    }
+                    if items.len() == q.limit {
+                        more = true;
+                        break;
+                    }
+                    let owner: Option<String> = row.get(1).map_err(|e| db_error("list", e))?;
+                    items.push(LeaseInfo {
+                        key: row.get(0).map_err(|e| db_error("list", e))?,
+                        state,
+                        owner: if state == KeyState::Free { None } else { owner },
+                        fence: row.get(2).map_err(|e| db_error("list", e))?,
+                        expires_at: if state == KeyState::Held {
+                            expires.map(time)
+                        } else {
+                            None
+                        },
+                        metadata,
+                        updated_at: time(row.get(6).map_err(|e| db_error("list", e))?),
+                    });
+                }
+                let next_cursor = if more {
+                    items.last().map(|i| i.fence.to_string())
+                } else {
+                    None
+                };
+                Ok(ListPage { items, next_cursor })
+            })
+            .await
+    }
+
+    async fn notify(&self, channel: &str, payload: &str) -> Result<()> {
+        let (channel, payload) = (channel.to_string(), payload.to_string());
+        self.write("notify", move |tx, now| {
+            add_event(tx, &channel, &payload, now)?;
+            Ok(((), true))
+        })
+        .await
+    }
+
+    fn max_payload(&self) -> usize {
+        MAX_PAYLOAD
+    }
+
+    async fn listen(&self, channel: &str) -> Result<()> {
+        *self
+            .listener
+            .channels
+            .lock()
+            .unwrap()
+            .entry(channel.to_string())
+            .or_insert(0) += 1;
+        self.listener.start().await
+    }
+
+    async fn unlisten(&self, channel: &str) {
+        let mut channels = self.listener.channels.lock().unwrap();
+        if let Some(count) = channels.get_mut(channel) {
+            *count -= 1;
+            if *count == 0 {
+                channels.remove(channel);
+            }
+        }
+    }
+
+    async fn watch_wakeups(&self) -> Result<()> {
+        self.listener.start().await
+    }
+
+    async fn listening_channels(&self) -> Result<Vec<String>> {
+        Ok(self
+            .listener
+            .channels
+            .lock()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect())
+    }
+
+    fn close(&self) {
+        self.listener.shutdown.cancel();
+    }
+}
+
+/// Reads new events and hands them to the core: started on first need, like PostgreSQL's
+/// listening connection.
+struct Listener {
+    store: Arc<Store>,
+    sink: Arc<dyn EventSink>,
+    channels: Mutex<HashMap<String, usize>>,
+    started: OnceCell<()>,
+    shutdown: CancellationToken,
+}
+
+impl Listener {
+    /// Starts the reader with its cursor at the newest event: anything committed after this
+    /// returns is delivered.
+    async fn start(self: &Arc<Self>) -> Result<()> {
+        self.started
+            .get_or_try_init(|| async {
+                let reader = match &self.store.location {
+                    Location::File(_) => {
+                        let location = self.store.location.clone();
+                        let conn = tokio::task::spawn_blocking(move || Store::connect(&location))
+                            .await
+                            .map_err(|e| Error::internal(format!("SQLite task failed: {e}")))??;
+                        Some(Arc::new(Mutex::new(conn)))
+                    }
+                    Location::Memory(_) => None,
+                };
+                let this = self.clone();
+                let cursor = this.read(reader.clone(), None).await?.0;
+                tokio::spawn(async move { this.run(reader, cursor).await });
+                Ok(())
+            })
+            .await
+            .map(|_| ())
+    }
+
+    /// One read on the listener's connection (or the store's, for memory): the data version
+    /// and the events after `cursor` (with `None`, only the newest id).
+    async fn read(
+        &self,
+        reader: Option<Arc<Mutex<Connection>>>,
+        cursor: Option<i64>,
+    ) -> Result<EventsRead> {
+        match reader {
+            Some(reader) => tokio::task::spawn_blocking(move || {
+                read_events(&reader.lock().unwrap_or_else(|e| e.into_inner()), cursor)
+            })
+            .await
+            .map_err(|e| Error::internal(format!("SQLite task failed: {e}")))?,
+            None => self.store.with(move |conn| read_events(conn, cursor)).await,
+        }
+    }
+
+    async fn run(self: Arc<Self>, reader: Option<Arc<Mutex<Connection>>>, mut cursor: i64) {
+        let mut version = -1;
+        let mut nudged = self.store.nudge.subscribe();
+        let mut last_cleanup = now_ms();
+        loop {
+            match self.read(reader.clone(), Some(cursor)).await {
+                Ok((newest, v, events)) => {
+                    version = v;
+                    cursor = newest;
+                    self.deliver(events);
+                }
+                Err(e) => tracing::warn!(target: "accord", error = %e, "reading events failed"),
+            }
+            if now_ms() - last_cleanup > EVENT_RETENTION_MS / 6 {
+                last_cleanup = now_ms();
+                let cutoff = last_cleanup - EVENT_RETENTION_MS;
+                let _ = self
+                    .store
+                    .with(move |c| {
+                        c.execute("DELETE FROM events WHERE created_at_ms < ?1", [cutoff])
+                            .map_err(|e| db_error("event cleanup", e))
+                    })
+                    .await;
+            }
+            // Sleep until nudged (a commit in this process) or until the file may have changed.
+            loop {
+                tokio::select! {
+                    _ = self.shutdown.cancelled() => return,
+                    _ = nudged.changed() => break,
+                    _ = tokio::time::sleep(POLL_EVERY) => {
+                        if reader.is_none() {
+                            continue; // memory: only this process writes, and it nudges
+                        }
+                        match self.read(reader.clone(), None).await {
+                            Ok((_, v, _)) if v == version => continue,
+                            _ => break,
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn deliver(&self, events: Vec<StoredEvent>) {
+        deliver_to(&self.sink, &self.channels, events)
+    }
+}
+
+/// The data version and the events after `cursor` (with `None`, only the newest id).
+fn read_events(conn: &Connection, cursor: Option<i64>) -> Result<EventsRead> {
+    let version: i64 = conn
+        .query_row("PRAGMA data_version", [], |r| r.get(0))
+        .map_err(|e| db_error("listen", e))?;
+    let Some(after) = cursor else {
+        let newest: i64 = conn
+            .query_row("SELECT COALESCE(max(id), 0) FROM events", [], |r| r.get(0))
+            .map_err(|e| db_error("listen", e))?;
+        return Ok((newest, version, Vec::new()));
+    };
+    let mut stmt = conn
+        .prepare_cached("SELECT id, channel, payload FROM events WHERE id > ?1 ORDER BY id")
+        .map_err(|e| db_error("listen", e))?;
+    let events = stmt
+        .query_map([after], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .map_err(|e| db_error("listen", e))?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .map_err(|e| db_error("listen", e))?;
+    let newest = events.last().map_or(after, |e: &StoredEvent| e.0);
+    Ok((newest, version, events))
+}
+
+fn deliver_to(
+    sink: &Arc<dyn EventSink>,
+    channels: &Mutex<HashMap<String, usize>>,
+    events: Vec<StoredEvent>,
+) {
+    if events.is_empty() {
+        return;
+    }
+    let channels = channels.lock().unwrap().clone();
+    for (_, channel, payload) in events {
+        if channel == WAKEUP_CHANNEL {
+            if let Ok((namespace, key)) = serde_json::from_str::<(String, String)>(&payload) {
+                sink.deliver(BackendEvent::Wakeup { namespace, key });
+            }
+        } else if channels.contains_key(&channel) {
+            sink.deliver(BackendEvent::Notification { channel, payload });
+        }
+    }
+}

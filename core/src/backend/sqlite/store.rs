@@ -1,0 +1,220 @@
+//! Opening the embedded store: `sqlite:///path/file.db` (shared by the processes of one host,
+//! WAL, busy timeout) or `memory:[name]` (one store per name, shared by the clients of one
+//! process), the schema, and the in-process nudge that wakes listeners at once.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, OpenFlags};
+use tokio::sync::watch;
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// Writers wait this long for each other (across processes) before giving up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where a store lives.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Location {
+    File(PathBuf),
+    Memory(String),
+}
+
+impl Location {
+    pub fn parse(url: &str) -> Result<Location> {
+        if let Some(rest) = url.strip_prefix("memory:") {
+            return Ok(Location::Memory(rest.to_string()));
+        }
+        let path = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+            .ok_or_else(|| Error::invalid("url", "expected sqlite:///path/to/file.db"))?;
+        let path = path.split('?').next().unwrap_or(path);
+        if path.is_empty() || !path.starts_with('/') {
+            return Err(Error::invalid(
+                "url",
+                "sqlite URLs name an absolute path: sqlite:///path/to/file.db",
+            ));
+        }
+        Ok(Location::File(PathBuf::from(path)))
+    }
+}
+
+/// One store as this process sees it: the command connection and the nudge for its listeners.
+pub(crate) struct Store {
+    pub location: Location,
+    /// FIFO-fair, so a flood of calls cannot starve the keepalive's transaction (G4).
+    pub conn: Arc<tokio::sync::Mutex<Connection>>,
+    /// Bumped after each commit that added events: wakes this process's listeners of the store
+    /// at once (a watch channel, so a listener busy reading does not miss it).
+    pub nudge: Arc<watch::Sender<u64>>,
+}
+
+fn nudges() -> &'static Mutex<HashMap<Location, Arc<watch::Sender<u64>>>> {
+    static NUDGES: OnceLock<Mutex<HashMap<Location, Arc<watch::Sender<u64>>>>> = OnceLock::new();
+    NUDGES.get_or_init(Default::default)
+}
+
+/// `memory:` stores live as long as the process: clients of one process share them by name.
+fn memory_stores() -> &'static Mutex<HashMap<String, Arc<Store>>> {
+    static STORES: OnceLock<Mutex<HashMap<String, Arc<Store>>>> = OnceLock::new();
+    STORES.get_or_init(Default::default)
+}
+
+pub(crate) fn db_error(what: &str, e: rusqlite::Error) -> Error {
+    let busy = matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    );
+    Error::new(
+        if busy {
+            ErrorKind::Timeout
+        } else {
+            ErrorKind::Database
+        },
+        format!("{what}: SQLite error: {e}"),
+    )
+    .with_source(e)
+}
+
+/// Milliseconds since the Unix epoch: on one host every process reads the same clock.
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl Store {
+    /// The command connection of a new client (a shared one for `memory:`).
+    pub fn open(location: &Location) -> Result<Arc<Store>> {
+        match location {
+            Location::Memory(name) => {
+                let mut stores = memory_stores().lock().unwrap();
+                if let Some(store) = stores.get(name) {
+                    return Ok(store.clone());
+                }
+                let conn = Connection::open_in_memory().map_err(|e| db_error("memory store", e))?;
+                let store = Arc::new(Store::new(location.clone(), conn)?);
+                stores.insert(name.clone(), store.clone());
+                Ok(store)
+            }
+            Location::File(_) => Ok(Arc::new(Store::new(
+                location.clone(),
+                Store::connect(location)?,
+            )?)),
+        }
+    }
+
+    /// Another connection to a file store (listeners read on their own).
+    pub fn connect(location: &Location) -> Result<Connection> {
+        let Location::File(path) = location else {
+            return Err(Error::internal("memory stores have one connection"));
+        };
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::Connection,
+                format!("could not open the SQLite store {}: {e}", path.display()),
+            )
+        })?;
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(|e| db_error("busy timeout", e))?;
+        // WAL: readers never block the writer; NORMAL sync is durable enough for leases,
+        // which expire anyway.
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(|e| db_error("WAL", e))?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(|e| db_error("synchronous", e))?;
+        Ok(conn)
+    }
+
+    fn new(location: Location, mut conn: Connection) -> Result<Store> {
+        migrate(&mut conn)?;
+        let nudge = nudges()
+            .lock()
+            .unwrap()
+            .entry(location.clone())
+            .or_insert_with(|| Arc::new(watch::channel(0).0))
+            .clone();
+        Ok(Store {
+            location,
+            conn: Arc::new(tokio::sync::Mutex::new(conn)),
+            nudge,
+        })
+    }
+
+    /// Runs `f` with the command connection on a blocking thread (SQLite calls block). The
+    /// connection is taken in turn, before a blocking thread is.
+    pub async fn with<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let mut conn = self.conn.clone().lock_owned().await;
+        tokio::task::spawn_blocking(move || f(&mut conn))
+            .await
+            .map_err(|e| Error::internal(format!("SQLite task failed: {e}")))?
+    }
+}
+
+/// The versioned schema, applied in one IMMEDIATE transaction: concurrent processes starting
+/// at once serialize on SQLite's write lock, and the version is re-read under it.
+fn migrate(conn: &mut Connection) -> Result<()> {
+    let steps = ["CREATE TABLE leases (
+             namespace     TEXT NOT NULL,
+             key           TEXT NOT NULL,
+             owner         TEXT,
+             fence         INTEGER NOT NULL,
+             attempt       INTEGER,
+             expires_at_ms INTEGER,
+             done          INTEGER NOT NULL DEFAULT 0,
+             metadata      TEXT NOT NULL DEFAULT '{}',
+             updated_at_ms INTEGER NOT NULL,
+             PRIMARY KEY (namespace, key)
+         );
+         CREATE INDEX leases_newest_first ON leases (namespace, fence DESC);
+         CREATE TABLE fence_seq (id INTEGER PRIMARY KEY CHECK (id = 1), value INTEGER NOT NULL);
+         INSERT INTO fence_seq VALUES (1, 0);
+         CREATE TABLE events (
+             id            INTEGER PRIMARY KEY AUTOINCREMENT,
+             channel       TEXT NOT NULL,
+             payload       TEXT NOT NULL,
+             created_at_ms INTEGER NOT NULL
+         );"];
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(|e| db_error("migration", e))?;
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+             version INTEGER PRIMARY KEY, applied_at_ms INTEGER NOT NULL)",
+    )
+    .map_err(|e| db_error("migration", e))?;
+    let current: i64 = tx
+        .query_row(
+            "SELECT COALESCE(max(version), 0) FROM schema_migrations",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(|e| db_error("migration", e))?;
+    for (i, step) in steps.iter().enumerate() {
+        let version = i as i64 + 1;
+        if version <= current {
+            continue;
+        }
+        tx.execute_batch(step)
+            .map_err(|e| db_error(&format!("migration to version {version}"), e))?;
+        tx.execute(
+            "INSERT INTO schema_migrations VALUES (?1, ?2)",
+            rusqlite::params![version, now_ms()],
+        )
+        .map_err(|e| db_error("migration", e))?;
+    }
+    tx.commit().map_err(|e| db_error("migration", e))
+}

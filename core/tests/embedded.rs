@@ -1,0 +1,266 @@
+//! The conformance suite on the embedded store (`sqlite:` and `memory:`), and what only a
+//! store shared by processes through a file can show: exclusion, notifications and lost
+//! signals across processes. Worker processes are this test binary started again with
+//! `ACCORD_EMBEDDED_WORKER` set.
+
+mod conformance;
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use accord::{AcquireOptions, Client, ClientOptions, Event};
+use support::Harness;
+
+mod sqlite {
+    use super::*;
+    conformance_suite!(Harness::sqlite;
+        leases::l1_acquire_records_everything,
+        leases::l2_not_reentrant,
+        leases::l4_renew_extends_and_merges,
+        leases::l5_done_is_final_until_reset,
+        leases::l7_list_filters_and_pages,
+        leases::l8_waiting_is_woken,
+        leases::l9_cancellation_leaves_nothing_held,
+        leases::l10_keepalive_is_batched,
+        notify::n1_any_source_is_heard,
+        notify::n2_nothing_sent_after_listen_is_missed,
+        notify::n3_bursts_keep_order,
+        notify::n4_limits_and_quoting,
+        notify::n6_close_ends_waits,
+        input::g11_bad_input_is_refused,
+    );
+}
+
+mod memory {
+    use super::*;
+    conformance_suite!(Harness::memory;
+        leases::l1_acquire_records_everything,
+        leases::l2_not_reentrant,
+        leases::l4_renew_extends_and_merges,
+        leases::l5_done_is_final_until_reset,
+        leases::l7_list_filters_and_pages,
+        leases::l8_waiting_is_woken,
+        leases::l9_cancellation_leaves_nothing_held,
+        notify::n1_any_source_is_heard,
+        notify::n2_nothing_sent_after_listen_is_missed,
+        notify::n3_bursts_keep_order,
+        notify::n4_limits_and_quoting,
+        notify::n6_close_ends_waits,
+        input::g11_bad_input_is_refused,
+    );
+}
+
+/// Entry point of worker processes; a no-op in a normal run.
+#[test]
+fn embedded_worker() {
+    let Ok(mode) = std::env::var("ACCORD_EMBEDDED_WORKER") else {
+        return;
+    };
+    let url = std::env::var("ACCORD_EMBEDDED_URL").unwrap();
+    let namespace = std::env::var("ACCORD_EMBEDDED_NAMESPACE").unwrap();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async move {
+            let client = Client::connect(
+                &url,
+                ClientOptions::new()
+                    .namespace(namespace)
+                    .ttl(Duration::from_secs(1)),
+            )
+            .await
+            .unwrap();
+            match mode.as_str() {
+                // Rounds of acquire → critical section → release. The section creates a
+                // sentinel file with O_EXCL: two holders at once would fail to.
+                "contend" => {
+                    let sentinel = std::env::var("ACCORD_EMBEDDED_SENTINEL").unwrap();
+                    for _ in 0..100 {
+                        let lease = client
+                            .acquire(
+                                "shared",
+                                AcquireOptions::new().timeout(Duration::from_secs(30)),
+                            )
+                            .await
+                            .unwrap();
+                        let created = std::fs::OpenOptions::new()
+                            .write(true)
+                            .create_new(true)
+                            .open(&sentinel);
+                        if created.is_err() {
+                            println!("VIOLATION");
+                            std::process::exit(3);
+                        }
+                        tokio::time::sleep(Duration::from_micros(500)).await;
+                        std::fs::remove_file(&sentinel).unwrap();
+                        lease.release().await.unwrap();
+                    }
+                    println!("OK");
+                }
+                "notify" => {
+                    client
+                        .notify("cross", &format!("{}", now_us()))
+                        .await
+                        .unwrap();
+                }
+                // Holds "held", then reports whether it saw lost once resumed.
+                "hold" => {
+                    let lease = client.acquire("held", AcquireOptions::new()).await.unwrap();
+                    println!("HELD {}", lease.fence());
+                    let started = Instant::now();
+                    while started.elapsed() < Duration::from_secs(3) {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    println!("LOST {}", lease.is_lost());
+                }
+                other => panic!("unknown worker mode {other}"),
+            }
+            client.close().await;
+        });
+}
+
+fn now_us() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros()
+}
+
+fn worker(h: &Harness, mode: &str) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "embedded_worker",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env("ACCORD_EMBEDDED_WORKER", mode)
+    .env("ACCORD_EMBEDDED_URL", &h.url)
+    .env("ACCORD_EMBEDDED_NAMESPACE", &h.tag)
+    .stdout(Stdio::piped());
+    cmd
+}
+
+fn lines(child: &mut std::process::Child) -> impl Iterator<Item = String> {
+    BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|l| {
+            ["OK", "VIOLATION", "HELD", "LOST"]
+                .iter()
+                .find_map(|w| l.find(w).map(|i| l[i..].to_string()))
+        })
+}
+
+/// G1 across processes: four processes × 100 rounds on one key of one SQLite file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_exclusion_across_processes() {
+    let h = Harness::sqlite("xproc").await;
+    drop(h.client("setup").await); // the schema exists before four processes race for it
+    let sentinel = std::env::temp_dir().join(format!("accord-tests/{}.sentinel", h.tag));
+    let mut children: Vec<_> = (0..4)
+        .map(|_| {
+            worker(&h, "contend")
+                .env("ACCORD_EMBEDDED_SENTINEL", &sentinel)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in &mut children {
+        let said: Vec<String> = lines(child).collect();
+        assert!(child.wait().unwrap().success(), "a worker failed: {said:?}");
+        assert_eq!(said, ["OK"]);
+    }
+}
+
+/// G8 across processes: a notification from another process arrives within ~20 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_notifications_across_processes() {
+    let h = Harness::sqlite("xnotify").await;
+    let client = h.client("listener").await;
+    let sub = client.listen(["cross"]).await.unwrap();
+    let mut latencies = Vec::new();
+    for _ in 0..5 {
+        assert!(worker(&h, "notify").status().unwrap().success());
+        match tokio::time::timeout(Duration::from_secs(10), sub.recv()).await {
+            Ok(Ok(Some(Event::Message(m)))) => {
+                let sent: u128 = m.payload.parse().unwrap();
+                latencies.push((now_us() - sent) / 1000);
+            }
+            other => panic!("expected the notification, got {other:?}"),
+        }
+    }
+    latencies.sort_unstable();
+    eprintln!("sqlite cross-process notify latency (ms): {latencies:?}");
+    // Delivery is polled every 5 ms; a generous bound catches a listener that stopped.
+    assert!(latencies[2] < 1000, "median latency {} ms", latencies[2]);
+}
+
+/// G4 on SQLite: a holder stopped (SIGSTOP) past its ttl loses the key to another process's
+/// waiter, and sees lost once resumed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_stalled_holder_loses_before_takeover() {
+    let h = Harness::sqlite("xstall").await;
+    let client = h.client("waiter").await;
+    let mut holder = worker(&h, "hold").spawn().unwrap();
+    let mut said = lines(&mut holder);
+    let held = said.next().unwrap();
+    let fence: i64 = held.strip_prefix("HELD ").unwrap().trim().parse().unwrap();
+    let pid = holder.id() as libc::pid_t;
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let lease = client
+        .acquire(
+            "held",
+            AcquireOptions::new().timeout(Duration::from_secs(10)),
+        )
+        .await
+        .unwrap();
+    assert!(lease.fence() > fence);
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    assert_eq!(said.next().as_deref(), Some("LOST true"));
+    assert_eq!(said.count(), 0); // read to the end, so the worker can finish writing
+    assert!(holder.wait().unwrap().success());
+}
+
+/// `memory:` stores are per process and per name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_stores_are_shared_by_name_within_a_process() {
+    let a = Client::connect("memory:shared-by-name", ClientOptions::new())
+        .await
+        .unwrap();
+    let b = Client::connect("memory:shared-by-name", ClientOptions::new())
+        .await
+        .unwrap();
+    let other = Client::connect("memory:another", ClientOptions::new())
+        .await
+        .unwrap();
+    let lease = a
+        .try_acquire("k", AcquireOptions::new())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(b
+        .try_acquire("k", AcquireOptions::new())
+        .await
+        .unwrap()
+        .is_none());
+    assert!(other
+        .try_acquire("k", AcquireOptions::new())
+        .await
+        .unwrap()
+        .is_some());
+    lease.release().await.unwrap();
+    assert!(b
+        .try_acquire("k", AcquireOptions::new())
+        .await
+        .unwrap()
+        .is_some());
+    let bad = Client::connect("sqlite:relative.db", ClientOptions::new())
+        .await
+        .unwrap_err();
+    assert_eq!(bad.kind(), accord::ErrorKind::InvalidArgument);
+}
