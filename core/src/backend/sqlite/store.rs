@@ -63,13 +63,16 @@ fn memory_stores() -> &'static Mutex<HashMap<String, Arc<Store>>> {
     STORES.get_or_init(Default::default)
 }
 
-pub(crate) fn db_error(what: &str, e: rusqlite::Error) -> Error {
-    let busy = matches!(
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
         e.sqlite_error_code(),
         Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-    );
+    )
+}
+
+pub(crate) fn db_error(what: &str, e: rusqlite::Error) -> Error {
     Error::new(
-        if busy {
+        if is_busy(&e) {
             ErrorKind::Timeout
         } else {
             ErrorKind::Database
@@ -128,9 +131,26 @@ impl Store {
         conn.busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| db_error("busy timeout", e))?;
         // WAL: readers never block the writer; NORMAL sync is durable enough for leases,
-        // which expire anyway.
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(|e| db_error("WAL", e))?;
+        // which expire anyway. Switching needs a moment without other writers, and SQLite does
+        // not wait for it with the busy handler: retry briefly. Once a file is in WAL (the first
+        // client did it), nothing is left to switch.
+        let mut tries = 0;
+        loop {
+            let mode: String = conn
+                .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+                .map_err(|e| db_error("WAL", e))?;
+            if mode.eq_ignore_ascii_case("wal") {
+                break;
+            }
+            match conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0)) {
+                Ok(_) => break,
+                Err(e) if tries < 100 && is_busy(&e) => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => return Err(db_error("WAL", e)),
+            }
+        }
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(|e| db_error("synchronous", e))?;
         Ok(conn)
