@@ -1,0 +1,787 @@
+//! `accord`: accord's locks, leases, done-marking and notifications from a shell.
+//!
+//! Exit codes (also in `accord --help`): 0 ok, 1 error, 2 usage or invalid argument, 3 the key
+//! is held / the wait timed out, 4 the key is done, 5 the lease was lost; `run` passes its
+//! command's own exit code through (128 + N when the command died of signal N).
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use accord::{AcquireOptions, Client, ClientOptions, ErrorKind, KeyState, ListQuery, Metadata};
+use clap::{Parser, Subcommand, ValueEnum};
+use tokio::signal::unix::{signal, Signal, SignalKind};
+
+mod exit {
+    pub const OK: u8 = 0;
+    pub const ERROR: u8 = 1;
+    pub const USAGE: u8 = 2;
+    pub const HELD: u8 = 3;
+    pub const DONE: u8 = 4;
+    pub const LOST: u8 = 5;
+}
+
+const EXAMPLES: &str = "\
+Examples:
+  export ACCORD_URL=postgres://user:pass@db/app
+  accord migrate                                 # create or upgrade the schema
+  accord migrate --print-sql --schema accord     # the SQL, for a DBA (no connection)
+  accord ls --state held                         # who holds what, fence, time left
+  accord ls --prefix reports/ --json             # JSON lines, for jq
+  accord run nightly-report -- ./report.sh       # like flock(1), across machines
+  accord run --timeout 0 --done import/2026-11-22 -- ./import.sh
+  accord acquire maintenance --ttl 1m            # hold until Ctrl-C, then release
+  accord reset import/2026-11-22                 # make a done key acquirable again
+  accord listen jobs events                      # print channel<TAB>payload lines
+  accord notify jobs 'batch 7 finished'
+
+Exit codes:
+  0  ok
+  1  error (connection, database, ...)
+  2  usage error or invalid argument
+  3  could not acquire: the key is held (--timeout 0) or the wait timed out
+  4  the key is done (reset it to acquire it again)
+  5  the lease was lost (run: the command was stopped)
+  run passes its command's exit code through (128+N if it died of signal N)
+
+Environment: ACCORD_URL, ACCORD_NAMESPACE, ACCORD_SCHEMA, ACCORD_OWNER; ACCORD_LOG sets the
+log filter (default: warn).";
+
+const RUN_HELP: &str = "\
+The command gets ACCORD_KEY, ACCORD_FENCE, ACCORD_NAMESPACE and ACCORD_OWNER in its environment.
+The lease is renewed in the background while the command runs and released when it exits. If the
+lease is lost (say, this process was stalled past the ttl or the coordinator was unreachable), the
+command is sent SIGTERM, then SIGKILL after --kill-after, and accord exits with 5. SIGINT and
+SIGTERM received by accord are forwarded to the command.
+
+Examples:
+  accord run nightly-report -- ./report.sh
+  accord run --ttl 10s --timeout 5m deploy/prod -- make deploy
+  accord run --timeout 0 --done import/2026-11-22 -- sh -c './import \"$ACCORD_FENCE\"'";
+
+/// Locks, leases with fencing tokens, done-marking and notifications, from a shell.
+#[derive(Parser, Debug)]
+#[command(name = "accord", version, after_help = EXAMPLES)]
+struct Cli {
+    /// Coordinator URL: postgres://user:pass@host/db (sqlite:///path and memory: when the
+    /// embedded store is available).
+    #[arg(long, env = "ACCORD_URL", global = true, hide_env_values = true)]
+    url: Option<String>,
+    /// Namespace of the keys.
+    #[arg(
+        long,
+        env = "ACCORD_NAMESPACE",
+        hide_env_values = true,
+        global = true,
+        default_value = "default"
+    )]
+    namespace: String,
+    /// Database schema of accord's tables.
+    #[arg(
+        long,
+        env = "ACCORD_SCHEMA",
+        global = true,
+        hide_env_values = true,
+        default_value = "accord"
+    )]
+    schema: String,
+    /// Owner recorded on leases (default: host-pid-random).
+    #[arg(long, env = "ACCORD_OWNER", global = true, hide_env_values = true)]
+    owner: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Create or upgrade accord's schema (or print its SQL).
+    Migrate {
+        /// Print the migration SQL instead of applying it (no connection needed).
+        #[arg(long)]
+        print_sql: bool,
+    },
+    /// List keys: state, holder, fence, time left, metadata.
+    #[command(visible_alias = "list")]
+    Ls {
+        /// Only keys starting with this prefix.
+        #[arg(long)]
+        prefix: Option<String>,
+        /// Only keys in this state.
+        #[arg(long, value_enum, default_value = "all")]
+        state: StateArg,
+        /// Only keys whose metadata contains this JSON object.
+        #[arg(long, value_parser = parse_metadata)]
+        metadata: Option<Metadata>,
+        /// At most this many keys (default: all).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        limit: Option<u64>,
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Keys fetched per request (for tests of paging).
+        #[arg(long, hide = true, default_value_t = accord::MAX_LIST_LIMIT as u64,
+              value_parser = clap::value_parser!(u64).range(1..=accord::MAX_LIST_LIMIT as u64))]
+        page_size: u64,
+    },
+    /// Acquire KEY, print its fence, and hold it (renewed) until Ctrl-C or SIGTERM.
+    Acquire {
+        #[arg(value_parser = non_empty)]
+        key: String,
+        /// Lease ttl; renewed every ttl/3 while held.
+        #[arg(long, default_value = "30s", value_parser = parse_duration)]
+        ttl: Duration,
+        /// How long to wait for the key (0 = try once).
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        timeout: Duration,
+        /// JSON object merged into the key's metadata.
+        #[arg(long, value_parser = parse_metadata)]
+        metadata: Option<Metadata>,
+    },
+    /// Not supported: a lease is released by the process holding it (see `accord release --help`).
+    #[command(
+        long_about = "Not supported. accord releases a lease only through the handle of the process \
+                      that holds it (releases are fenced so that they never free a newer grant), so a \
+                      separate command cannot release it. Use `accord run KEY -- command` (released \
+                      when the command exits), stop `accord acquire` with Ctrl-C or SIGTERM, or wait \
+                      for the lease's ttl to pass."
+    )]
+    Release {
+        #[arg(value_parser = non_empty)]
+        key: String,
+    },
+    /// Make a done (or free) key unknown again, so that it can be acquired.
+    Reset {
+        #[arg(value_parser = non_empty)]
+        key: String,
+    },
+    /// Send PAYLOAD on CHANNEL to every listener.
+    Notify {
+        #[arg(value_parser = non_empty)]
+        channel: String,
+        /// The message (may be empty).
+        payload: String,
+    },
+    /// Print notifications on the channels as they arrive (channel<TAB>payload), until Ctrl-C.
+    Listen {
+        #[arg(required = true, value_parser = non_empty)]
+        channels: Vec<String>,
+        /// One JSON object per line: {"channel": …, "payload": …}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a command while holding KEY (like flock(1), across machines).
+    #[command(after_help = RUN_HELP)]
+    Run {
+        #[arg(value_parser = non_empty)]
+        key: String,
+        /// Lease ttl; renewed every ttl/3 while the command runs.
+        #[arg(long, default_value = "30s", value_parser = parse_duration)]
+        ttl: Duration,
+        /// How long to wait for the key: 0 = try once (exit 3 if held); default: wait forever.
+        #[arg(long, value_parser = parse_duration)]
+        timeout: Option<Duration>,
+        /// After the lease is lost, how long the command has between SIGTERM and SIGKILL.
+        #[arg(long, default_value = "5s", value_parser = parse_duration)]
+        kill_after: Duration,
+        /// Mark the key done when the command exits with 0.
+        #[arg(long)]
+        done: bool,
+        /// JSON object merged into the key's metadata.
+        #[arg(long, value_parser = parse_metadata)]
+        metadata: Option<Metadata>,
+        /// The command and its arguments (after --).
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum StateArg {
+    Held,
+    Free,
+    Done,
+    All,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    humantime::parse_duration(s)
+        .map_err(|e| format!("{e} (expected a duration such as 500ms, 30s, 2m, 1h)"))
+}
+
+fn parse_metadata(s: &str) -> Result<Metadata, String> {
+    match serde_json::from_str::<serde_json::Value>(s) {
+        Ok(serde_json::Value::Object(map)) => Ok(map),
+        Ok(_) => Err("expected a JSON object such as '{\"team\":\"billing\"}'".into()),
+        Err(e) => Err(format!("not valid JSON: {e}")),
+    }
+}
+
+fn non_empty(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        Err("must not be empty".into())
+    } else {
+        Ok(s.to_string())
+    }
+}
+
+/// An error on its way out: a message for stderr and an exit code.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl Failure {
+    fn new(code: u8, message: impl Into<String>) -> Self {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<accord::Error> for Failure {
+    fn from(e: accord::Error) -> Self {
+        Failure::new(code_of(e.kind()), e.message().to_string())
+    }
+}
+
+fn code_of(kind: ErrorKind) -> u8 {
+    match kind {
+        ErrorKind::InvalidArgument => exit::USAGE,
+        ErrorKind::Held | ErrorKind::Timeout => exit::HELD,
+        ErrorKind::Done => exit::DONE,
+        ErrorKind::LeaseLost => exit::LOST,
+        _ => exit::ERROR,
+    }
+}
+
+type Outcome = Result<u8, Failure>;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("accord: error: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::ERROR);
+        }
+    };
+    let outcome = runtime.block_on(dispatch(cli));
+    // Do not wait for background tasks (a listener reconnecting, say) once the answer is known.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(f) => {
+            eprintln!("accord: error: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = std::env::var("ACCORD_LOG").unwrap_or_else(|_| "warn".into());
+    let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
+async fn dispatch(cli: Cli) -> Outcome {
+    if let Command::Migrate { print_sql: true } = cli.command {
+        print!("{}", accord::migration_sql(&cli.schema)?);
+        return Ok(exit::OK);
+    }
+    if let Command::Release { key } = &cli.command {
+        return Err(Failure::new(
+            exit::ERROR,
+            format!(
+                "cannot release {key:?} from another process: accord releases a lease only through \
+                 the handle of the process holding it. Use `accord run {key} -- COMMAND` (released \
+                 when the command exits), stop `accord acquire {key}` with Ctrl-C or SIGTERM, or \
+                 wait for its ttl to pass"
+            ),
+        ));
+    }
+    let Some(url) = cli.url.clone() else {
+        return Err(Failure::new(
+            exit::USAGE,
+            "no coordinator URL: pass --url or set ACCORD_URL (e.g. postgres://user:pass@host/db)",
+        ));
+    };
+    let mut options = ClientOptions::new()
+        .namespace(cli.namespace.clone())
+        .schema(cli.schema.clone())
+        .application_name("accord-cli");
+    if let Some(owner) = &cli.owner {
+        options = options.owner(owner.clone());
+    }
+    if let Command::Acquire { ttl, .. } | Command::Run { ttl, .. } = &cli.command {
+        options = options.ttl(*ttl);
+    }
+    let client = Client::connect(&url, options).await?;
+    let outcome = match cli.command {
+        Command::Migrate { .. } => {
+            eprintln!("accord: schema {:?} is up to date", cli.schema);
+            Ok(exit::OK)
+        }
+        Command::Ls {
+            prefix,
+            state,
+            metadata,
+            limit,
+            json,
+            page_size,
+        } => {
+            ls(
+                &client,
+                prefix,
+                state,
+                metadata,
+                limit,
+                json,
+                page_size as usize,
+            )
+            .await
+        }
+        Command::Acquire {
+            key,
+            ttl,
+            timeout,
+            metadata,
+        } => acquire(&client, &key, ttl, timeout, metadata).await,
+        Command::Release { .. } => unreachable!("handled before connecting"),
+        Command::Reset { key } => match client.reset(&key).await? {
+            true => {
+                eprintln!("accord: reset {key:?}");
+                Ok(exit::OK)
+            }
+            false => {
+                eprintln!("accord: {key:?} was not known (nothing to reset)");
+                Ok(exit::OK)
+            }
+        },
+        Command::Notify { channel, payload } => {
+            client.notify(&channel, &payload).await?;
+            Ok(exit::OK)
+        }
+        Command::Listen { channels, json } => listen(&client, channels, json).await,
+        Command::Run {
+            key,
+            ttl,
+            timeout,
+            kill_after,
+            done,
+            metadata,
+            command,
+        } => {
+            run(
+                &client,
+                RunArgs {
+                    key,
+                    ttl,
+                    timeout,
+                    kill_after,
+                    done,
+                    metadata,
+                    command,
+                },
+            )
+            .await
+        }
+    };
+    client.close().await;
+    outcome
+}
+
+fn signals() -> Result<(Signal, Signal), Failure> {
+    let int = signal(SignalKind::interrupt())
+        .map_err(|e| Failure::new(exit::ERROR, format!("cannot handle SIGINT: {e}")))?;
+    let term = signal(SignalKind::terminate())
+        .map_err(|e| Failure::new(exit::ERROR, format!("cannot handle SIGTERM: {e}")))?;
+    Ok((int, term))
+}
+
+// ---------------------------------------------------------------------------------------- ls
+
+async fn ls(
+    client: &Client,
+    prefix: Option<String>,
+    state: StateArg,
+    metadata: Option<Metadata>,
+    limit: Option<u64>,
+    json: bool,
+    page_size: usize,
+) -> Outcome {
+    let mut remaining = limit.map(|l| l as usize);
+    let mut cursor: Option<String> = None;
+    let mut items = Vec::new();
+    loop {
+        let page_size = remaining.unwrap_or(usize::MAX).min(page_size);
+        let mut query = ListQuery::new().limit(page_size);
+        if let Some(p) = &prefix {
+            query = query.prefix(p.clone());
+        }
+        query = match state {
+            StateArg::Held => query.state(KeyState::Held),
+            StateArg::Free => query.state(KeyState::Free),
+            StateArg::Done => query.state(KeyState::Done),
+            StateArg::All => query,
+        };
+        if let Some(m) = &metadata {
+            query = query.metadata(m.clone());
+        }
+        if let Some(c) = cursor.take() {
+            query = query.cursor(c);
+        }
+        let page = client.list(query).await?;
+        let n = page.items.len();
+        items.extend(page.items);
+        if let Some(r) = remaining.as_mut() {
+            *r = r.saturating_sub(n);
+            if *r == 0 {
+                break;
+            }
+        }
+        match page.next_cursor {
+            Some(c) if n > 0 => cursor = Some(c),
+            _ => break,
+        }
+    }
+    let now = chrono::Utc::now();
+    let mut out = std::io::stdout().lock();
+    let write = |r: std::io::Result<()>| {
+        r.map_err(|e| Failure::new(exit::ERROR, format!("cannot write output: {e}")))
+    };
+    if json {
+        for i in &items {
+            let left_ms = i
+                .expires_at
+                .filter(|_| i.state == KeyState::Held)
+                .map(|t| (t - now).num_milliseconds().max(0));
+            let line = serde_json::json!({
+                "key": i.key,
+                "state": i.state.as_str(),
+                "owner": i.owner,
+                "fence": i.fence,
+                "expires_at": i.expires_at.filter(|_| i.state == KeyState::Held).map(|t| t.to_rfc3339()),
+                "ttl_left_ms": left_ms,
+                "done": i.state == KeyState::Done,
+                "metadata": i.metadata,
+                "updated_at": i.updated_at.to_rfc3339(),
+            });
+            write(writeln!(out, "{line}"))?;
+        }
+        return Ok(exit::OK);
+    }
+    let rows: Vec<[String; 6]> = items
+        .iter()
+        .map(|i| {
+            let left = match (i.state, i.expires_at) {
+                (KeyState::Held, Some(t)) => {
+                    let ms = (t - now).num_milliseconds().max(0) as u64;
+                    format_left(Duration::from_millis(ms))
+                }
+                _ => "-".into(),
+            };
+            let meta = if i.metadata.is_empty() {
+                "-".to_string()
+            } else {
+                serde_json::Value::Object(i.metadata.clone()).to_string()
+            };
+            [
+                i.key.clone(),
+                i.state.as_str().to_string(),
+                i.owner.clone().unwrap_or_else(|| "-".into()),
+                i.fence.to_string(),
+                left,
+                meta,
+            ]
+        })
+        .collect();
+    let header = ["KEY", "STATE", "HOLDER", "FENCE", "LEFT", "METADATA"];
+    let mut widths = header.map(str::len);
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r.iter()) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: [&str; 6]| {
+        let mut s = String::new();
+        for (k, c) in cells.iter().enumerate() {
+            if k == 5 {
+                s.push_str(c);
+            } else {
+                s.push_str(&format!("{c:<w$}  ", w = widths[k]));
+            }
+        }
+        s.trim_end().to_string()
+    };
+    write(writeln!(out, "{}", line(header)))?;
+    for r in &rows {
+        write(writeln!(
+            out,
+            "{}",
+            line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5]])
+        ))?;
+    }
+    Ok(exit::OK)
+}
+
+fn format_left(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 10_000 {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    } else {
+        let s = d.as_secs();
+        if s < 120 {
+            format!("{s}s")
+        } else if s < 7200 {
+            format!("{}m{:02}s", s / 60, s % 60)
+        } else {
+            format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------- acquire
+
+/// Acquires `key`: waits up to `timeout` (`None`: forever; zero: tries once). `Held` (exit 3)
+/// if the key stayed held.
+async fn take(
+    client: &Client,
+    key: &str,
+    ttl: Duration,
+    timeout: Option<Duration>,
+    metadata: Option<Metadata>,
+) -> Result<accord::Lease, Failure> {
+    let mut options = AcquireOptions::new().ttl(ttl);
+    if let Some(m) = metadata {
+        options = options.metadata(m);
+    }
+    let (mut int, mut term) = signals()?;
+    let cancel = accord::CancellationToken::new();
+    let attempt = async {
+        match timeout {
+            Some(t) if t.is_zero() => match client.try_acquire(key, options).await? {
+                Some(lease) => Ok(lease),
+                None => Err(Failure::new(
+                    exit::HELD,
+                    format!("key {key:?} is held by another lease"),
+                )),
+            },
+            Some(t) => Ok(client
+                .acquire(key, options.timeout(t).cancel(cancel.clone()))
+                .await?),
+            None => Ok(client.acquire(key, options.cancel(cancel.clone())).await?),
+        }
+    };
+    tokio::pin!(attempt);
+    tokio::select! {
+        r = &mut attempt => r,
+        _ = int.recv() => { cancel.cancel(); let _ = attempt.await; Err(Failure::new(130, "interrupted while waiting for the key")) }
+        _ = term.recv() => { cancel.cancel(); let _ = attempt.await; Err(Failure::new(143, "terminated while waiting for the key")) }
+    }
+}
+
+async fn acquire(
+    client: &Client,
+    key: &str,
+    ttl: Duration,
+    timeout: Duration,
+    metadata: Option<Metadata>,
+) -> Outcome {
+    let lease = take(client, key, ttl, Some(timeout), metadata).await?;
+    let (mut int, mut term) = signals()?;
+    println!("{}", lease.fence());
+    eprintln!(
+        "accord: holding {key:?} (fence {}, owner {}); Ctrl-C or SIGTERM releases it",
+        lease.fence(),
+        lease.owner()
+    );
+    let lost = lease.lost();
+    tokio::select! {
+        _ = lost => {
+            return Err(Failure::new(exit::LOST, format!("lost the lease on {key:?} (fence {})", lease.fence())));
+        }
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+    lease.release().await?;
+    eprintln!("accord: released {key:?}");
+    Ok(exit::OK)
+}
+
+// ------------------------------------------------------------------------------------ listen
+
+async fn listen(client: &Client, channels: Vec<String>, json: bool) -> Outcome {
+    let (mut int, mut term) = signals()?;
+    let sub = client.listen(&channels).await?;
+    eprintln!("accord: listening on {}", channels.join(", "));
+    let mut out = std::io::stdout();
+    loop {
+        tokio::select! {
+            event = sub.recv() => match event? {
+                Some(accord::Event::Message(m)) => {
+                    let line = if json {
+                        serde_json::json!({"channel": m.channel, "payload": m.payload}).to_string()
+                    } else {
+                        format!("{}\t{}", m.channel, m.payload)
+                    };
+                    if writeln!(out, "{line}").and_then(|_| out.flush()).is_err() {
+                        // The reader went away (a closed pipe): nothing left to do.
+                        return Ok(exit::OK);
+                    }
+                }
+                Some(accord::Event::Reconnected) => {
+                    eprintln!("accord: the listening connection was re-established; messages sent while it was down were missed");
+                }
+                None => return Err(Failure::new(exit::ERROR, "the subscription ended")),
+            },
+            _ = int.recv() => break,
+            _ = term.recv() => break,
+        }
+    }
+    sub.close().await;
+    Ok(exit::OK)
+}
+
+// --------------------------------------------------------------------------------------- run
+
+struct RunArgs {
+    key: String,
+    ttl: Duration,
+    timeout: Option<Duration>,
+    kill_after: Duration,
+    done: bool,
+    metadata: Option<Metadata>,
+    command: Vec<String>,
+}
+
+fn exit_code_of(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => (c & 0xff) as u8,
+        (None, Some(sig)) => (128 + sig).min(255) as u8,
+        _ => exit::ERROR,
+    }
+}
+
+fn send_signal(pid: Option<u32>, sig: libc::c_int) {
+    if let Some(pid) = pid {
+        // SAFETY: kill(2) has no memory-safety preconditions; the pid is our own child that
+        // has not been reaped yet (we reap it only through `child.wait()`).
+        unsafe {
+            libc::kill(pid as libc::pid_t, sig);
+        }
+    }
+}
+
+async fn run(client: &Client, args: RunArgs) -> Outcome {
+    let key = args.key.as_str();
+    let lease = take(client, key, args.ttl, args.timeout, args.metadata).await?;
+    let fence = lease.fence();
+    let (mut int, mut term) = signals()?;
+    let mut child = match tokio::process::Command::new(&args.command[0])
+        .args(&args.command[1..])
+        .env("ACCORD_KEY", key)
+        .env("ACCORD_FENCE", fence.to_string())
+        .env("ACCORD_NAMESPACE", client.namespace())
+        .env("ACCORD_OWNER", client.owner())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) => {
+            let _ = lease.release().await;
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            return Err(Failure::new(
+                code,
+                format!("cannot run {:?}: {e}", args.command[0]),
+            ));
+        }
+    };
+    let pid = child.id();
+    let lost = lease.lost();
+    tokio::pin!(lost);
+    // Belt and braces: is_lost() checks the local deadline at each call, so a stall (the
+    // process stopped past its ttl) is seen here even before the keepalive task runs again.
+    let mut check = tokio::time::interval(Duration::from_millis(100));
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            _ = &mut lost => return stop_lost(&mut child, key, fence, args.kill_after).await,
+            _ = check.tick() => if lease.is_lost() {
+                return stop_lost(&mut child, key, fence, args.kill_after).await;
+            },
+            _ = int.recv() => send_signal(pid, libc::SIGINT),
+            _ = term.recv() => send_signal(pid, libc::SIGTERM),
+        }
+    };
+    let status = match status {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = lease.release().await;
+            return Err(Failure::new(
+                exit::ERROR,
+                format!("cannot wait for the command: {e}"),
+            ));
+        }
+    };
+    let code = exit_code_of(status);
+    if lease.is_lost() {
+        // It ended, but maybe after someone else could have been granted the key.
+        return Err(Failure::new(
+            exit::LOST,
+            format!(
+                "the lease on {key:?} (fence {fence}) was lost before the command ended (its exit code was {code})"
+            ),
+        ));
+    }
+    if args.done && status.success() {
+        lease.done(None).await?;
+    } else {
+        lease.release().await?;
+    }
+    Ok(code)
+}
+
+async fn stop_lost(
+    child: &mut tokio::process::Child,
+    key: &str,
+    fence: i64,
+    kill_after: Duration,
+) -> Outcome {
+    eprintln!(
+        "accord: lost the lease on {key:?} (fence {fence}); stopping the command (SIGTERM, SIGKILL after {})",
+        humantime::format_duration(kill_after)
+    );
+    send_signal(child.id(), libc::SIGTERM);
+    if tokio::time::timeout(kill_after, child.wait())
+        .await
+        .is_err()
+    {
+        eprintln!("accord: the command did not stop; sending SIGKILL");
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+    }
+    Err(Failure::new(
+        exit::LOST,
+        format!("the lease on {key:?} (fence {fence}) was lost; the command was stopped"),
+    ))
+}

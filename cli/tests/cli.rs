@@ -1,0 +1,620 @@
+//! The `accord` command, run as a separate process against the PostgreSQL named by
+//! `ACCORD_TEST_DATABASE_URL` (`scripts/with-postgres.sh cargo test -p accord-cli`). Each test
+//! uses its own namespace.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_accord");
+
+fn database_url() -> String {
+    std::env::var("ACCORD_TEST_DATABASE_URL").expect(
+        "ACCORD_TEST_DATABASE_URL is not set: run the tests with `make test` \
+         (or scripts/with-postgres.sh cargo test -p accord-cli)",
+    )
+}
+
+/// A namespace of its own for one test, and the command pointed at it.
+struct Env {
+    url: String,
+    namespace: String,
+}
+
+impl Env {
+    fn new(test: &str) -> Env {
+        Env {
+            url: database_url(),
+            namespace: format!("cli-{test}-{}-{}", std::process::id(), nanos()),
+        }
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.args(args)
+            .env("ACCORD_URL", &self.url)
+            .env("ACCORD_NAMESPACE", &self.namespace)
+            .env_remove("ACCORD_OWNER")
+            .env_remove("ACCORD_SCHEMA");
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().expect("run accord")
+    }
+
+    /// `ls --json` as parsed objects.
+    fn ls(&self, extra: &[&str]) -> Vec<serde_json::Value> {
+        let mut args = vec!["ls", "--json"];
+        args.extend_from_slice(extra);
+        let out = self.run(&args);
+        assert_eq!(code(&out), 0, "ls failed: {}", stderr(&out));
+        stdout(&out)
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON line"))
+            .collect()
+    }
+
+    fn state_of(&self, key: &str) -> Option<String> {
+        self.ls(&["--prefix", key])
+            .into_iter()
+            .find(|v| v["key"] == key)
+            .map(|v| v["state"].as_str().unwrap().to_string())
+    }
+}
+
+fn nanos() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos()
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().expect("exited normally")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn signal(child: &Child, sig: libc::c_int) {
+    // SAFETY: kill(2) on a child process we have not reaped yet.
+    let r = unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+    assert_eq!(r, 0, "kill({}, {sig})", child.id());
+}
+
+fn process_exists(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+/// Waits for the child, killing it if it outlives `limit`.
+fn wait_within(mut child: Child, limit: Duration) -> Output {
+    let started = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "accord did not exit within {limit:?}; stderr: {}",
+                stderr(&out)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Lines of a child's pipe, read on a thread.
+fn lines_of(pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+fn expect_line(rx: &mpsc::Receiver<String>, contains: &str, within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    let mut seen = Vec::new();
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(line) if line.contains(contains) => return line,
+            Ok(line) => seen.push(line),
+            Err(_) => break,
+        }
+    }
+    panic!("no line containing {contains:?} within {within:?}; saw {seen:?}");
+}
+
+fn temp_file(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "accord-cli-{}-{}-{name}",
+        std::process::id(),
+        nanos()
+    ))
+}
+
+// --------------------------------------------------------------------- no database needed
+
+#[test]
+fn migrate_print_sql_needs_no_connection() {
+    let out = Command::new(BIN)
+        .args(["migrate", "--print-sql", "--schema", "jobs"])
+        .env_remove("ACCORD_URL")
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let sql = stdout(&out);
+    assert!(
+        sql.contains("CREATE SCHEMA IF NOT EXISTS \"jobs\""),
+        "{sql}"
+    );
+    assert!(sql.contains("\"jobs\".leases"), "{sql}");
+}
+
+#[test]
+fn bad_input_is_a_usage_error() {
+    let cases: &[&[&str]] = &[
+        &["acquire", ""],
+        &["run", "", "--", "true"],
+        &["acquire", "k", "--ttl", "3 parsecs"],
+        &["run", "k", "--timeout", "soon", "--", "true"],
+        &["ls", "--metadata", "[1,2]"],
+        &["ls", "--state", "maybe"],
+        &["run", "k"],
+        &["frobnicate"],
+    ];
+    for args in cases {
+        let out = Command::new(BIN)
+            .args(*args)
+            .env("ACCORD_URL", "postgres://127.0.0.1:1/unused")
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains("error"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    let out = Command::new(BIN)
+        .args(["acquire", "k", "--ttl", "3 parsecs"])
+        .output()
+        .unwrap();
+    assert!(stderr(&out).contains("--ttl"), "{}", stderr(&out));
+}
+
+#[test]
+fn missing_url_is_a_usage_error() {
+    let out = Command::new(BIN)
+        .args(["ls"])
+        .env_remove("ACCORD_URL")
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("ACCORD_URL"), "{}", stderr(&out));
+}
+
+#[test]
+fn release_explains_what_to_use_instead() {
+    let out = Command::new(BIN)
+        .args(["release", "k"])
+        .env("ACCORD_URL", "postgres://127.0.0.1:1/unused")
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).contains("accord run"), "{}", stderr(&out));
+}
+
+#[test]
+fn help_has_examples_and_exit_codes() {
+    let out = Command::new(BIN).arg("--help").output().unwrap();
+    assert_eq!(code(&out), 0);
+    let help = stdout(&out);
+    assert!(help.contains("Examples:"), "{help}");
+    assert!(help.contains("Exit codes:"), "{help}");
+    let out = Command::new(BIN).args(["run", "--help"]).output().unwrap();
+    assert!(stdout(&out).contains("ACCORD_FENCE"));
+}
+
+#[test]
+fn unreachable_coordinator_is_an_error_not_a_panic() {
+    let out = Command::new(BIN)
+        .args(["ls"])
+        .env(
+            "ACCORD_URL",
+            "postgres://nobody@127.0.0.1:1/unused?connect_timeout=2",
+        )
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with("accord: error:"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+// ---------------------------------------------------------------------------- PostgreSQL
+
+#[test]
+fn migrate_connects_and_applies() {
+    let env = Env::new("migrate");
+    let out = env.run(&["migrate"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}
+
+#[test]
+fn run_passes_fence_and_exit_code_and_releases() {
+    let env = Env::new("run");
+    let out = env.run(&[
+        "run",
+        "job/1",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$ACCORD_KEY $ACCORD_FENCE\"; exit 7",
+    ]);
+    assert_eq!(code(&out), 7, "{}", stderr(&out));
+    let printed = stdout(&out);
+    let mut parts = printed.split_whitespace();
+    assert_eq!(parts.next(), Some("job/1"));
+    let fence: i64 = parts.next().unwrap().parse().expect("a numeric fence");
+    assert!(fence > 0);
+    let listed = env.ls(&[]);
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["state"], "free");
+    assert_eq!(listed[0]["fence"], fence);
+
+    // --done marks it done when the command succeeds; then it cannot be acquired (exit 4).
+    let out = env.run(&["run", "--done", "job/1", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(env.state_of("job/1").as_deref(), Some("done"));
+    let out = env.run(&["run", "job/1", "--", "true"]);
+    assert_eq!(code(&out), 4, "{}", stderr(&out));
+    assert!(stderr(&out).contains("done"), "{}", stderr(&out));
+
+    // A command that cannot be started: 127, and nothing left held.
+    let out = env.run(&["run", "job/2", "--", "/nonexistent/command"]);
+    assert_eq!(code(&out), 127, "{}", stderr(&out));
+    assert_eq!(env.state_of("job/2").as_deref(), Some("free"));
+}
+
+#[test]
+fn acquire_holds_until_ctrl_c_and_run_timeout_0_on_held_key_exits_3() {
+    let env = Env::new("acquire");
+    let mut holder = env
+        .cmd(&[
+            "acquire",
+            "lock",
+            "--ttl",
+            "5s",
+            "--metadata",
+            r#"{"who":"test"}"#,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out_lines = lines_of(holder.stdout.take().unwrap());
+    let err_lines = lines_of(holder.stderr.take().unwrap());
+    let fence_line = expect_line(&out_lines, "", Duration::from_secs(20));
+    let fence: i64 = fence_line.trim().parse().expect("acquire prints the fence");
+    expect_line(&err_lines, "holding", Duration::from_secs(5));
+
+    let held = env.ls(&["--state", "held"]);
+    assert_eq!(held.len(), 1);
+    assert_eq!(held[0]["key"], "lock");
+    assert_eq!(held[0]["fence"], fence);
+    assert_eq!(held[0]["metadata"]["who"], "test");
+    assert!(held[0]["owner"].is_string());
+    assert!(held[0]["ttl_left_ms"].as_i64().unwrap() > 0);
+
+    let started = Instant::now();
+    let out = env.run(&["run", "--timeout", "0", "lock", "--", "true"]);
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert!(stderr(&out).contains("held"), "{}", stderr(&out));
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    let out = env.run(&["run", "--timeout", "300ms", "lock", "--", "true"]);
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+
+    // Held keys cannot be reset.
+    let out = env.run(&["reset", "lock"]);
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+
+    // Still held past its first ttl: the keepalive renews it.
+    std::thread::sleep(Duration::from_millis(5500));
+    assert_eq!(env.state_of("lock").as_deref(), Some("held"));
+
+    signal(&holder, libc::SIGINT);
+    let status = wait_within(holder, Duration::from_secs(10));
+    assert_eq!(status.status.code(), Some(0));
+    assert_eq!(env.state_of("lock").as_deref(), Some("free"));
+
+    let out = env.run(&["run", "--timeout", "0", "lock", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}
+
+#[test]
+fn ls_table_json_and_filters_follow_cursors() {
+    let env = Env::new("ls");
+    for i in 0..5 {
+        let key = format!("batch/{i}");
+        let meta = format!(
+            r#"{{"parity":"{}"}}"#,
+            if i % 2 == 0 { "even" } else { "odd" }
+        );
+        let mut args = vec!["run", key.as_str(), "--metadata", meta.as_str()];
+        if i < 2 {
+            args.push("--done");
+        }
+        args.extend_from_slice(&["--", "true"]);
+        let out = env.run(&args);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+    }
+    let out = env.run(&["run", "other", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+
+    // The table.
+    let out = env.run(&["ls"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let table = stdout(&out);
+    let mut lines = table.lines();
+    let header = lines.next().unwrap();
+    for col in ["KEY", "STATE", "HOLDER", "FENCE", "LEFT", "METADATA"] {
+        assert!(header.contains(col), "{header}");
+    }
+    assert_eq!(lines.count(), 6, "{table}");
+    assert!(
+        table.contains("batch/0") && table.contains("done"),
+        "{table}"
+    );
+    assert!(table.contains(r#"{"parity":"even"}"#), "{table}");
+
+    // JSON lines and filters.
+    assert_eq!(env.ls(&[]).len(), 6);
+    assert_eq!(env.ls(&["--prefix", "batch/"]).len(), 5);
+    let done = env.ls(&["--state", "done"]);
+    assert_eq!(done.len(), 2);
+    assert!(done.iter().all(|v| v["done"] == true));
+    assert_eq!(env.ls(&["--state", "free"]).len(), 4);
+    assert_eq!(env.ls(&["--state", "held"]).len(), 0);
+    assert_eq!(env.ls(&["--metadata", r#"{"parity":"odd"}"#]).len(), 2);
+    assert_eq!(
+        env.ls(&["--metadata", r#"{"parity":"even"}"#, "--state", "free"])
+            .len(),
+        2
+    );
+    assert_eq!(env.ls(&["--limit", "4"]).len(), 4);
+    // Paging: cursors are followed to the end, or to the limit.
+    let paged = env.ls(&["--page-size", "2"]);
+    assert_eq!(paged.len(), 6);
+    let mut keys: Vec<_> = paged.iter().map(|v| v["key"].to_string()).collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), 6, "no key twice: {paged:?}");
+    assert_eq!(env.ls(&["--page-size", "2", "--limit", "5"]).len(), 5);
+
+    // reset: a done key becomes unknown again, then acquirable.
+    let out = env.run(&["reset", "batch/0"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(env.state_of("batch/0"), None);
+    let out = env.run(&["run", "--timeout", "0", "batch/0", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}
+
+#[test]
+fn notify_reaches_listen() {
+    let env = Env::new("notify");
+    let channel = format!("cli-chan-{}", nanos());
+    let mut listener = env
+        .cmd(&["listen", &channel, "other-chan"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out_lines = lines_of(listener.stdout.take().unwrap());
+    let err_lines = lines_of(listener.stderr.take().unwrap());
+    expect_line(&err_lines, "listening on", Duration::from_secs(20));
+
+    let out = env.run(&["notify", &channel, "hello world"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let line = expect_line(&out_lines, "hello", Duration::from_secs(10));
+    assert_eq!(line, format!("{channel}\thello world"));
+
+    signal(&listener, libc::SIGINT);
+    let out = wait_within(listener, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(0));
+
+    // --json
+    let mut listener = env
+        .cmd(&["listen", "--json", &channel])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out_lines = lines_of(listener.stdout.take().unwrap());
+    let err_lines = lines_of(listener.stderr.take().unwrap());
+    expect_line(&err_lines, "listening on", Duration::from_secs(20));
+    let out = env.run(&["notify", &channel, "tab\there"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let line = expect_line(&out_lines, "payload", Duration::from_secs(10));
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["channel"], channel.as_str());
+    assert_eq!(v["payload"], "tab\there");
+    signal(&listener, libc::SIGTERM);
+    let out = wait_within(listener, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn run_forwards_sigterm_to_the_command() {
+    let env = Env::new("forward");
+    let mut runner = env
+        .cmd(&[
+            "run",
+            "fwd",
+            "--",
+            "sh",
+            "-c",
+            "trap 'echo got-term; exit 42' TERM; echo started; while :; do sleep 0.1; done",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out_lines = lines_of(runner.stdout.take().unwrap());
+    expect_line(&out_lines, "started", Duration::from_secs(20));
+    signal(&runner, libc::SIGTERM);
+    let out = wait_within(runner, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(42), "{}", stderr(&out));
+    expect_line(&out_lines, "got-term", Duration::from_secs(2));
+    assert_eq!(env.state_of("fwd").as_deref(), Some("free"));
+}
+
+/// Starts `accord run KEY --ttl TTL -- sh -c 'echo $$ >PIDFILE; exec sleep 30'` and returns it
+/// with the pid of its command once that runs.
+#[allow(clippy::zombie_processes)] // returned to the caller, which waits for it
+fn start_sleeper(env: &Env, key: &str, ttl: &str) -> (Child, i32) {
+    let pidfile = temp_file("pid");
+    let script = format!("echo $$ >{}; exec sleep 30", pidfile.display());
+    let mut runner = env
+        .cmd(&[
+            "run",
+            key,
+            "--ttl",
+            ttl,
+            "--kill-after",
+            "2s",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(s) = std::fs::read_to_string(&pidfile) {
+            if let Ok(pid) = s.trim().parse::<i32>() {
+                let _ = std::fs::remove_file(&pidfile);
+                return (runner, pid);
+            }
+        }
+        if Instant::now() > deadline {
+            let _ = runner.kill();
+            let out = runner.wait_with_output().unwrap();
+            panic!("the command did not start: {}", stderr(&out));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn run_stops_the_command_when_the_lease_is_lost_to_a_stall() {
+    let env = Env::new("stall");
+    let (runner, child_pid) = start_sleeper(&env, "stalled", "1s");
+    // Stall accord past its ttl: it cannot renew, so the lease is lost for real.
+    signal(&runner, libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(2500));
+    // Meanwhile the coordinator lets someone else have the key.
+    let out = env.run(&["run", "--timeout", "0", "stalled", "--", "true"]);
+    signal(&runner, libc::SIGCONT);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+
+    let out = wait_within(runner, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    assert!(stderr(&out).contains("lost"), "{}", stderr(&out));
+    assert!(
+        !process_exists(child_pid),
+        "the command (pid {child_pid}) still runs"
+    );
+}
+
+#[tokio::test]
+async fn run_stops_the_command_when_the_row_expires_underneath() {
+    let env = Env::new("expire");
+    let (runner, child_pid) = start_sleeper(&env, "expired", "3s");
+    let (db, connection) = tokio_postgres::connect(&env.url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to the test database");
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let n = db
+        .execute(
+            "UPDATE accord.leases SET expires_at = clock_timestamp() - interval '1 s' \
+             WHERE namespace = $1 AND key = $2",
+            &[&env.namespace, &"expired"],
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    let out = tokio::task::spawn_blocking(move || wait_within(runner, Duration::from_secs(15)))
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    assert!(
+        !process_exists(child_pid),
+        "the command (pid {child_pid}) still runs"
+    );
+}
+
+/// The command works against any backend URL: the embedded store shared by processes here.
+#[test]
+fn run_and_ls_on_a_sqlite_store() {
+    let path = temp_file("cli-store.db");
+    let env = Env {
+        url: format!("sqlite://{}", path.display()),
+        namespace: format!("cli-sqlite-{}", nanos()),
+    };
+    // One `run` holds the key while another process tries it once: held (exit 3).
+    let holder = env
+        .cmd(&["run", "job", "--", "sleep", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while env.state_of("job").as_deref() != Some("held") {
+        assert!(Instant::now() < until, "the first run never held the key");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        code(&env.run(&["run", "--timeout", "0", "job", "--", "true"])),
+        3
+    );
+    let held = wait_within(holder, Duration::from_secs(20));
+    assert_eq!(code(&held), 0);
+    let out = env.run(&[
+        "run",
+        "--done",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "test -n \"$ACCORD_FENCE\"",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(env.state_of("job").as_deref(), Some("done"));
+    assert_eq!(
+        code(&env.run(&["run", "--timeout", "0", "job", "--", "true"])),
+        4
+    );
+}
