@@ -459,3 +459,39 @@ func TestLeaseHeldFromCBlocksGo(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Every store opens by URL: the embedded SQLite file and the in-process memory store.
+func TestEmbeddedStores(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "accord.db")
+	for _, url := range []string{"sqlite://" + path, "memory:go-tests"} {
+		a := must(Connect(ctx, url, nil))
+		b := must(Connect(ctx, url, nil))
+		lease := must(a.TryAcquire(ctx, "k", nil))
+		if _, err := b.TryAcquire(ctx, "k", nil); !errors.Is(err, ErrHeld) {
+			t.Fatalf("%s: %v", url, err)
+		}
+		sub := must(b.Listen(ctx, "go_embedded"))
+		waiting := make(chan error)
+		go func() {
+			_, err := b.Acquire(ctx, "k", &AcquireOptions{Timeout: 5 * time.Second})
+			waiting <- err
+		}()
+		time.Sleep(100 * time.Millisecond)
+		if err := lease.Done(ctx, map[string]any{"by": "go"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-waiting; !errors.Is(err, ErrDone) {
+			t.Fatalf("%s: a waiter on a key marked done: %v", url, err)
+		}
+		if err := a.Notify(ctx, "go_embedded", "hi"); err != nil {
+			t.Fatal(err)
+		}
+		if e := next(t, sub); e.Payload != "hi" {
+			t.Fatalf("%s: got %+v", url, e)
+		}
+		sub.Close()
+		a.Close()
+		b.Close()
+	}
+}

@@ -717,6 +717,37 @@ static void test_n6_close(void) {
   accord_client_free(o1);
 }
 
+/* Every store opens by URL: the embedded SQLite file and the in-process memory store. */
+static void test_embedded_stores(void) {
+  char path[256], sqlite_url[300];
+  fmt(path, sizeof path, "/tmp/accord-c-%d-%lld.db", getpid(), (long long)now_ms());
+  fmt(sqlite_url, sizeof sqlite_url, "sqlite://%s", path);
+  const char *urls[] = {sqlite_url, "memory:c-tests"};
+  for (int i = 0; i < 2; i++) {
+    accord_client *a = NULL, *b = NULL;
+    MUST(accord_client_connect(urls[i], NULL, &a, &err));
+    MUST(accord_client_connect(urls[i], NULL, &b, &err));
+    accord_lease *lease = NULL, *none = NULL;
+    MUST(accord_client_try_acquire(a, "k", NULL, &lease, &err));
+    EXPECT(ACCORD_HELD, accord_client_try_acquire(b, "k", NULL, &none, &err));
+    const char *ch = "c_embedded";
+    accord_subscription *sub = NULL;
+    MUST(accord_client_listen(b, &ch, 1, &sub, &err));
+    MUST(accord_lease_done(lease, "{\"by\":\"c\"}", &err));
+    MUST(accord_client_notify(a, ch, "done", &err));
+    expect_message(sub, ch, "done");
+    EXPECT(ACCORD_DONE, accord_client_try_acquire(b, "k", NULL, &none, &err));
+    MUST(accord_client_reset(b, "k", NULL, &err));
+    accord_subscription_free(sub);
+    accord_lease_free(lease);
+    accord_client_close(a);
+    accord_client_close(b);
+    accord_client_free(a);
+    accord_client_free(b);
+  }
+  unlink(path);
+}
+
 static void test_migration_sql(void) {
   char *sql = NULL;
   MUST(accord_migration_sql("accord", &sql, &err));
@@ -776,6 +807,7 @@ int main(int argc, char **argv) {
   if (!getenv("ACCORD_TEST_UNDER_VALGRIND")) test_fork_detection();
   test_notify(burst);
   test_n6_close();
+  test_embedded_stores();
 
   accord_shutdown();
   printf("C tests: %d checks passed\n", checks);
