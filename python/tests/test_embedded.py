@@ -31,9 +31,9 @@ def test_sync_client_on_an_embedded_store(tmp_path: Path, store: str) -> None:
 
 def test_async_client_on_memory() -> None:
     async def scenario() -> None:
-        async with await accord.AsyncClient.connect("memory:py-async") as client:
-            async with client.acquire("k", timeout=5) as lease:
-                assert lease.fence > 0
-                assert await client.try_acquire("k") is None
+        client = await accord.AsyncClient.connect("memory:py-async")
+        async with client, client.acquire("k", timeout=5) as lease:
+            assert lease.fence > 0
+            assert await client.try_acquire("k") is None
 
     asyncio.run(scenario())
