@@ -243,6 +243,23 @@ impl ListQuery {
     }
 }
 
+impl ListQuery {
+    /// The cursor as the fence it stands for (backends page by fence, newest first).
+    pub(crate) fn cursor_fence(&self) -> crate::Result<Option<i64>> {
+        self.cursor
+            .as_deref()
+            .map(|c| {
+                c.parse::<i64>().map_err(|_| {
+                    crate::Error::invalid(
+                        "cursor",
+                        format!("{c:?} is not a cursor returned by list"),
+                    )
+                })
+            })
+            .transpose()
+    }
+}
+
 /// One key as the coordinator knows it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LeaseInfo {

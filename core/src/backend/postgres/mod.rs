@@ -230,15 +230,7 @@ impl Backend for PgBackend {
             .as_ref()
             .map(|m| crate::validate::metadata("metadata filter", m))
             .transpose()?;
-        let cursor = q
-            .cursor
-            .as_deref()
-            .map(|c| {
-                c.parse::<i64>().map_err(|_| {
-                    Error::invalid("cursor", format!("{c:?} is not a cursor returned by list"))
-                })
-            })
-            .transpose()?;
+        let cursor = q.cursor_fence()?;
         // One more than asked tells whether another page follows.
         let limit = i64::try_from(q.limit).unwrap_or(i64::MAX) + 1;
         let params: [&(dyn ToSql + Sync); 6] =
