@@ -1,6 +1,6 @@
 # One entry for every build, test, demo and bench of accord.
 #   make test   - lint, then every test suite against a throwaway PostgreSQL
-#   make demo   - the polyglot demo (coming with the embedded store)
+#   make demo   - the polyglot demo (mk/demo.mk): five languages, one store, a summary
 #   make bench  - benchmarks (coming)
 #
 # Each binding adds its own targets in mk/<binding>.mk and appends them to TEST_SUITES (run
@@ -12,7 +12,7 @@ WITH_PG := scripts/with-postgres.sh
 TEST_SUITES := test-rust
 LINTS := lint-rust
 
-.PHONY: all build test lint test-suites test-rust lint-rust fmt demo bench migrate-sql clean
+.PHONY: all build test lint test-suites test-rust lint-rust fmt bench migrate-sql clean
 
 all: build
 
@@ -46,9 +46,6 @@ fmt:
 SCHEMA ?= accord
 migrate-sql:
 	@$(CARGO) run --quiet -p accord --example migration_sql -- $(SCHEMA)
-
-demo:
-	@echo "make demo: the polyglot demo is coming with the embedded store (issue 6)."
 
 bench:
 	@echo "make bench: the benchmarks are coming (issue 7)."

@@ -1,0 +1,35 @@
+# The polyglot demo (demo/): ten workers, two per language (Rust, Python, Node, C, Go), share one
+# store (ACCORD_URL, default an SQLite file in a temp directory) and process 200 tasks; one is
+# killed mid-task; a live view, then a summary checked from the store (exit 1 if a check fails).
+#
+#   make demo                     build what is missing, then run demo/run.py
+#   make test-demo                the same with 60 tasks, plain output, against ACCORD_TEST_DATABASE_URL
+
+.PHONY: demo demo-run demo-build test-demo
+
+TEST_SUITES += test-demo
+
+DEMO_BIN := target/demo
+
+# The Python package is reinstalled only when its sources or the core's changed.
+DEMO_PY_STAMP := $(PY_VENV)/.accord-demo-python
+$(DEMO_PY_STAMP): $(shell find core/src python/src python/accord python/Cargo.toml python/pyproject.toml -type f 2>/dev/null)
+	$(MAKE) --no-print-directory python-install
+	@touch $@
+
+# The C and Go workers link the debug libaccord (C_PROFILE=debug: faster to build).
+demo-build: $(DEMO_PY_STAMP) build-node-debug
+	$(MAKE) --no-print-directory build-c C_PROFILE=debug
+	$(CARGO) build -p accord --example demo_worker
+	mkdir -p $(DEMO_BIN) target/lib && cp target/debug/libaccord.a target/lib/libaccord.a
+	$(CC) -std=c11 -Wall -Wextra -Werror -O1 -Iinclude -o $(DEMO_BIN)/worker_c demo/worker.c \
+	  target/debug/libaccord.a -lpthread -ldl -lm
+	cd demo/go && go vet ./... && go build -o ../../$(DEMO_BIN)/worker_go .
+
+demo: demo-run
+
+demo-run: demo-build
+	$(PY) demo/run.py
+
+test-demo: demo-build
+	ACCORD_URL="$$ACCORD_TEST_DATABASE_URL" DEMO_TASKS=60 DEMO_PLAIN=1 DEMO_DEADLINE=60 $(PY) demo/run.py
