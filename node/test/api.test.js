@@ -32,7 +32,7 @@ test('connect refuses bad URLs and options with clear errors', async () => {
   await bad([], 'ACCORD_INVALID_ARGUMENT', /invalid url: expected a string, got undefined/, TypeError)
   await bad([42], 'ACCORD_INVALID_ARGUMENT', /invalid url: expected a string, got a number/, TypeError)
   await bad(['mysql://x'], 'ACCORD_INVALID_ARGUMENT', /url/)
-  await bad(['memory:'], 'ACCORD_UNSUPPORTED', /embedded store/)
+  await bad(['sqlite:relative.db'], 'ACCORD_INVALID_ARGUMENT', /absolute path/)
   await bad([url, 'ns'], 'ACCORD_INVALID_ARGUMENT', /invalid options: expected an object, got a string/)
   await bad([url, { namespace: '' }], 'ACCORD_INVALID_ARGUMENT', /namespace/)
   await bad([url, { namespace: 7 }], 'ACCORD_INVALID_ARGUMENT', /options\.namespace: expected a string/)
@@ -99,7 +99,7 @@ scenario('calls refuse bad arguments with ACCORD_INVALID_ARGUMENT, leaving nothi
 })
 
 test('errors are Error objects with a code of DESIGN.md §3', async () => {
-  const e = await rejectsWith(accord.connect('memory:'), 'ACCORD_UNSUPPORTED')
+  const e = await rejectsWith(accord.connect('sqlite:relative.db'), 'ACCORD_INVALID_ARGUMENT')
   assert.ok(e instanceof Error)
   assert.equal(typeof e.message, 'string')
   assert.ok(e.stack)
