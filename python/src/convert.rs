@@ -21,7 +21,7 @@ pub fn ttl(field: &str, seconds: Option<f64>) -> PyResult<Option<Duration>> {
     if !seconds.is_finite() || seconds < 0.0 {
         return Err(invalid(
             field,
-            format!("{seconds} s is outside the allowed range 0.1..=86400 s"),
+            format!("{seconds} is not a finite number of seconds >= 0"),
         ));
     }
     // Far beyond 24 h, but the core names the range.
