@@ -23,33 +23,52 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 /// The leases a client holds, by fence (unique per grant).
 #[derive(Default)]
 pub(crate) struct Keepalive {
-    leases: Mutex<HashMap<i64, Arc<LeaseCore>>>,
+    held: Mutex<Held>,
     changed: Notify,
     /// Renew statements sent so far (observable in tests and benchmarks).
     pub(crate) ticks: std::sync::atomic::AtomicU64,
 }
 
+#[derive(Default)]
+struct Held {
+    by_fence: HashMap<i64, Arc<LeaseCore>>,
+    /// When the task will look again, as its last scan decided (None before the first). Kept
+    /// under the same lock as the map, so that an insert either is seen by a scan or sees the
+    /// wake time that scan set.
+    wake_at: Option<Instant>,
+}
+
 impl Keepalive {
+    /// Wakes the task only when the new lease needs it sooner than it means to wake anyway:
+    /// waking it for every grant would rescan every held lease per grant (quadratic when a
+    /// client takes thousands of leases).
     pub fn insert(&self, lease: Arc<LeaseCore>) {
-        self.leases.lock().unwrap().insert(lease.fence, lease);
-        self.changed.notify_one();
+        let needs_at = lease.renew_at(&lease.state.lock().unwrap());
+        let mut held = self.held.lock().unwrap();
+        held.by_fence.insert(lease.fence, lease);
+        let wake = held.wake_at.is_none_or(|at| needs_at < at);
+        drop(held);
+        if wake {
+            self.changed.notify_one();
+        }
     }
 
     pub fn remove(&self, fence: i64) {
-        self.leases.lock().unwrap().remove(&fence);
+        self.held.lock().unwrap().by_fence.remove(&fence);
     }
 
     pub fn take_all(&self) -> Vec<Arc<LeaseCore>> {
-        self.leases
+        self.held
             .lock()
             .unwrap()
+            .by_fence
             .drain()
             .map(|(_, l)| l)
             .collect()
     }
 
     pub fn len(&self) -> usize {
-        self.leases.lock().unwrap().len()
+        self.held.lock().unwrap().by_fence.len()
     }
 }
 
@@ -61,14 +80,14 @@ struct Scan {
     next_wake: Instant,
 }
 
-fn scan(keepalive: &Keepalive, now: Instant, may_send: bool) -> Scan {
+fn scan(keepalive: &Keepalive, now: Instant, may_send: bool, retry_after: Instant) -> Scan {
     let mut scan = Scan {
         due: Vec::new(),
         lost: Vec::new(),
         next_wake: now + Duration::from_secs(3600),
     };
-    let mut leases = keepalive.leases.lock().unwrap();
-    leases.retain(|_, lease| {
+    let mut held = keepalive.held.lock().unwrap();
+    held.by_fence.retain(|_, lease| {
         let state = lease.state.lock().unwrap();
         if state.phase != crate::lease::Phase::Held {
             return false;
@@ -89,6 +108,10 @@ fn scan(keepalive: &Keepalive, now: Instant, may_send: bool) -> Scan {
         }
         true
     });
+    if !may_send {
+        scan.next_wake = scan.next_wake.min(retry_after.max(now));
+    }
+    held.wake_at = Some(scan.next_wake);
     scan
 }
 
@@ -101,10 +124,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     loop {
         let now = Instant::now();
         let may_send = flight.is_none() && now >= retry_after;
-        let mut scan = scan(keepalive, now, may_send);
-        if flight.is_none() && !may_send {
-            scan.next_wake = scan.next_wake.min(retry_after);
-        }
+        let scan = scan(keepalive, now, may_send, retry_after);
         for lease in &scan.lost {
             if lease.check_deadline(now) {
                 give_back(&shared, lease);

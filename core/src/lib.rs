@@ -66,6 +66,31 @@ pub fn migration_sql(schema: &str) -> Result<String> {
     Ok(backend::postgres::sql::migration_script(schema))
 }
 
+/// Every statement the PostgreSQL backend prepares, by name (`acquire`, `renew`, `renew_batch`,
+/// `release`, `done`, `reset`, `list`, `notify`), for DBAs reviewing what accord runs and for
+/// the benchmarks, which send the same text raw as the floor accord is measured against.
+/// `release` and `done` take the schema's wakeup channel ([`wakeup_channel`]) as a parameter.
+pub fn statements(schema: &str) -> Result<Vec<(&'static str, String)>> {
+    validate::schema(schema)?;
+    let sql = backend::postgres::sql::Sql::new(schema);
+    Ok(vec![
+        ("acquire", sql.acquire),
+        ("renew", sql.renew),
+        ("renew_batch", sql.renew_batch),
+        ("release", sql.release),
+        ("done", sql.done),
+        ("reset", sql.reset),
+        ("list", sql.list),
+        ("notify", sql.notify.to_string()),
+    ])
+}
+
+/// The PostgreSQL channel on which releases and `done` of this schema wake waiting acquires.
+pub fn wakeup_channel(schema: &str) -> Result<String> {
+    validate::schema(schema)?;
+    Ok(backend::postgres::sql::wakeup_channel(schema))
+}
+
 /// The README's Rust quick start, compiled as a doc test so that it cannot rot.
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
