@@ -1,7 +1,7 @@
 # One entry for every build, test, demo and bench of accord.
 #   make test   - lint, then every test suite against a throwaway PostgreSQL
 #   make demo   - the polyglot demo (mk/demo.mk): five languages, one store, a summary
-#   make bench  - benchmarks (coming)
+#   make bench  - benchmarks against raw SQL and the libraries users pick today (mk/bench.mk)
 #
 # Each binding adds its own targets in mk/<binding>.mk and appends them to TEST_SUITES (run
 # with the throwaway PostgreSQL) and LINTS.
@@ -12,7 +12,7 @@ WITH_PG := scripts/with-postgres.sh
 TEST_SUITES := test-rust
 LINTS := lint-rust
 
-.PHONY: all build test lint test-suites test-rust lint-rust fmt bench migrate-sql clean
+.PHONY: all build test lint test-suites test-rust lint-rust fmt migrate-sql clean
 
 all: build
 
@@ -46,9 +46,6 @@ fmt:
 SCHEMA ?= accord
 migrate-sql:
 	@$(CARGO) run --quiet -p accord --example migration_sql -- $(SCHEMA)
-
-bench:
-	@echo "make bench: the benchmarks are coming (issue 7)."
 
 clean:
 	$(CARGO) clean

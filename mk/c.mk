@@ -66,7 +66,7 @@ test-c-valgrind:
 	  target/test_accord
 
 lint-go:
-	@out=$$(gofmt -l bindings/go examples/go demo/go); [ -z "$$out" ] || { echo "gofmt needed: $$out" >&2; exit 1; }
+	@out=$$(gofmt -l bindings/go examples/go demo/go bench/go); [ -z "$$out" ] || { echo "gofmt needed: $$out" >&2; exit 1; }
 
 # The Go package links libaccord.a from target/lib (a stable place whatever the profile).
 test-go: build-c-tests

@@ -1,0 +1,547 @@
+"""The report of `make bench`: reads every bench program's JSON (bench/README.md), computes
+the percentiles and ratios the same way for all of them, prints the table, and writes
+docs/benchmarks.md and the latency plot.
+
+    python bench/report.py target/bench docs/benchmarks.md docs/benchmarks.png
+    python bench/report.py target/bench-smoke out.md - --expect 1,2,3,4,5   (no plot; fail
+        unless the targets of those scenarios were measured: the smoke test of `make test`)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Result:
+    id: str
+    label: str
+    ops: int
+    seconds: float
+    latencies_us: list[float]
+    metrics: dict[str, float] = field(default_factory=dict)
+    _sorted: list[float] | None = None
+
+    def pct(self, p: float) -> float:
+        if self._sorted is None:
+            self._sorted = sorted(self.latencies_us)
+        if not self._sorted:
+            return math.nan
+        # Nearest rank on (n - 1): the same rule as the bench programs' own summaries.
+        return self._sorted[round((len(self._sorted) - 1) * p)]
+
+    @property
+    def p50(self) -> float:
+        return self.pct(0.5)
+
+    @property
+    def p99(self) -> float:
+        return self.pct(0.99)
+
+    @property
+    def ops_per_s(self) -> float:
+        return self.ops / self.seconds if self.seconds > 0 else math.nan
+
+
+@dataclass
+class Target:
+    name: str
+    met: bool | None  # None: not measured in this run
+    detail: str
+
+
+def load(folder: Path) -> tuple[dict[str, Result], dict[str, dict[str, str]]]:
+    results: dict[str, Result] = {}
+    versions: dict[str, dict[str, str]] = {}
+    for path in sorted(folder.glob("*.json")):
+        data = json.loads(path.read_text())
+        versions[data.get("source", path.stem)] = {
+            k: str(v) for k, v in data.get("versions", {}).items()
+        }
+        for r in data["results"]:
+            results[r["id"]] = Result(
+                id=r["id"],
+                label=r["label"],
+                ops=int(r["ops"]),
+                seconds=float(r["seconds"]),
+                latencies_us=[float(x) for x in r.get("latencies_us", [])],
+                metrics=dict(r.get("metrics", {})),
+            )
+    return results, versions
+
+
+def us(value: float) -> str:
+    if math.isnan(value):
+        return "-"
+    if value >= 10_000:
+        return f"{value / 1000:,.1f} ms"
+    return f"{value:,.0f} µs"
+
+
+def num(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:,.0f}"
+
+
+def ratio(a: float, b: float) -> str:
+    if math.isnan(a) or math.isnan(b) or b == 0:
+        return "-"
+    return f"{a / b:.2f}x"
+
+
+def verdict(met: bool | None) -> str:
+    return {True: "met", False: "NOT met", None: "not measured"}[met]
+
+
+class Report:
+    def __init__(self, results: dict[str, Result]) -> None:
+        self.results = results
+        self.sections: list[tuple[str, str, list[str], list[list[str]]]] = []
+        self.targets: list[Target] = []
+
+    def get(self, *ids: str) -> list[Result]:
+        return [self.results[i] for i in ids if i in self.results]
+
+    def table(
+        self, title: str, note: str, header: list[str], rows: list[list[str]]
+    ) -> None:
+        if rows:
+            self.sections.append((title, note, header, rows))
+
+    def target(self, name: str, met: bool | None, detail: str) -> None:
+        self.targets.append(Target(name, met, detail))
+
+    def latency_rows(
+        self, rows: list[Result], baseline: Result | None
+    ) -> list[list[str]]:
+        return [
+            [
+                f"`{r.id}`",
+                r.label,
+                us(r.p50),
+                us(r.p99),
+                num(r.ops_per_s),
+                ratio(r.p50, baseline.p50) if baseline else "-",
+            ]
+            for r in rows
+        ]
+
+    def build(self) -> None:
+        self.uncontended()
+        self.concurrent()
+        self.handoff()
+        self.notify()
+        self.keepalive()
+        self.bindings()
+        self.peers()
+
+    def uncontended(self) -> None:
+        rows = self.get("rust/accord", "rust/raw-sql", "rust/advisory")
+        base = self.results.get("rust/raw-sql")
+        self.table(
+            "1. Uncontended try_acquire + release, one client, one key",
+            "Ratio: p50 against raw SQL (accord's own two statements sent raw on one "
+            "tokio-postgres connection: the floor).",
+            ["id", "contender", "p50", "p99", "pairs/s", "p50 vs raw SQL"],
+            self.latency_rows(rows, base),
+        )
+        accord = self.results.get("rust/accord")
+        if accord and base:
+            r = accord.p50 / base.p50
+            mean = base.ops_per_s / accord.ops_per_s
+            self.target(
+                "(1) within 1.2x of raw SQL",
+                r <= 1.2,
+                f"p50 {r:.2f}x, mean {mean:.2f}x",
+            )
+        else:
+            self.target("(1) within 1.2x of raw SQL", None, "")
+
+    def concurrent(self) -> None:
+        rows = self.get(
+            "rust/accord-64", "rust/raw-sql-64", "rust/raw-sql-64-pipelined"
+        )
+        base = self.results.get("rust/raw-sql-64")
+        self.table(
+            "2. Throughput, 64 tasks in one process, distinct keys",
+            "Ratio: pairs/s against the same statements on a deadpool-postgres pool of as many "
+            "connections as the accord client uses; the pipelined row shares those connections "
+            "among all tasks (tokio-postgres pipelining), the floor of what the connections "
+            "can carry.",
+            ["id", "contender", "p50", "p99", "pairs/s", "pairs/s vs pool"],
+            [
+                [
+                    f"`{r.id}`",
+                    r.label,
+                    us(r.p50),
+                    us(r.p99),
+                    num(r.ops_per_s),
+                    ratio(r.ops_per_s, base.ops_per_s) if base else "-",
+                ]
+                for r in rows
+            ],
+        )
+        accord = self.results.get("rust/accord-64")
+        if accord and base:
+            r = accord.ops_per_s / base.ops_per_s
+            self.target(
+                "(2) at least raw SQL's throughput", r >= 1.0, f"{r:.2f}x the pool"
+            )
+        else:
+            self.target("(2) at least raw SQL's throughput", None, "")
+
+    def handoff(self) -> None:
+        rows = self.get("rust/handoff-accord", "rust/handoff-poll-10ms")
+        base = self.results.get("rust/handoff-poll-10ms")
+        self.table(
+            "3. Hand-off: holder releases → waiter holds",
+            "From the instant the holder starts its release to the instant the waiter's acquire "
+            "returns. Ratio: p50 against a waiter polling every 10 ms.",
+            ["id", "contender", "p50", "p99", "hand-offs", "p50 vs polling"],
+            [
+                [
+                    f"`{r.id}`",
+                    r.label,
+                    us(r.p50),
+                    us(r.p99),
+                    str(r.ops),
+                    ratio(r.p50, base.p50) if base else "-",
+                ]
+                for r in rows
+            ],
+        )
+        accord = self.results.get("rust/handoff-accord")
+        self.target(
+            "(3) hand-off p50 under 2 ms",
+            accord.p50 < 2000 if accord else None,
+            f"p50 {us(accord.p50)}, p99 {us(accord.p99)}" if accord else "",
+        )
+
+    def notify(self) -> None:
+        r = self.results.get("rust/notify")
+        if not r:
+            self.target("(4) notify p50 under 1 ms, over 20,000 msgs/s", None, "")
+            return
+        m = r.metrics
+        rate = float(m.get("sustained_msgs_per_s", math.nan))
+        self.table(
+            "4. Notify → listener receive",
+            "One message at a time (sent, then awaited), and a sustained stream from "
+            f"{m.get('sustained_publishers', '?'):.0f} publishing tasks on one client to one "
+            "listening client.",
+            ["measure", "p50", "p99", "msgs/s"],
+            [
+                ["one at a time", us(r.p50), us(r.p99), num(r.ops_per_s)],
+                [
+                    f"sustained, {m.get('sustained_messages', 0):,.0f} messages",
+                    us(float(m.get("sustained_p50_us", math.nan))),
+                    us(float(m.get("sustained_p99_us", math.nan))),
+                    num(rate),
+                ],
+            ],
+        )
+        self.target(
+            "(4) notify p50 under 1 ms, over 20,000 msgs/s",
+            r.p50 < 1000 and rate > 20_000,
+            f"p50 {us(r.p50)}, {num(rate)} msgs/s sustained",
+        )
+
+    def keepalive(self) -> None:
+        r = self.results.get("rust/keepalive")
+        if not r:
+            self.target(
+                "(5) at most one statement per tick, under 5% of a core", None, ""
+            )
+            return
+        m = {k: float(v) for k, v in r.metrics.items()}
+        self.table(
+            f"5. Keepalive: {m['leases']:,.0f} leases held by one client",
+            f"ttl {m['ttl_s']:.0f} s (renewed every ttl/3), measured for {m['window_s']:.0f} s. "
+            "Statements: every statement the database ran in that window "
+            "(pg_stat_statements); ticks: renewal statements the keepalive sent, against the "
+            "renewal periods in the window (more ticks than periods: the batch was split); "
+            "CPU: the whole client process (getrusage).",
+            [
+                "leases",
+                "statements",
+                "statements/s",
+                "ticks (periods)",
+                "statements/tick",
+                "rows renewed",
+                "client CPU",
+            ],
+            [
+                [
+                    num(m["leases"]),
+                    num(m["statements"]),
+                    f"{m['statements_per_s']:.2f}",
+                    f"{m['keepalive_ticks']:.0f} ({m['expected_ticks']:.1f})",
+                    f"{m['statements_per_tick']:.2f}",
+                    num(m["rows_renewed"]),
+                    f"{m['client_cpu_percent_of_core']:.2f}% of a core",
+                ]
+            ],
+        )
+        one_per_tick = (
+            m["statements_per_tick"] <= 1.0 + 1e-6
+            and m["keepalive_ticks"] <= math.ceil(m["expected_ticks"]) + 1
+        )
+        self.target(
+            "(5) at most one statement per tick, under 5% of a core",
+            one_per_tick and m["client_cpu_percent_of_core"] < 5,
+            f"{m['statements_per_tick']:.2f} statements/tick, {m['keepalive_ticks']:.0f} ticks "
+            f"in {m['expected_ticks']:.1f} periods, {m['client_cpu_percent_of_core']:.2f}% CPU",
+        )
+
+    def bindings(self) -> None:
+        base = self.results.get("rust/accord")
+        rows = self.get(
+            "rust/accord",
+            "c/accord",
+            "go/accord",
+            "python/accord",
+            "python/accord-async",
+            "node/accord",
+        )
+        self.table(
+            "6. Binding overhead: the workload of 1 through each language",
+            "Ratio: p50 against the Rust core (each language's program runs after the Rust one, "
+            "against the same database).",
+            ["id", "contender", "p50", "p99", "pairs/s", "p50 vs Rust"],
+            self.latency_rows(rows, base),
+        )
+        for lang in ("python/accord", "node/accord"):
+            r = self.results.get(lang)
+            name = f"(6) {lang.split('/')[0].title()} within 1.5x of Rust"
+            if r and base:
+                self.target(
+                    name, r.p50 / base.p50 <= 1.5, f"p50 {r.p50 / base.p50:.2f}x"
+                )
+            else:
+                self.target(name, None, "")
+
+    def peers(self) -> None:
+        for lang, peers in (
+            ("python", ("tooz", "pals")),
+            ("node", ("advisory-lock", "pg")),
+        ):
+            accord = self.results.get(f"{lang}/accord")
+            rows = self.get(f"{lang}/accord", *(f"{lang}/{p}" for p in peers))
+            self.table(
+                f"7. Peers in {lang.title()}: the workload of 1",
+                f"Ratio: p50 against accord's {lang.title()} package (above 1: accord is ahead).",
+                ["id", "contender", "p50", "p99", "pairs/s", "p50 vs accord"],
+                self.latency_rows(rows, accord),
+            )
+            for peer in peers:
+                r = self.results.get(f"{lang}/{peer}")
+                name = f"(7) accord {lang.title()} ahead of {peer}"
+                if r and accord:
+                    self.target(
+                        name,
+                        accord.p50 < r.p50,
+                        f"{peer} p50 {us(r.p50)} vs accord {us(accord.p50)} "
+                        f"({r.p50 / accord.p50:.2f}x)",
+                    )
+                else:
+                    self.target(name, None, "")
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def text_table(header: list[str], rows: list[list[str]]) -> str:
+    cells = [header] + [[c.replace("`", "") for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells
+    )
+
+
+def command_version(*argv: str) -> str:
+    try:
+        out = subprocess.run(
+            argv, check=False, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    return (
+        (out.stdout or out.stderr).strip().splitlines()[0]
+        if out.returncode == 0
+        else "?"
+    )
+
+
+def machine() -> list[str]:
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = "?"
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                memory = f"{int(line.split()[1]) / 1024 / 1024:.0f} GiB"
+    except OSError:
+        pass
+    return [
+        f"CPU: {cpu}, {os.cpu_count()} cores; memory {memory}",
+        f"OS: {platform.system()} {platform.release()} ({platform.machine()})",
+        f"rustc: {command_version('rustc', '--version')}",
+    ]
+
+
+def plot(results: dict[str, Result], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [
+        ("1. uncontended (Rust)", ["rust/accord", "rust/raw-sql", "rust/advisory"]),
+        (
+            "2. 64 tasks (per pair)",
+            ["rust/accord-64", "rust/raw-sql-64", "rust/raw-sql-64-pipelined"],
+        ),
+        ("3. hand-off", ["rust/handoff-accord", "rust/handoff-poll-10ms"]),
+        ("4. notify → listen (one at a time)", ["rust/notify"]),
+        (
+            "6. bindings",
+            [
+                "rust/accord",
+                "c/accord",
+                "go/accord",
+                "python/accord",
+                "python/accord-async",
+                "node/accord",
+            ],
+        ),
+        (
+            "7. peers",
+            [
+                "python/accord",
+                "python/tooz",
+                "python/pals",
+                "node/accord",
+                "node/advisory-lock",
+                "node/pg",
+            ],
+        ),
+    ]
+    fig, axes = plt.subplots(2, 3, figsize=(16, 9))
+    for ax, (title, ids) in zip(axes.flat, panels):
+        for rid in ids:
+            r = results.get(rid)
+            if not r or not r.latencies_us:
+                continue
+            xs = sorted(r.latencies_us)
+            ys = [(i + 1) / len(xs) for i in range(len(xs))]
+            ax.plot(xs, ys, label=f"{rid} (p50 {us(r.p50)})", linewidth=1.4)
+        ax.set_xscale("log")
+        ax.set_title(title)
+        ax.set_xlabel("latency (µs, log scale)")
+        ax.set_ylabel("fraction of operations ≤ x")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle("accord benchmarks: latency distributions (CDF)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "results", type=Path, help="the folder of the bench programs' JSON"
+    )
+    parser.add_argument("markdown", type=Path, help="the page to write")
+    parser.add_argument("png", help="the plot to write, or - for none")
+    parser.add_argument(
+        "--expect",
+        default="",
+        help="scenarios whose targets must have been measured, e.g. 1,2",
+    )
+    args = parser.parse_args()
+    results, versions = load(args.results)
+    if not results:
+        print(f"no results in {args.results}", file=sys.stderr)
+        return 1
+    report = Report(results)
+    report.build()
+
+    printed = []
+    for title, _note, header, rows in report.sections:
+        printed += ["", title, text_table(header, rows)]
+    printed += ["", "Targets"]
+    printed += [f"  {verdict(t.met):<13} {t.name}: {t.detail}" for t in report.targets]
+    print("\n".join(printed))
+
+    png = None if args.png == "-" else Path(args.png)
+    args.markdown.write_text(markdown(report, results, versions, png))
+    if png:
+        plot(results, png)
+    print(f"\nwrote {args.markdown}" + (f" and {png}" if png else ""))
+
+    expected = {f"({n.strip()})" for n in args.expect.split(",") if n.strip()}
+    missing = [
+        t.name for t in report.targets if t.met is None and t.name[:3] in expected
+    ]
+    if missing:
+        print(f"not measured: {'; '.join(missing)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def markdown(
+    report: Report,
+    results: dict[str, Result],
+    versions: dict[str, dict[str, str]],
+    png: Path | None,
+) -> str:
+    pairs = results["rust/accord"].ops if "rust/accord" in results else "?"
+    today = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    md = [
+        "# Benchmarks",
+        "",
+        (
+            "Written by `make bench` (bench/README.md explains how; bench/report.py wrote this "
+            "page). Every figure below comes from one run: one machine, one throwaway "
+            "PostgreSQL (scripts/with-postgres.sh: fsync off, loopback TCP, no TLS for any "
+            "contender), contenders run one after another and, within a program, interleaved. "
+            "Read the ratios, not the absolute figures: they move with the machine."
+        ),
+        "",
+        f"- Run: {today}; {pairs} measured pairs per contender in scenarios 1, 6 and 7",
+        *[f"- {line}" for line in machine()],
+    ]
+    for source, vs in sorted(versions.items()):
+        if vs:
+            md.append(
+                f"- {source}: " + ", ".join(f"{k} {v}" for k, v in sorted(vs.items()))
+            )
+    md += ["", "## Targets", ""]
+    md += [f"- **{verdict(t.met)}**: {t.name} ({t.detail})" for t in report.targets]
+    for title, note, header, rows in report.sections:
+        md += ["", f"## {title}", "", note, "", markdown_table(header, rows)]
+    if png:
+        md += ["", "## Latency distributions", "", f"![latency CDFs]({png.name})"]
+    return "\n".join(md) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+//! `accord-bench`: the Rust part of `make bench` (bench/README.md). Runs scenarios 1–5 of the
+//! benchmark against the database in ACCORD_BENCH_URL and writes their raw samples to
+//! ACCORD_BENCH_OUT for bench/report.py.
+
+mod concurrent;
+mod handoff;
+mod keepalive;
+mod notify;
+mod raw;
+mod record;
+mod uncontended;
+
+use std::time::Duration;
+
+use clap::Parser;
+use serde_json::json;
+
+pub type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// Every contender's rows live here, apart from the tests' schemas.
+pub const SCHEMA: &str = "accord_bench";
+pub const NAMESPACE: &str = "bench";
+
+#[derive(Parser)]
+#[command(about = "accord's Rust benchmarks (scenarios 1-5); see bench/README.md")]
+struct Args {
+    /// Scenarios to run, e.g. `1,3`.
+    #[arg(long, value_delimiter = ',', default_values_t = [1u8, 2, 3, 4, 5])]
+    scenarios: Vec<u8>,
+    /// The database (a throwaway one: the bench writes to schema accord_bench).
+    #[arg(long, env = "ACCORD_BENCH_URL")]
+    url: String,
+    /// Where to write the results (JSON).
+    #[arg(long, env = "ACCORD_BENCH_OUT")]
+    out: std::path::PathBuf,
+    /// Measured try_acquire+release pairs per contender in scenario 1 (the other scenarios
+    /// scale from it).
+    #[arg(long, env = "ACCORD_BENCH_PAIRS", default_value_t = 5000)]
+    pairs: usize,
+    /// Unmeasured pairs per contender first.
+    #[arg(long, env = "ACCORD_BENCH_WARMUP", default_value_t = 500)]
+    warmup: usize,
+    /// Scenario 5's measured window, in seconds.
+    #[arg(long, env = "ACCORD_BENCH_KEEPALIVE_SECONDS", default_value_t = 30)]
+    keepalive_seconds: u64,
+    /// Scenario 5's leases.
+    #[arg(long, default_value_t = 10_000)]
+    keepalive_leases: usize,
+}
+
+pub struct Config {
+    pub url: String,
+    pub pairs: usize,
+    pub warmup: usize,
+    pub keepalive_window: Duration,
+    pub keepalive_leases: usize,
+}
+
+#[tokio::main]
+async fn main() -> BenchResult<()> {
+    let args = Args::parse();
+    if args.pairs < 2 {
+        return Err("ACCORD_BENCH_PAIRS must be at least 2".into());
+    }
+    let config = Config {
+        url: args.url,
+        pairs: args.pairs,
+        warmup: args.warmup,
+        keepalive_window: Duration::from_secs(args.keepalive_seconds.max(1)),
+        keepalive_leases: args.keepalive_leases.max(1),
+    };
+    let server_version: String = raw::connect(&config.url)
+        .await?
+        .query_one("SHOW server_version", &[])
+        .await?
+        .get(0);
+
+    let mut records = Vec::new();
+    for scenario in &args.scenarios {
+        println!("scenario {scenario}");
+        let found = match scenario {
+            1 => uncontended::run(&config).await?,
+            2 => concurrent::run(&config).await?,
+            3 => handoff::run(&config).await?,
+            4 => notify::run(&config).await?,
+            5 => keepalive::run(&config).await?,
+            other => return Err(format!("there is no scenario {other} (1-5)").into()),
+        };
+        for record in &found {
+            println!("  {}", record.summary());
+        }
+        records.extend(found);
+    }
+    let out = json!({
+        "source": "rust",
+        "versions": {
+            "accord": env!("CARGO_PKG_VERSION"),
+            "postgresql": server_version,
+        },
+        "results": records.iter().map(record::Record::to_json).collect::<Vec<_>>(),
+    });
+    std::fs::write(&args.out, serde_json::to_string(&out)?)
+        .map_err(|e| format!("cannot write {}: {e}", args.out.display()))?;
+    Ok(())
+}

@@ -1,0 +1,59 @@
+# `make bench`: accord against raw SQL and the libraries users pick today (bench/README.md).
+#
+#   make bench          a throwaway PostgreSQL, every contender built in release mode, each
+#                       language's bench program in turn, then bench/report.py: the table on
+#                       stdout, docs/benchmarks.md and docs/benchmarks.png
+#   make bench-rust     scenarios 1-5 only (needs ACCORD_TEST_DATABASE_URL, e.g. through
+#                       scripts/with-postgres.sh); bench-c, bench-go, bench-python and
+#                       bench-node are in their own fragments
+#   make bench-report   the report from whatever target/bench holds
+#
+# Every program gets the same URL, without TLS (loopback: what the comparison is about is
+# the client, and node-postgres and libpq disagree about what sslmode=prefer means).
+
+BENCH_OUT_DIR ?= target/bench
+BENCH_DOC := docs/benchmarks.md
+BENCH_PLOT := docs/benchmarks.png
+
+.PHONY: bench bench-all bench-build bench-rust bench-report
+
+bench:
+	$(WITH_PG) $(MAKE) --no-print-directory bench-all
+
+# Everything is built before anything is measured, so that no compiler competes with a run.
+bench-build: build-bench-c build-bench-go build-node $(BENCH_NODE_STAMP) bench-python-venv wheel-python
+	$(CARGO) build --release -p accord-bench
+
+bench-all: bench-build
+	rm -rf $(BENCH_OUT_DIR) && mkdir -p $(BENCH_OUT_DIR)
+	u="$$ACCORD_TEST_DATABASE_URL"; case "$$u" in *\?*) u="$$u&sslmode=disable";; *) u="$$u?sslmode=disable";; esac; \
+	  export ACCORD_BENCH_URL="$$u"; \
+	  $(MAKE) --no-print-directory bench-rust bench-c bench-go bench-python bench-node
+	$(MAKE) --no-print-directory bench-report
+
+bench-rust:
+	@mkdir -p $(BENCH_OUT_DIR)
+	$(CARGO) build --release -p accord-bench
+	ACCORD_BENCH_URL="$${ACCORD_BENCH_URL:-$$ACCORD_TEST_DATABASE_URL}" ACCORD_BENCH_OUT=$(BENCH_OUT_DIR)/rust.json \
+	  target/release/accord-bench
+
+bench-report: bench-python-venv
+	$(BENCH_PY) bench/report.py $(BENCH_OUT_DIR) $(BENCH_DOC) $(BENCH_PLOT)
+
+# `make test` runs the Rust bench program and the report at a tiny size, so that neither rots
+# between benchmark runs: every scenario must run and yield its figures (the bench program fails
+# on a held key, a lost lease or a missed message). No figure is judged here: timing belongs in
+# the benchmark.
+.PHONY: test-bench lint-bench
+TEST_SUITES += test-bench
+LINTS += lint-bench
+
+test-bench: python-venv
+	$(CARGO) build -p accord-bench
+	rm -rf target/bench-smoke && mkdir -p target/bench-smoke
+	ACCORD_BENCH_URL="$$ACCORD_TEST_DATABASE_URL" ACCORD_BENCH_OUT=target/bench-smoke/rust.json \
+	  target/debug/accord-bench --pairs 40 --warmup 4 --keepalive-seconds 3 --keepalive-leases 300
+	$(PY) bench/report.py target/bench-smoke target/bench-smoke/benchmarks.md - --expect 1,2,3,4,5
+
+lint-bench: python-venv
+	$(PY_VENV)/bin/ruff check bench && $(PY_VENV)/bin/ruff format --check bench
