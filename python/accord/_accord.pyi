@@ -29,6 +29,7 @@ __all__ = [
     "AsyncLease",
     "AsyncSubscription",
     "Client",
+    "Completer",
     "Lease",
     "LeaseInfo",
     "ListPage",
@@ -45,6 +46,18 @@ _State = Literal["held", "free", "done", "all"]
 
 def migration_sql(schema: str = "accord") -> str:
     """The SQL that creates or upgrades accord's schema, for DBAs who apply it by hand."""
+
+@final
+class Completer:
+    """The asyncio completions of one event loop (internal: made and registered by
+    ``accord._aio.new_future``)."""
+
+    def __new__(cls) -> Completer: ...
+    @property
+    def pid(self) -> int: ...
+    @property
+    def fd(self) -> int: ...
+    def drain(self) -> None: ...
 
 @final
 class Message:

@@ -8,16 +8,40 @@ asyncio's cancellation rules rather than about accord.
   made sure nothing it may have been granted stays held (scenario L9).
 - ``next_event``: a cancelled subscription read loses no notification; the read in flight is
   kept and answers the next one.
+- ``new_future``: the future of an async call and the loop's ``Completer``, whose pipe the
+  loop watches so that finished calls settle their futures on the loop's thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import weakref
 from collections.abc import Awaitable, Coroutine, Generator
 from typing import Any, Callable, Generic, Optional, TypeVar
 
+from ._accord import Completer
+
 T = TypeVar("T")
+
+_completers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Completer] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def new_future() -> tuple[Completer, asyncio.Future[Any]]:
+    """A future of the running loop, and the loop's completer (made on first use, and again
+    in a forked child, which must not read its parent's pipe)."""
+    loop = asyncio.get_running_loop()
+    completer = _completers.get(loop)
+    if completer is None or completer.pid != os.getpid():
+        if completer is not None:
+            loop.remove_reader(completer.fd)
+        completer = Completer()
+        loop.add_reader(completer.fd, completer.drain)
+        _completers[loop] = completer
+    return completer, loop.create_future()
 
 
 class Opening(Coroutine[Any, Any, T], Generic[T]):

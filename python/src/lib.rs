@@ -4,6 +4,7 @@
 //! kinds to exception classes.
 
 mod client;
+mod completion;
 mod convert;
 mod errors;
 mod lease;
@@ -34,6 +35,7 @@ fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<types::Reconnected>()?;
     m.add_class::<types::LeaseInfo>()?;
     m.add_class::<types::ListPage>()?;
+    m.add_class::<completion::Completer>()?;
     m.add_function(wrap_pyfunction!(migration_sql, m)?)?;
     let at_exit = wrap_pyfunction!(runtime::_at_exit, m)?;
     m.py()

@@ -1,10 +1,9 @@
 //! The one tokio runtime of the process, created lazily and again in a forked child, and the
 //! two ways Python waits on it: blocking with the GIL released (the sync API) and asyncio
-//! futures (the async API, through pyo3-async-runtimes' generic bridge).
+//! futures (the async API, completed through the loop's pipe: see `completion.rs`).
 
-use std::cell::OnceCell;
 use std::future::Future;
-use std::pin::{pin, Pin};
+use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -12,8 +11,6 @@ use std::time::Duration;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3_async_runtimes::generic::{ContextExt, Runtime as GenericRuntime};
-use pyo3_async_runtimes::TaskLocals;
 use tokio::runtime::Runtime;
 
 /// How often a blocking call wakes up to let Python run its signal handlers (Ctrl-C).
@@ -151,7 +148,7 @@ where
 }
 
 /// Threads of this module that will run Python code: blocking calls in other threads, and
-/// completions of asyncio futures on the runtime's blocking pool.
+/// the lost signals of async leases handed to their loops from the runtime's blocking pool.
 static BUSY: AtomicUsize = AtomicUsize::new(0);
 /// Set by [`at_exit`]: Python is about to finalize.
 static EXITING: AtomicBool = AtomicBool::new(false);
@@ -218,75 +215,24 @@ pub fn _after_fork_in_child() {
     BUSY.store(0, Ordering::SeqCst);
 }
 
-/// The runtime as pyo3-async-runtimes sees it, so that asyncio futures run on the same
-/// fork-aware runtime as the blocking calls.
-pub struct AccordRuntime;
-
-tokio::task_local! {
-    static TASK_LOCALS: OnceCell<TaskLocals>;
-}
-
-impl GenericRuntime for AccordRuntime {
-    type JoinError = tokio::task::JoinError;
-    type JoinHandle = tokio::task::JoinHandle<()>;
-
-    fn spawn<F>(fut: F) -> Self::JoinHandle
-    where
-        F: Future<Output = ()> + Send + 'static,
-    {
-        runtime().spawn(fut)
-    }
-
-    /// pyo3-async-runtimes completes asyncio futures from here (with the GIL): counted, and
-    /// skipped once the interpreter exits (see [`at_exit`]).
-    fn spawn_blocking<F>(f: F) -> Self::JoinHandle
-    where
-        F: FnOnce() + Send + 'static,
-    {
-        with_python_later(f)
-    }
-}
-
-impl ContextExt for AccordRuntime {
-    fn scope<F, R>(locals: TaskLocals, fut: F) -> Pin<Box<dyn Future<Output = R> + Send>>
-    where
-        F: Future<Output = R> + Send + 'static,
-    {
-        let cell = OnceCell::new();
-        let _ = cell.set(locals);
-        Box::pin(TASK_LOCALS.scope(cell, fut))
-    }
-
-    fn get_task_locals() -> Option<TaskLocals> {
-        TASK_LOCALS
-            .try_with(|c| c.get().cloned())
-            .unwrap_or_default()
-    }
-}
-
 /// An asyncio future (of the running loop) for `fut`, which runs on the accord runtime.
-/// Cancelling the asyncio future drops `fut`. The result is handed to the loop from the
-/// runtime's blocking pool, so that no runtime worker ever waits for the GIL.
+/// Cancelling the asyncio future drops `fut`.
 pub fn future_into_py<'py, F, T>(py: Python<'py>, fut: F) -> PyResult<Bound<'py, PyAny>>
 where
     F: Future<Output = PyResult<T>> + Send + 'static,
     T: for<'a> IntoPyObject<'a> + Send + 'static,
 {
-    pyo3_async_runtimes::generic::future_into_py::<AccordRuntime, F, T>(py, fut)
+    crate::completion::future_into_py(py, fut, true)
 }
 
-/// Like [`future_into_py`], but `fut` runs as a task of its own that cancelling the asyncio
-/// future does not stop: for operations that should not be cut in half (release, close).
+/// Like [`future_into_py`], but cancelling the asyncio future does not stop `fut`: for
+/// operations that should not be cut in half (release, close).
 pub fn detached_into_py<'py, F, T>(py: Python<'py>, fut: F) -> PyResult<Bound<'py, PyAny>>
 where
     F: Future<Output = PyResult<T>> + Send + 'static,
     T: for<'a> IntoPyObject<'a> + Send + 'static,
 {
-    let task = runtime().spawn(fut);
-    future_into_py(py, async move {
-        task.await
-            .map_err(|e| crate::errors::Internal::new_err(format!("an accord task failed: {e}")))?
-    })
+    crate::completion::future_into_py(py, fut, false)
 }
 
 /// A function or class of `accord/_aio.py`, the asyncio glue.

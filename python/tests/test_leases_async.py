@@ -286,3 +286,26 @@ async def test_tasks_share_one_client(aclients: AsyncClients) -> None:
     await asyncio.gather(*(work(c) for c in (shared, shared, shared, other)))
     assert overlaps == 0
     assert shared.held_count == 0 and other.held_count == 0
+
+
+def test_every_loop_gets_its_completions(sc: Scenario) -> None:
+    """Async calls complete through a pipe per event loop: loops run one after another (as
+    asyncio.run does) each get theirs, and a burst of calls on one loop settles every future,
+    cancelled ones included."""
+
+    async def burst(round: int) -> None:
+        async with accord.AsyncClient.connect(sc.url, **sc.options(f"o{round}")) as client:
+            keys = [f"burst-{round}-{i}" for i in range(200)]
+            leases = await asyncio.gather(*(client.try_acquire(k, ttl=60) for k in keys))
+            assert all(lease is not None for lease in leases)
+            assert client.held_count == len(keys)
+            cancelled = asyncio.ensure_future(client.try_acquire(f"burst-{round}-cancelled"))
+            await asyncio.sleep(0)
+            cancelled.cancel()
+            await asyncio.gather(*(lease.release() for lease in leases if lease is not None))
+            with pytest.raises(asyncio.CancelledError):
+                await cancelled
+            assert client.held_count == 0
+
+    for round in range(3):
+        asyncio.run(burst(round))
