@@ -19,7 +19,7 @@ where
     F: Future<Output = Outcome<T>> + Send + 'static,
     M: FnOnce(&Env, Outcome<T>) -> Outcome<V> + 'static,
 {
-    env.spawn_future_with_callback(async move { Ok(fut.await) }, move |env, outcome| {
+    crate::bridge::promise(env, fut, move |env, outcome| {
         finish(env, outcome).map_err(|failure| failure.into_napi(env))
     })
 }

@@ -6,6 +6,7 @@
 //! `code`. It also decides what keeps the Node event loop alive: pending calls, open
 //! subscriptions, and the `lost` Promise of a held lease once read; nothing else.
 
+mod bridge;
 mod client;
 mod convert;
 mod error;
