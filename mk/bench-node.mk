@@ -24,4 +24,5 @@ $(BENCH_NODE_STAMP): node/bench/package.json node/bench/package-lock.json
 bench-node: build-node $(BENCH_NODE_STAMP)
 	@test -n "$$ACCORD_TEST_DATABASE_URL" || { echo "bench-node: ACCORD_TEST_DATABASE_URL is not set; run it as scripts/with-postgres.sh $(MAKE) bench-node" >&2; exit 1; }
 	@mkdir -p $(BENCH_OUT_DIR)
-	ACCORD_BENCH_URL="$${ACCORD_BENCH_URL:-$$ACCORD_TEST_DATABASE_URL}" ACCORD_BENCH_OUT=$(BENCH_OUT_DIR)/node.json $(NODE) node/bench/bench.js
+	ACCORD_BENCH_URL="$${ACCORD_BENCH_URL:-$$ACCORD_TEST_DATABASE_URL}" ACCORD_BENCH_OUT=$(BENCH_OUT_DIR)/node.json \
+	  ACCORD_BENCH_STATEMENTS=$(BENCH_OUT_DIR)/statements.json $(NODE) node/bench/bench.js

@@ -35,4 +35,5 @@ bench-python: bench-python-venv wheel-python
 	  $$(ls -t $(PY_WHEELS)/accord-*.whl | head -n 1)
 	mkdir -p $(BENCH_OUT_DIR)
 	ACCORD_BENCH_URL="$${ACCORD_BENCH_URL:-$$ACCORD_TEST_DATABASE_URL}" ACCORD_BENCH_OUT=$(BENCH_OUT_DIR)/python.json \
+	  ACCORD_BENCH_STATEMENTS=$(BENCH_OUT_DIR)/statements.json \
 	  $(BENCH_PY) bench/python/bench.py

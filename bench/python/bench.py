@@ -42,6 +42,8 @@ import importlib.metadata
 import json
 import os
 import platform
+import random
+import re
 import sys
 import time
 import urllib.parse
@@ -250,6 +252,61 @@ class Pals:
         self.locker.engine.dispose()
 
 
+class Psycopg2AccordSql:
+    """accord's own two statements (statements.json, written by the Rust bench) sent by hand
+    through psycopg2 in autocommit: the floor of what accord's package could cost, as
+    rust/raw-sql is the Rust core's. psycopg2 interpolates parameters client-side (no
+    server-side prepare), as hand-written psycopg2 code does."""
+
+    id = "python/psycopg2-accord-sql"
+    label = "psycopg2 by hand, accord's own two statements"
+
+    def __init__(self, url: str, statements: dict[str, str]) -> None:
+        self.conn = psycopg2.connect(url, application_name=f"{APP_NAME}/psycopg2-accord-sql")
+        self.conn.autocommit = True
+        self.cur = self.conn.cursor()
+        self.ns, self.channel = statements["namespace"], statements["wakeup_channel"]
+        # $n → %(pn)s: the statements use some parameters twice.
+        self.acquire = re.sub(r"\$(\d+)", r"%(p\1)s", statements["acquire"])
+        self.release = re.sub(r"\$(\d+)", r"%(p\1)s", statements["release"])
+        self.key = key_of(self.id)
+        self.attempt = random.randrange(1, 2**40) * 1_000_000
+
+    def run(self, pairs: int) -> tuple[list[int], float]:
+        cur, key, clock = self.cur, self.key, time.perf_counter_ns
+        samples = []
+        started = time.perf_counter()
+        for _ in range(pairs):
+            t = clock()
+            self.attempt += 1
+            cur.execute(
+                self.acquire,
+                {
+                    "p1": self.ns,
+                    "p2": key,
+                    "p3": "psycopg2",
+                    "p4": self.attempt,
+                    "p5": 30000,
+                    "p6": None,
+                },
+            )
+            row = cur.fetchone()
+            if row is None or row[0] is not True:
+                raise held(self.id)
+            cur.execute(
+                self.release,
+                {"p1": self.ns, "p2": key, "p3": "psycopg2", "p4": row[1], "p5": self.channel},
+            )
+            released = cur.fetchone()
+            if released is None or released[0] != 1:
+                raise RuntimeError(f"{self.id}: release of {key} found no lease")
+            samples.append(clock() - t)
+        return samples, time.perf_counter() - started
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 # What the server saw: statements (pg_stat_statements, when preloaded) and sessions
 # (pg_stat_database), read on a connection of its own between runs, never during one.
 
@@ -345,6 +402,16 @@ def main() -> None:
     try:
         for make in (AccordSync, AccordAsync, Tooz, Pals):
             contenders.append(make(url))
+        statements_file = os.environ.get("ACCORD_BENCH_STATEMENTS", "")
+        if statements_file and os.path.exists(statements_file):
+            with open(statements_file) as f:
+                contenders.append(Psycopg2AccordSql(url, json.load(f)))
+        else:
+            print(
+                "python bench: no ACCORD_BENCH_STATEMENTS file (the Rust bench writes it): "
+                "python/psycopg2-accord-sql left out",
+                file=sys.stderr,
+            )
         for contender in contenders:
             contender.run(warmup)
         tallies = {c.id: Tally() for c in contenders}

@@ -221,6 +221,61 @@ function pgContender(url, pgMode) {
   }
 }
 
+// accord's own two statements (written by the Rust bench to statements.json: see bench/README.md)
+// sent by hand through node-postgres, prepared once like accord's: the floor of what accord's
+// Node package could cost, as rust/raw-sql is the Rust core's.
+function pgAccordSqlContender(url, pgMode, statements) {
+  const id = 'node/pg-accord-sql'
+  const applicationName = `${APP}/pg-accord-sql`
+  const key = `bench-${id}`
+  let client
+  let attempt = BigInt(Math.floor(Math.random() * 2 ** 40)) * 1000000n
+  const acquire = async () => {
+    attempt += 1n
+    const r = await client.query({
+      name: 'accord-acquire',
+      text: statements.acquire,
+      values: [statements.namespace, key, 'pg-accord-sql', attempt.toString(), '30000', null],
+      rowMode: 'array',
+    })
+    if (r.rows.length === 0 || r.rows[0][0] !== true) throw new Error(`${id}: ${key} is held`)
+    return r.rows[0][1]
+  }
+  const release = async (fence) => {
+    const r = await client.query({
+      name: 'accord-release',
+      text: statements.release,
+      values: [statements.namespace, key, 'pg-accord-sql', fence, statements.wakeup_channel],
+      rowMode: 'array',
+    })
+    if (Number(r.rows[0][0]) !== 1) throw new Error(`${id}: release of ${key} found no lease`)
+  }
+  return {
+    id,
+    label: "node-postgres by hand, accord's own two statements",
+    applicationName,
+    newConnectionsPerOp: 0,
+    async setup() {
+      client = new pg.Client({ connectionString: pgUrl(url, pgMode, applicationName) })
+      await client.connect()
+    },
+    async pair() {
+      await release(await acquire())
+    },
+    async holding(fn) {
+      const fence = await acquire()
+      try {
+        return await fn()
+      } finally {
+        await release(fence)
+      }
+    },
+    async close() {
+      await client.end()
+    },
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 
 async function run(contender, n, into) {
@@ -248,6 +303,12 @@ async function main() {
 
   const pgMode = await resolvePgMode(url)
   const contenders = [accordContender(url), advisoryLockContender(url, pgMode), pgContender(url, pgMode)]
+  const statementsFile = process.env.ACCORD_BENCH_STATEMENTS
+  if (statementsFile && fs.existsSync(statementsFile)) {
+    contenders.push(pgAccordSqlContender(url, pgMode, JSON.parse(fs.readFileSync(statementsFile, 'utf8'))))
+  } else {
+    console.error('node bench: no ACCORD_BENCH_STATEMENTS file (the Rust bench writes it): node/pg-accord-sql left out')
+  }
   const admin = new pg.Client({ connectionString: pgUrl(url, pgMode, `${APP}/admin`) })
   await admin.connect()
   for (const c of contenders) await c.setup()

@@ -75,6 +75,12 @@ async fn main() -> BenchResult<()> {
         .await?
         .get(0);
 
+    // For the other languages' "same statements by hand" contenders (bench/README.md).
+    let sql = raw::AccordSql::new()?;
+    let statements = args.out.with_file_name("statements.json");
+    std::fs::write(&statements, serde_json::to_string_pretty(&sql.to_json())?)
+        .map_err(|e| format!("cannot write {}: {e}", statements.display()))?;
+
     let mut records = Vec::new();
     for scenario in &args.scenarios {
         println!("scenario {scenario}");

@@ -47,6 +47,20 @@ impl AccordSql {
     }
 }
 
+impl AccordSql {
+    /// What bench programs in other languages need to send the same statements.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "namespace": NAMESPACE,
+            "acquire": self.acquire,
+            "acquire_parameters": "namespace text, key text, owner text, attempt bigint (unique per attempt), ttl_ms bigint, metadata text (JSON object or NULL); row: granted, fence, ...",
+            "release": self.release,
+            "release_parameters": "namespace text, key text, owner text, fence bigint, wakeup_channel text; row: released count",
+            "wakeup_channel": self.channel,
+        })
+    }
+}
+
 /// Each attempt carries a token of its own, as accord's do (a retry re-grants its own grant).
 fn next_attempt() -> i64 {
     static NEXT: AtomicI64 = AtomicI64::new(0);
