@@ -155,6 +155,15 @@ class Report:
             ["id", "contender", "p50", "p99", "pairs/s", "p50 vs raw SQL"],
             self.latency_rows(rows, base),
         )
+        tls = self.get("rust/accord-tls", "rust/raw-sql-tls")
+        self.table(
+            "1b. The same over TLS",
+            "Not judged by a target (the rows above are); how much the encryption adds, with the "
+            "same TLS stack (rustls) on both sides and the server's certificate checked. Ratio: "
+            "p50 against raw SQL over TLS.",
+            ["id", "contender", "p50", "p99", "pairs/s", "p50 vs raw SQL over TLS"],
+            self.latency_rows(tls, self.results.get("rust/raw-sql-tls")),
+        )
         accord = self.results.get("rust/accord")
         if accord and base:
             r = accord.p50 / base.p50
@@ -420,7 +429,16 @@ def plot(results: dict[str, Result], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     panels = [
-        ("1. uncontended (Rust)", ["rust/accord", "rust/raw-sql", "rust/advisory"]),
+        (
+            "1. uncontended (Rust)",
+            [
+                "rust/accord",
+                "rust/raw-sql",
+                "rust/advisory",
+                "rust/accord-tls",
+                "rust/raw-sql-tls",
+            ],
+        ),
         (
             "2. 64 tasks (per pair)",
             ["rust/accord-64", "rust/raw-sql-64", "rust/raw-sql-64-pipelined"],

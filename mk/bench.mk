@@ -9,7 +9,8 @@
 #   make bench-report   the report from whatever target/bench holds
 #
 # Every program gets the same URL, without TLS (loopback: what the comparison is about is
-# the client, and node-postgres and libpq disagree about what sslmode=prefer means).
+# the client, and node-postgres and libpq disagree about what sslmode=prefer means); the Rust
+# program adds accord and raw SQL over TLS (the test cluster's CA) as rows of their own.
 
 BENCH_OUT_DIR ?= target/bench
 BENCH_DOC := docs/benchmarks.md
@@ -35,7 +36,7 @@ bench-rust:
 	@mkdir -p $(BENCH_OUT_DIR)
 	$(CARGO) build --release -p accord-bench
 	ACCORD_BENCH_URL="$${ACCORD_BENCH_URL:-$$ACCORD_TEST_DATABASE_URL}" ACCORD_BENCH_OUT=$(BENCH_OUT_DIR)/rust.json \
-	  target/release/accord-bench
+	  ACCORD_BENCH_TLS_ROOT_CERT="$$ACCORD_TEST_SSL_ROOT_CERT" target/release/accord-bench
 
 bench-report: bench-python-venv
 	$(BENCH_PY) bench/report.py $(BENCH_OUT_DIR) $(BENCH_DOC) $(BENCH_PLOT)
@@ -52,7 +53,7 @@ test-bench: python-venv
 	$(CARGO) build -p accord-bench
 	rm -rf target/bench-smoke && mkdir -p target/bench-smoke
 	ACCORD_BENCH_URL="$$ACCORD_TEST_DATABASE_URL" ACCORD_BENCH_OUT=target/bench-smoke/rust.json \
-	  target/debug/accord-bench --pairs 40 --warmup 4 --keepalive-seconds 3 --keepalive-leases 300
+	  ACCORD_BENCH_TLS_ROOT_CERT="$$ACCORD_TEST_SSL_ROOT_CERT" target/debug/accord-bench --pairs 40 --warmup 4 --keepalive-seconds 3 --keepalive-leases 300
 	$(PY) bench/report.py target/bench-smoke target/bench-smoke/benchmarks.md - --expect 1,2,3,4,5
 
 lint-bench: python-venv

@@ -43,6 +43,10 @@ struct Args {
     /// Scenario 5's measured window, in seconds.
     #[arg(long, env = "ACCORD_BENCH_KEEPALIVE_SECONDS", default_value_t = 30)]
     keepalive_seconds: u64,
+    /// The server's CA certificate (PEM): scenario 1 then also runs accord and raw SQL over
+    /// TLS (sslmode=verify-full), apart from the TLS-less rows the targets are judged on.
+    #[arg(long, env = "ACCORD_BENCH_TLS_ROOT_CERT")]
+    tls_root_cert: Option<String>,
     /// Scenario 5's leases.
     #[arg(long, default_value_t = 10_000)]
     keepalive_leases: usize,
@@ -54,6 +58,7 @@ pub struct Config {
     pub warmup: usize,
     pub keepalive_window: Duration,
     pub keepalive_leases: usize,
+    pub tls_root_cert: Option<String>,
 }
 
 #[tokio::main]
@@ -68,6 +73,7 @@ async fn main() -> BenchResult<()> {
         warmup: args.warmup,
         keepalive_window: Duration::from_secs(args.keepalive_seconds.max(1)),
         keepalive_leases: args.keepalive_leases.max(1),
+        tls_root_cert: args.tls_root_cert.filter(|p| !p.is_empty()),
     };
     let server_version: String = raw::connect(&config.url)
         .await?

@@ -3,6 +3,7 @@
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
+use rustls::pki_types::pem::PemObject;
 use tokio_postgres::{Client, NoTls, Statement};
 
 use crate::{BenchResult, NAMESPACE, SCHEMA};
@@ -16,6 +17,28 @@ pub async fn connect(url: &str) -> BenchResult<Client> {
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             eprintln!("raw connection ended: {e}");
+        }
+    });
+    Ok(client)
+}
+
+/// A connection over TLS (rustls, the stack accord uses), the server's certificate checked
+/// against `root_cert` (PEM): what accord does with sslmode=verify-full.
+pub async fn connect_tls(url: &str, root_cert: &str) -> BenchResult<Client> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_file_iter(root_cert)? {
+        roots.add(cert?)?;
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tls = tokio_postgres_rustls::MakeRustlsConnect::new(config);
+    let (client, connection) = tokio_postgres::connect(url, tls).await?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            eprintln!("raw TLS connection ended: {e}");
         }
     });
     Ok(client)

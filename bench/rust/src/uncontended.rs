@@ -80,7 +80,7 @@ pub async fn run(config: &Config) -> BenchResult<Vec<Record>> {
     let lock = advisory.prepare("SELECT pg_try_advisory_lock($1)").await?;
     let unlock = advisory.prepare("SELECT pg_advisory_unlock($1)").await?;
 
-    let mut contenders = [
+    let mut contenders = vec![
         (
             Record::new("rust/accord", "accord, Rust core (try_acquire + release)"),
             Contender::Accord(accord),
@@ -100,6 +100,31 @@ pub async fn run(config: &Config) -> BenchResult<Vec<Record>> {
             Contender::Advisory(advisory, lock, unlock),
         ),
     ];
+    if let Some(root_cert) = &config.tls_root_cert {
+        // The same two, encrypted with the same TLS stack (rustls), the certificate checked.
+        let base = config.url.split('?').next().unwrap_or(&config.url);
+        let accord_tls = Client::connect(
+            &format!("{base}?sslmode=verify-full&sslrootcert={root_cert}"),
+            ClientOptions::new()
+                .schema(SCHEMA)
+                .namespace(NAMESPACE)
+                .pool_size(1),
+        )
+        .await?;
+        let raw_tls = raw::connect_tls(&format!("{base}?sslmode=require"), root_cert).await?;
+        let prepared_tls = Prepared::on(&raw_tls, &AccordSql::new()?).await?;
+        contenders.push((
+            Record::new("rust/accord-tls", "accord, Rust core, over TLS"),
+            Contender::Accord(accord_tls),
+        ));
+        contenders.push((
+            Record::new(
+                "rust/raw-sql-tls",
+                "raw SQL over TLS: tokio-postgres + rustls",
+            ),
+            Contender::Raw(raw_tls, prepared_tls),
+        ));
+    }
     for (record, contender) in &contenders {
         rounds(contender, &format!("bench-{}", record.id), config.warmup).await?;
     }
