@@ -78,6 +78,26 @@ def held(contender_id: str) -> RuntimeError:
     return RuntimeError(f"{contender_id}: try-acquire of an uncontended key failed")
 
 
+class PeerLock(Protocol):
+    def acquire(self, blocking: bool = ...) -> bool: ...
+
+    def release(self) -> Any: ...
+
+
+def lock_pairs(contender_id: str, lock: PeerLock, pairs: int) -> tuple[list[int], float]:
+    """A peer's pairs: acquire without blocking (which must succeed), release."""
+    clock = time.perf_counter_ns
+    samples = []
+    started = time.perf_counter()
+    for _ in range(pairs):
+        t = clock()
+        if not lock.acquire(blocking=False):
+            raise held(contender_id)
+        lock.release()
+        samples.append(clock() - t)
+    return samples, time.perf_counter() - started
+
+
 # URLs. The bench URL is libpq's (postgres:// or postgresql://, maybe with ?sslmode=… and the
 # like). SQLAlchemy 2.1 reads a bare postgresql:// as psycopg 3, so pals gets the psycopg2
 # dialect by name; SQLAlchemy hands the query parameters to psycopg2.connect as keywords. tooz
@@ -213,16 +233,7 @@ class Tooz:
         self.lock = self.coordinator.get_lock(key_of(self.id).encode())
 
     def run(self, pairs: int) -> tuple[list[int], float]:
-        lock, clock = self.lock, time.perf_counter_ns
-        samples = []
-        started = time.perf_counter()
-        for _ in range(pairs):
-            t = clock()
-            if not lock.acquire(blocking=False):
-                raise held(self.id)
-            lock.release()
-            samples.append(clock() - t)
-        return samples, time.perf_counter() - started
+        return lock_pairs(self.id, self.lock, pairs)
 
     def close(self) -> None:
         self.coordinator.stop()
@@ -237,16 +248,7 @@ class Pals:
         self.lock = self.locker.lock(key_of(self.id))
 
     def run(self, pairs: int) -> tuple[list[int], float]:
-        lock, clock = self.lock, time.perf_counter_ns
-        samples = []
-        started = time.perf_counter()
-        for _ in range(pairs):
-            t = clock()
-            if not lock.acquire(blocking=False):
-                raise held(self.id)
-            lock.release()
-            samples.append(clock() - t)
-        return samples, time.perf_counter() - started
+        return lock_pairs(self.id, self.lock, pairs)
 
     def close(self) -> None:
         self.locker.engine.dispose()

@@ -108,8 +108,23 @@ async function resolvePgMode(url) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Contenders: `setup()` connects, `pair()` is one measured operation (throws unless the key was
-// granted), `holding(fn)` runs fn while the key is held (for the TLS check), `close()`.
+// Contenders: `setup()` connects, `lock()` takes the key (throws unless it was granted) and
+// returns the function that gives it back, `close()`. One measured operation is a lock() and its
+// unlock (`pair`); `holding` runs a function while the key is held (for the TLS check).
+
+async function pair(contender) {
+  const unlock = await contender.lock()
+  await unlock()
+}
+
+async function holding(contender, fn) {
+  const unlock = await contender.lock()
+  try {
+    return await fn()
+  } finally {
+    await unlock()
+  }
+}
 
 function int64Key(name) {
   return crypto.createHash('sha256').update(name).digest().readBigInt64LE(0).toString()
@@ -131,19 +146,10 @@ function accordContender(url) {
         applicationName: this.applicationName,
       })
     },
-    async pair() {
+    async lock() {
       const lease = await client.tryAcquire(key)
       if (!lease) throw new Error(`${id}: tryAcquire(${key}) found the key held`)
-      await lease.release()
-    },
-    async holding(fn) {
-      const lease = await client.tryAcquire(key)
-      if (!lease) throw new Error(`${id}: tryAcquire(${key}) found the key held`)
-      try {
-        return await fn()
-      } finally {
-        await lease.release()
-      }
+      return () => lease.release()
     },
     async close() {
       await client.close()
@@ -163,19 +169,10 @@ function advisoryLockContender(url, pgMode) {
     async setup() {
       mutex = advisoryLock(pgUrl(url, pgMode, applicationName))(`bench-${id}`)
     },
-    async pair() {
+    async lock() {
       const unlock = await mutex.tryLock()
       if (!unlock) throw new Error(`${id}: tryLock found the lock held`)
-      await unlock()
-    },
-    async holding(fn) {
-      const unlock = await mutex.tryLock()
-      if (!unlock) throw new Error(`${id}: tryLock found the lock held`)
-      try {
-        return await fn()
-      } finally {
-        await unlock()
-      }
+      return unlock
     },
     async close() {},
   }
@@ -203,17 +200,9 @@ function pgContender(url, pgMode) {
       client = new pg.Client({ connectionString: pgUrl(url, pgMode, applicationName) })
       await client.connect()
     },
-    async pair() {
+    async lock() {
       await lock()
-      await unlock()
-    },
-    async holding(fn) {
-      await lock()
-      try {
-        return await fn()
-      } finally {
-        await unlock()
-      }
+      return unlock
     },
     async close() {
       await client.end()
@@ -259,16 +248,9 @@ function pgAccordSqlContender(url, pgMode, statements) {
       client = new pg.Client({ connectionString: pgUrl(url, pgMode, applicationName) })
       await client.connect()
     },
-    async pair() {
-      await release(await acquire())
-    },
-    async holding(fn) {
+    async lock() {
       const fence = await acquire()
-      try {
-        return await fn()
-      } finally {
-        await release(fence)
-      }
+      return () => release(fence)
     },
     async close() {
       await client.end()
@@ -282,7 +264,7 @@ async function run(contender, n, into) {
   const started = process.hrtime.bigint()
   for (let i = 0; i < n; i++) {
     const t = process.hrtime.bigint()
-    await contender.pair()
+    await pair(contender)
     if (into) into.push(Number(process.hrtime.bigint() - t) / 1000)
   }
   return Number(process.hrtime.bigint() - started) / 1e9
@@ -317,7 +299,7 @@ async function main() {
   // connection lives only that long).
   const tls = {}
   for (const c of contenders) {
-    const rows = await c.holding(async () => {
+    const rows = await holding(c, async () => {
       const r = await admin.query(
         `SELECT s.ssl FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid)
           WHERE a.application_name = $1`,

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use accord::{AcquireOptions, Client, ClientOptions};
+use accord::{Client, ClientOptions};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use futures_util::future::try_join_all;
 use tokio_postgres::NoTls;
@@ -29,13 +29,7 @@ enum Contender {
 impl Contender {
     async fn pair(&self, task: usize, key: &str) -> BenchResult<()> {
         match self {
-            Contender::Accord(client) => {
-                let lease = client
-                    .try_acquire(key, AcquireOptions::new())
-                    .await?
-                    .ok_or_else(|| format!("{key} is held"))?;
-                lease.release().await?;
-            }
+            Contender::Accord(client) => raw::accord_pair(client, key).await?,
             Contender::Pool(pool, sql) => {
                 // A connection per statement, as a request handler holds one per query.
                 let fence = {
@@ -52,11 +46,7 @@ impl Contender {
             }
             Contender::Pipelined(connections) => {
                 let (client, stmts) = &connections[task % connections.len()];
-                let fence = stmts
-                    .try_acquire(client, key)
-                    .await?
-                    .ok_or_else(|| format!("{key} is held"))?;
-                stmts.release(client, key, fence).await?;
+                stmts.pair(client, key).await?;
             }
         }
         Ok(())

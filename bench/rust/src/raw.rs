@@ -11,6 +11,17 @@ use crate::{BenchResult, NAMESPACE, SCHEMA};
 const OWNER: &str = "raw-bench";
 const TTL_MS: i64 = 30_000;
 
+/// accord's try_acquire + release of a key that must be free: the workload of scenarios 1
+/// and 2.
+pub async fn accord_pair(client: &accord::Client, key: &str) -> BenchResult<()> {
+    let lease = client
+        .try_acquire(key, accord::AcquireOptions::new())
+        .await?
+        .ok_or_else(|| format!("{key} is held"))?;
+    lease.release().await?;
+    Ok(())
+}
+
 /// A connection of its own; its driver task runs on the runtime.
 pub async fn connect(url: &str) -> BenchResult<Client> {
     let (client, connection) = tokio_postgres::connect(url, NoTls).await?;
@@ -128,6 +139,15 @@ impl Prepared {
             .first()
             .filter(|row| row.get::<_, bool>(0))
             .map(|row| row.get(1)))
+    }
+
+    /// One try_acquire + release of a key that must be free.
+    pub async fn pair(&self, client: &Client, key: &str) -> BenchResult<()> {
+        let fence = self
+            .try_acquire(client, key)
+            .await?
+            .ok_or_else(|| format!("{key} is held"))?;
+        self.release(client, key, fence).await
     }
 
     pub async fn release(&self, client: &Client, key: &str, fence: i64) -> BenchResult<()> {

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use accord::{AcquireOptions, Client, ClientOptions};
+use accord::{Client, ClientOptions};
 
 use crate::raw::{self, AccordSql, Prepared};
 use crate::record::Record;
@@ -22,20 +22,8 @@ enum Contender {
 impl Contender {
     async fn pair(&self, key: &str) -> BenchResult<()> {
         match self {
-            Contender::Accord(client) => {
-                let lease = client
-                    .try_acquire(key, AcquireOptions::new())
-                    .await?
-                    .ok_or_else(|| format!("{key} is held"))?;
-                lease.release().await?;
-            }
-            Contender::Raw(client, stmts) => {
-                let fence = stmts
-                    .try_acquire(client, key)
-                    .await?
-                    .ok_or_else(|| format!("{key} is held"))?;
-                stmts.release(client, key, fence).await?;
-            }
+            Contender::Accord(client) => raw::accord_pair(client, key).await?,
+            Contender::Raw(client, stmts) => stmts.pair(client, key).await?,
             Contender::Advisory(client, lock, unlock) => {
                 let id: i64 = 4242;
                 if !client.query_one(lock, &[&id]).await?.get::<_, bool>(0) {
