@@ -405,10 +405,6 @@ impl Client {
         sent: Instant,
     ) -> Result<Lease> {
         let shared = self.shared();
-        if shared.closed.is_cancelled() {
-            shared.give_back(&attempt.key, g.fence).await;
-            return Err(Error::closed());
-        }
         let core = Arc::new(LeaseCore::new(
             attempt.key.clone(),
             g.fence,
@@ -417,7 +413,10 @@ impl Client {
             g.metadata,
             sent,
         ));
-        shared.keepalive.insert(core.clone());
+        if !shared.keepalive.insert(core.clone(), &shared.closed) {
+            shared.give_back(&attempt.key, g.fence).await;
+            return Err(Error::closed());
+        }
         Ok(Lease {
             client: self.clone(),
             core,

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use crate::backend::BatchItem;
 use crate::client::Shared;
@@ -42,15 +43,23 @@ impl Keepalive {
     /// Wakes the task only when the new lease needs it sooner than it means to wake anyway:
     /// waking it for every grant would rescan every held lease per grant (quadratic when a
     /// client takes thousands of leases).
-    pub fn insert(&self, lease: Arc<LeaseCore>) {
+    ///
+    /// Returns false, keeping nothing, once `closed` is cancelled: checked under the lock that
+    /// [`Keepalive::take_all`] takes after the client cancels it, so that a grant adopted while
+    /// the client closes is either taken by the close or refused here, never left behind.
+    pub fn insert(&self, lease: Arc<LeaseCore>, closed: &CancellationToken) -> bool {
         let needs_at = lease.renew_at(&lease.state.lock().unwrap());
         let mut held = self.held.lock().unwrap();
+        if closed.is_cancelled() {
+            return false;
+        }
         held.by_fence.insert(lease.fence, lease);
         let wake = held.wake_at.is_none_or(|at| needs_at < at);
         drop(held);
         if wake {
             self.changed.notify_one();
         }
+        true
     }
 
     pub fn remove(&self, fence: i64) {
@@ -108,8 +117,9 @@ fn scan(keepalive: &Keepalive, now: Instant, may_send: bool, retry_after: Instan
         }
         true
     });
-    if !may_send {
-        scan.next_wake = scan.next_wake.min(retry_after.max(now));
+    // Backing off after a failed tick. (While a tick is in flight, its answer wakes the task.)
+    if retry_after > now {
+        scan.next_wake = scan.next_wake.min(retry_after);
     }
     held.wake_at = Some(scan.next_wake);
     scan

@@ -11,6 +11,10 @@ pub(crate) mod sqlite;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// PostgreSQL refuses NOTIFY payloads of 8000 bytes or more; the embedded store keeps the
+/// same limit, so that applications move between stores unchanged.
+pub(crate) const MAX_PAYLOAD: usize = 7999;
+
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 

@@ -26,9 +26,6 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::options::{KeyState, LeaseInfo, ListPage, ListQuery, StateFilter};
 use crate::{ClientOptions, Metadata};
 
-/// PostgreSQL refuses NOTIFY payloads of 8000 bytes or more.
-const MAX_PAYLOAD: usize = 7999;
-
 pub(crate) struct PgBackend {
     pool: Pool,
     listener: Arc<Listener>,
@@ -278,7 +275,7 @@ impl Backend for PgBackend {
     }
 
     fn max_payload(&self) -> usize {
-        MAX_PAYLOAD
+        super::MAX_PAYLOAD
     }
 
     async fn listen(&self, channel: &str) -> Result<()> {

@@ -26,8 +26,6 @@ use crate::error::{Error, Result};
 use crate::options::{KeyState, LeaseInfo, ListPage, ListQuery, StateFilter};
 use crate::Metadata;
 
-/// Kept equal to PostgreSQL's limit, so that applications move between stores unchanged.
-const MAX_PAYLOAD: usize = 7999;
 const WAKEUP_CHANNEL: &str = "accord_wakeup";
 /// How often a listener looks for changes made by other processes.
 const POLL_EVERY: Duration = Duration::from_millis(5);
@@ -453,7 +451,7 @@ impl Backend for SqliteBackend {
     }
 
     fn max_payload(&self) -> usize {
-        MAX_PAYLOAD
+        super::MAX_PAYLOAD
     }
 
     async fn listen(&self, channel: &str) -> Result<()> {
@@ -578,10 +576,8 @@ impl Listener {
                 tokio::select! {
                     _ = self.shutdown.cancelled() => return,
                     _ = nudged.changed() => break,
-                    _ = tokio::time::sleep(POLL_EVERY) => {
-                        if reader.is_none() {
-                            continue; // memory: only this process writes, and it nudges
-                        }
+                    // memory: (no reader) only this process writes, and it nudges.
+                    _ = tokio::time::sleep(POLL_EVERY), if reader.is_some() => {
                         match self.read(reader.clone(), None).await {
                             Ok((_, v, _)) if v == version => continue,
                             _ => break,
