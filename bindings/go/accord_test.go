@@ -105,6 +105,9 @@ func TestRenewDoneReset(t *testing.T) { // L4, L5, L6
 	if err := lease.Done(ctx, map[string]any{"l": "w"}); err != nil {
 		t.Fatal(err)
 	}
+	if m := must(lease.Metadata()); m["l"] != "w" || m["k"] != "v" {
+		t.Fatalf("metadata after done %v", m)
+	}
 	if _, err := c.TryAcquire(ctx, "a", nil); !errors.Is(err, ErrDone) {
 		t.Fatalf("acquire of a done key: %v", err)
 	}
@@ -133,6 +136,12 @@ func TestRenewDoneReset(t *testing.T) { // L4, L5, L6
 	}
 	if err := again.Release(ctx); err != nil {
 		t.Fatalf("second release: %v", err)
+	}
+	if err := again.Renew(ctx, nil); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("renew after release: %v", err)
+	}
+	if again.IsLost() {
+		t.Fatal("a released lease is not lost")
 	}
 }
 

@@ -7,7 +7,6 @@ import "C"
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"runtime"
 	"sync"
 	"time"
@@ -67,24 +66,13 @@ func (l *Lease) Lost() <-chan struct{} { return l.lost }
 func (l *Lease) IsLost() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ptr != nil {
-		return bool(C.accord_lease_is_lost(l.ptr))
-	}
-	select {
-	case <-l.lost:
-		return true
-	default:
-		return false
-	}
+	return bool(C.accord_lease_is_lost(l.ptr))
 }
 
 // ExpiresAt is the expiry the coordinator last confirmed (its clock).
 func (l *Lease) ExpiresAt() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ptr == nil {
-		return time.Time{}
-	}
 	return time.UnixMilli(int64(C.accord_lease_expires_at_ms(l.ptr)))
 }
 
@@ -92,9 +80,6 @@ func (l *Lease) ExpiresAt() time.Time {
 func (l *Lease) Metadata() (map[string]any, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ptr == nil {
-		return nil, &Error{Kind: ErrLeaseLost, Message: "the lease on " + l.key + " is over"}
-	}
 	text := C.accord_lease_metadata_json(l.ptr)
 	defer C.accord_string_free(text)
 	var m map[string]any
@@ -115,20 +100,20 @@ func metadataJSON(m map[string]any) (*C.char, error) {
 	return cstring(string(text)), nil
 }
 
-// call runs f on the live handle; over is set when the lease ended with this call.
+// call runs f on the handle, which lives until the lease is garbage: every answer after the
+// lease ended (release again, done after done, anything after loss) is the core's. A lease that
+// ended normally (endsOnSuccess) can no longer be lost, so its Lost channel leaves the client's
+// table; a lost one stays there until the client's event loop closes it.
 func (l *Lease) call(ctx context.Context, f func(*C.accord_lease, **C.accord_error) C.accord_status, endsOnSuccess bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ptr == nil {
-		return nil
-	}
 	var cerr *C.accord_error
 	err := takeError(f(l.ptr, &cerr), cerr)
-	if (err == nil && endsOnSuccess) || errors.Is(err, ErrLeaseLost) {
-		l.freeLocked()
+	if err == nil && endsOnSuccess {
+		l.client.forgetLost(l.fence)
 	}
 	return err
 }
@@ -141,9 +126,6 @@ func (l *Lease) Renew(ctx context.Context, metadata map[string]any) error {
 		return err
 	}
 	defer C.free(unsafe.Pointer(cm))
-	if l.over() {
-		return &Error{Kind: ErrLeaseLost, Message: "the lease on " + l.key + " is over"}
-	}
 	return l.call(ctx, func(p *C.accord_lease, e **C.accord_error) C.accord_status {
 		return C.accord_lease_renew(p, cm, e)
 	}, false)
@@ -165,18 +147,9 @@ func (l *Lease) Done(ctx context.Context, metadata map[string]any) error {
 		return err
 	}
 	defer C.free(unsafe.Pointer(cm))
-	if l.over() {
-		return &Error{Kind: ErrLeaseLost, Message: "the lease on " + l.key + " is over"}
-	}
 	return l.call(ctx, func(p *C.accord_lease, e **C.accord_error) C.accord_status {
 		return C.accord_lease_done(p, cm, e)
 	}, true)
-}
-
-func (l *Lease) over() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.ptr == nil
 }
 
 func (l *Lease) free() {
@@ -191,9 +164,12 @@ func (l *Lease) freeLocked() {
 	}
 	C.accord_lease_free(l.ptr) // a lease still held is released in the background
 	l.ptr = nil
-	c := l.client
-	c.lostMu.Lock()
-	delete(c.lost, l.fence)
-	c.lostMu.Unlock()
+	l.client.forgetLost(l.fence)
 	runtime.SetFinalizer(l, nil)
+}
+
+func (c *Client) forgetLost(fence int64) {
+	c.lostMu.Lock()
+	delete(c.lost, fence)
+	c.lostMu.Unlock()
 }
