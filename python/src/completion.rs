@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use accord::CancellationToken;
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
+use pyo3::types::PyWeakrefReference;
 use pyo3::IntoPyObjectExt;
 
 use crate::runtime::{aio, runtime};
@@ -87,8 +88,10 @@ impl Pipe {
 #[pyclass(frozen, module = "accord._accord")]
 pub struct Completer {
     pipe: Arc<Pipe>,
-    /// The asyncio futures of calls in flight, by id; only touched with the GIL.
-    pending: Mutex<HashMap<u64, Py<PyAny>>>,
+    /// The asyncio futures of calls in flight, by id; only touched with the GIL. Weak: a
+    /// future nobody awaits any more is not kept (nor, through it, its loop, which would keep
+    /// this completer and its pipe alive after the loop closed).
+    pending: Mutex<HashMap<u64, Py<PyWeakrefReference>>>,
     next_id: AtomicU64,
     /// The process that made it: a forked child must not share the parent's pipe.
     #[pyo3(get)]
@@ -113,28 +116,38 @@ impl Completer {
         self.pipe.read.as_raw_fd()
     }
 
-    /// Settles the futures of every finished call (the loop's reader callback).
+    /// Settles the futures of every finished call (the loop's reader callback). Every one of
+    /// the batch is settled even if one fails (no byte will come again for them); the first
+    /// failure is raised after.
     fn drain(&self, py: Python<'_>) -> PyResult<()> {
+        let mut first_failure = None;
         for (id, completion) in self.pipe.take() {
             let future = self
                 .pending
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .remove(&id);
+                .remove(&id)
+                .and_then(|weak| weak.bind(py).upgrade());
             let (Some(future), Some(completion)) = (future, completion) else {
-                continue;
+                continue; // dropped by its caller, or cancelled
             };
-            let future = future.bind(py);
-            if future.call_method0("done")?.is_truthy()? {
-                continue; // cancelled by its caller meanwhile
+            if let Err(e) = settle(py, &future, completion) {
+                first_failure.get_or_insert(e);
             }
-            match completion(py) {
-                Ok(value) => future.call_method1("set_result", (value,))?,
-                Err(error) => future.call_method1("set_exception", (error.into_value(py),))?,
-            };
         }
-        Ok(())
+        first_failure.map_or(Ok(()), Err)
     }
+}
+
+fn settle(py: Python<'_>, future: &Bound<'_, PyAny>, completion: Completion) -> PyResult<()> {
+    if future.call_method0("done")?.is_truthy()? {
+        return Ok(()); // cancelled by its caller meanwhile
+    }
+    match completion(py) {
+        Ok(value) => future.call_method1("set_result", (value,))?,
+        Err(error) => future.call_method1("set_exception", (error.into_value(py),))?,
+    };
+    Ok(())
 }
 
 /// An asyncio future's done callback: cancelling the future drops the Rust future.
@@ -168,7 +181,7 @@ where
         .pending
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .insert(id, future.clone().unbind());
+        .insert(id, PyWeakrefReference::new(&future)?.unbind());
     let cancel = CancellationToken::new();
     if cancellable {
         future.call_method1("add_done_callback", (CancelOnDone(cancel.clone()),))?;

@@ -41,6 +41,12 @@ fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.py()
         .import("atexit")?
         .call_method1("register", (at_exit,))?;
+    let after_fork = wrap_pyfunction!(runtime::_after_fork_in_child, m)?;
+    let kwargs = pyo3::types::PyDict::new(m.py());
+    kwargs.set_item("after_in_child", after_fork)?;
+    m.py()
+        .import("os")?
+        .call_method("register_at_fork", (), Some(&kwargs))?;
     m.add("MAX_NAME_BYTES", accord::MAX_NAME_BYTES)?;
     m.add("MAX_CHANNEL_BYTES", accord::MAX_CHANNEL_BYTES)?;
     m.add("MAX_METADATA_BYTES", accord::MAX_METADATA_BYTES)?;

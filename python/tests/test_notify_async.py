@@ -143,3 +143,27 @@ async def test_n6_close_ends_waits_and_subscriptions(aclients: AsyncClients, sc:
         await o2.try_acquire("b")
     await o2.close()
     await held.release()
+
+
+def test_a_closed_loop_keeps_nothing_alive(sc: Scenario) -> None:
+    """A read left in flight when its loop closes (a recv that timed out keeps its read for the
+    next call) must not keep the loop, its completion pipe or the future alive."""
+    import gc
+    import weakref
+
+    from accord import _aio
+
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def leave_a_read_in_flight() -> None:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        client = await accord.AsyncClient.connect(sc.url, **sc.options("o1"))
+        sub = await client.listen(sc.channel("c"))
+        with pytest.raises(accord.Timeout):
+            await sub.recv(timeout=0.05)
+        # Neither the subscription nor the client is closed: the read stays in flight.
+
+    asyncio.run(leave_a_read_in_flight())
+    gc.collect()
+    assert loops[0]() is None, "the closed loop is still alive"
+    assert len(_aio._completers) == 0
