@@ -328,9 +328,6 @@ async fn dispatch(cli: Cli) -> Outcome {
     if let Some(owner) = &cli.owner {
         options = options.owner(owner.clone());
     }
-    if let Command::Acquire { ttl, .. } | Command::Run { ttl, .. } = &cli.command {
-        options = options.ttl(*ttl);
-    }
     let client = Client::connect(&url, options).await?;
     let outcome = match cli.command {
         Command::Migrate { .. } => {
@@ -577,10 +574,7 @@ async fn take(
         match timeout {
             Some(t) if t.is_zero() => match client.try_acquire(key, options).await? {
                 Some(lease) => Ok(lease),
-                None => Err(Failure::new(
-                    exit::HELD,
-                    format!("key {key:?} is held by another lease"),
-                )),
+                None => Err(Failure::new(exit::HELD, accord::Error::held(key).message())),
             },
             Some(t) => Ok(client
                 .acquire(key, options.timeout(t).cancel(cancel.clone()))
@@ -719,16 +713,10 @@ async fn run(client: &Client, args: RunArgs) -> Outcome {
     let pid = child.id();
     let lost = lease.lost();
     tokio::pin!(lost);
-    // Belt and braces: is_lost() checks the local deadline at each call, so a stall (the
-    // process stopped past its ttl) is seen here even before the keepalive task runs again.
-    let mut check = tokio::time::interval(Duration::from_millis(100));
     let status = loop {
         tokio::select! {
             status = child.wait() => break status,
             _ = &mut lost => return stop_lost(&mut child, key, fence, args.kill_after).await,
-            _ = check.tick() => if lease.is_lost() {
-                return stop_lost(&mut child, key, fence, args.kill_after).await;
-            },
             _ = int.recv() => send_signal(pid, libc::SIGINT),
             _ = term.recv() => send_signal(pid, libc::SIGTERM),
         }

@@ -106,6 +106,15 @@ impl Error {
         )
     }
 
+    /// `Held`: what callers report that treat a held key as an error (`Client::try_acquire`
+    /// itself answers `None`), so that every binding says it the same way.
+    pub fn held(key: &str) -> Self {
+        Error::new(
+            ErrorKind::Held,
+            format!("key {key:?} is held by another lease"),
+        )
+    }
+
     pub(crate) fn done(key: &str) -> Self {
         Error::new(
             ErrorKind::Done,

@@ -144,10 +144,7 @@ pub extern "C" fn accord_client_try_acquire(
                 *out_lease = accord_lease::create(c, lease);
                 Ok(())
             }
-            None => Err(Error::new(
-                ErrorKind::Held,
-                format!("key {key_text:?} is held by another lease"),
-            )),
+            None => Err(Error::held(key_text)),
         }
     })
 }
