@@ -186,6 +186,23 @@ pub enum StateFilter {
     Only(KeyState),
 }
 
+impl StateFilter {
+    /// `"held"`, `"free"`, `"done"` or `"all"`, as the bindings take it; an `InvalidArgument`
+    /// error naming `field` otherwise.
+    pub fn parse(field: &str, text: &str) -> crate::Result<StateFilter> {
+        match text {
+            "all" => Ok(StateFilter::All),
+            "held" => Ok(StateFilter::Only(KeyState::Held)),
+            "free" => Ok(StateFilter::Only(KeyState::Free)),
+            "done" => Ok(StateFilter::Only(KeyState::Done)),
+            other => Err(crate::Error::invalid(
+                field,
+                format!("{other:?} is not one of \"held\", \"free\", \"done\", \"all\""),
+            )),
+        }
+    }
+}
+
 /// A query for [`crate::Client::list`]: filters and paging.
 #[derive(Clone, Debug)]
 pub struct ListQuery {
@@ -224,6 +241,11 @@ impl ListQuery {
     /// Only keys in `state`.
     pub fn state(mut self, state: KeyState) -> Self {
         self.state = StateFilter::Only(state);
+        self
+    }
+    /// Keys in the states `filter` admits.
+    pub fn states(mut self, filter: StateFilter) -> Self {
+        self.state = filter;
         self
     }
     /// Only keys whose metadata contains this object (JSON containment).

@@ -506,17 +506,8 @@ fn parse_list(env: &Env, query: Option<Unknown>) -> Outcome<accord::ListQuery> {
     if let Some(prefix) = opt_string("query.prefix", &property(&q, "prefix")?)? {
         parsed = parsed.prefix(prefix);
     }
-    match opt_string("query.state", &property(&q, "state")?)?.as_deref() {
-        None | Some("all") => {}
-        Some("held") => parsed = parsed.state(accord::KeyState::Held),
-        Some("free") => parsed = parsed.state(accord::KeyState::Free),
-        Some("done") => parsed = parsed.state(accord::KeyState::Done),
-        Some(other) => {
-            return Err(Failure::invalid(
-                "query.state",
-                format!("{other:?} is not one of \"held\", \"free\", \"done\", \"all\""),
-            ))
-        }
+    if let Some(state) = opt_string("query.state", &property(&q, "state")?)? {
+        parsed = parsed.states(accord::StateFilter::parse("query.state", &state)?);
     }
     if let Some(m) = opt_metadata(env, "query.metadata", &property(&q, "metadata")?)? {
         parsed = parsed.metadata(m);

@@ -1,12 +1,12 @@
 //! Plain records: notifications and the rows `list` returns.
 
-use accord::{KeyState, ListQuery, StateFilter};
+use accord::{ListQuery, StateFilter};
 use chrono::{DateTime, Utc};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::convert;
-use crate::errors::invalid;
+use crate::errors::{invalid, IntoPyResult};
 
 /// A notification: what was sent on `channel`.
 #[pyclass(module = "accord", frozen, eq, hash, from_py_object)]
@@ -188,20 +188,8 @@ pub fn list_query(
     if let Some(prefix) = prefix {
         query = query.prefix(prefix);
     }
-    let state = match state {
-        None | Some("all") => StateFilter::All,
-        Some("held") => StateFilter::Only(KeyState::Held),
-        Some("free") => StateFilter::Only(KeyState::Free),
-        Some("done") => StateFilter::Only(KeyState::Done),
-        Some(other) => {
-            return Err(invalid(
-                "state",
-                format!("{other:?} is not one of \"held\", \"free\", \"done\", \"all\""),
-            ))
-        }
-    };
-    if let StateFilter::Only(s) = state {
-        query = query.state(s);
+    if let Some(state) = state {
+        query = query.states(StateFilter::parse("state", state).py()?);
     }
     if let Some(m) = convert::metadata("metadata", metadata)? {
         query = query.metadata(m);
