@@ -85,6 +85,7 @@ scenario('calls refuse bad arguments with ACCORD_INVALID_ARGUMENT, leaving nothi
   await bad(c.list('a/'), /invalid query: expected an object/, TypeError)
   await bad(c.list({ prefix: 3 }), /query\.prefix/, TypeError)
   await bad(c.list({ limit: 1001 }), /limit/)
+  await bad(c.list({ state: 'busy' }), /invalid query\.state: "busy" is not one of/)
   const lease = await c.acquire('a', { ttl: 60000, metadata: { ok: true } })
   await bad(lease.renew('x'), /invalid metadata: expected an object/, TypeError)
   await bad(lease.done([]), /invalid metadata/)

@@ -213,3 +213,10 @@ async def test_bad_arguments_async(aclients: AsyncClients) -> None:
     with pytest.raises(accord.InvalidArgument, match="url"):
         await accord.AsyncClient.connect("nonsense")
     assert c.held_count == 0
+
+
+def test_bad_list_state(clients: Clients) -> None:
+    c = clients("o1")
+    with pytest.raises(accord.InvalidArgument, match=r'invalid state: "busy" is not one of'):
+        c.list(state="busy")  # type: ignore[arg-type]
+    assert len(c.list(state="all")) == 0
