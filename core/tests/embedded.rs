@@ -177,7 +177,8 @@ async fn sqlite_exclusion_across_processes() {
     }
 }
 
-/// G8 across processes: a notification from another process arrives within ~20 ms.
+/// G8 across processes: notifications from another process arrive (a few ms each here; the
+/// bound asserted is only generous enough to catch a poller that stopped).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_notifications_across_processes() {
     let h = Harness::sqlite("xnotify").await;
