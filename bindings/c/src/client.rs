@@ -287,9 +287,7 @@ pub extern "C" fn accord_client_close(client: *const accord_client) {
 #[no_mangle]
 pub extern "C" fn accord_client_free(client: *mut accord_client) {
     run_or((), || {
-        if !client.is_null() {
-            // SAFETY: created by Box::into_raw in accord_client_connect, freed once.
-            let boxed = unsafe { Box::from_raw(client) };
+        if let Some(boxed) = crate::ffi::take_box(client) {
             // Dropping the last handle closes the core client, which spawns on the runtime.
             let runtime = crate::runtime::runtime();
             let _context = runtime.enter();

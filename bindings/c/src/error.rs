@@ -82,10 +82,7 @@ pub extern "C" fn accord_error_message(error: *const accord_error) -> *const c_c
 /// Frees an error. NULL is accepted.
 #[no_mangle]
 pub extern "C" fn accord_error_free(error: *mut accord_error) {
-    if !error.is_null() {
-        // SAFETY: created by Box::into_raw in `run`, freed once by contract.
-        drop(unsafe { Box::from_raw(error) });
-    }
+    crate::ffi::free_box(error);
 }
 
 fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {

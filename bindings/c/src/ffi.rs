@@ -51,6 +51,18 @@ pub(crate) fn out<'a, T>(field: &str, ptr: *mut T) -> Result<&'a mut T, Error> {
     unsafe { ptr.as_mut() }.ok_or_else(|| invalid(field, "must not be NULL"))
 }
 
+/// Takes back what accord handed out with `Box::into_raw`; `None` for NULL.
+pub(crate) fn take_box<T>(ptr: *mut T) -> Option<Box<T>> {
+    // SAFETY: a non-NULL pointer of this type was created by Box::into_raw in accord and is
+    // freed once, by contract (every *_free function documents it).
+    (!ptr.is_null()).then(|| unsafe { Box::from_raw(ptr) })
+}
+
+/// Frees what accord boxed. NULL is accepted.
+pub(crate) fn free_box<T>(ptr: *mut T) {
+    drop(take_box(ptr));
+}
+
 /// A string for C; text never holds NUL (accord refuses it on input), but be safe.
 pub(crate) fn c_string(text: &str) -> CString {
     CString::new(text.replace('\0', "\u{FFFD}")).unwrap_or_default()

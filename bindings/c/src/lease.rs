@@ -189,11 +189,8 @@ pub extern "C" fn accord_lease_done(
 #[no_mangle]
 pub extern "C" fn accord_lease_free(lease: *mut accord_lease) {
     run_or((), || {
-        if !lease.is_null() {
-            // SAFETY: created by Box::into_raw in accord_lease::create, freed once.
-            let boxed = unsafe { Box::from_raw(lease) };
+        if let Some(boxed) = crate::ffi::take_box(lease) {
             boxed.finished.cancel();
-            drop(boxed);
         }
     })
 }

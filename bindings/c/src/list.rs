@@ -104,8 +104,5 @@ pub extern "C" fn accord_list_page_next_cursor(page: *const accord_list_page) ->
 /// Frees a page and every string it holds. NULL is accepted.
 #[no_mangle]
 pub extern "C" fn accord_list_page_free(page: *mut accord_list_page) {
-    if !page.is_null() {
-        // SAFETY: created by Box::into_raw in accord_list_page::create, freed once.
-        drop(unsafe { Box::from_raw(page) });
-    }
+    crate::ffi::free_box(page);
 }

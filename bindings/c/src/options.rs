@@ -7,7 +7,7 @@ use std::time::Duration;
 use accord_core::{AcquireOptions, CancellationToken, ClientOptions, KeyState, ListQuery};
 
 use crate::error::{accord_error, accord_status, run};
-use crate::ffi::{metadata, opt_text, text};
+use crate::ffi::{free_box, metadata, opt_text, text};
 
 /// Options of accord_client_connect(). Defaults: namespace "default", owner host-pid-random,
 /// ttl 30 s, schema "accord", pool size 2, migrations on.
@@ -128,14 +128,6 @@ fn set<T>(
     })
 }
 
-/// Frees what a *_new() function of this module boxed. NULL is accepted.
-fn free<T>(object: *mut T) {
-    if !object.is_null() {
-        // SAFETY: created by Box::into_raw in accord, freed once by contract.
-        drop(unsafe { Box::from_raw(object) });
-    }
-}
-
 /// New client options with every default. Free with accord_client_options_free().
 #[no_mangle]
 pub extern "C" fn accord_client_options_new() -> *mut accord_client_options {
@@ -145,7 +137,7 @@ pub extern "C" fn accord_client_options_new() -> *mut accord_client_options {
 /// Frees client options. NULL is accepted.
 #[no_mangle]
 pub extern "C" fn accord_client_options_free(object: *mut accord_client_options) {
-    free(object)
+    free_box(object)
 }
 
 /// Keys live in a namespace; clients of different namespaces never contend.
@@ -263,7 +255,7 @@ pub extern "C" fn accord_acquire_options_new() -> *mut accord_acquire_options {
 /// Frees acquire options. NULL is accepted.
 #[no_mangle]
 pub extern "C" fn accord_acquire_options_free(object: *mut accord_acquire_options) {
-    free(object)
+    free_box(object)
 }
 
 /// The lease ttl in milliseconds (100 ..= 86400000).
@@ -339,7 +331,7 @@ pub extern "C" fn accord_cancel_token_cancel(token: *const accord_cancel_token) 
 /// Frees a token (acquires that were given it keep working). NULL is accepted.
 #[no_mangle]
 pub extern "C" fn accord_cancel_token_free(object: *mut accord_cancel_token) {
-    free(object)
+    free_box(object)
 }
 
 /// A new list query: every key, first page of 100. Free with accord_list_query_free().
@@ -351,7 +343,7 @@ pub extern "C" fn accord_list_query_new() -> *mut accord_list_query {
 /// Frees a list query. NULL is accepted.
 #[no_mangle]
 pub extern "C" fn accord_list_query_free(object: *mut accord_list_query) {
-    free(object)
+    free_box(object)
 }
 
 /// Only keys starting with `prefix` (literally: `%` and `_` are ordinary); NULL clears.

@@ -88,16 +88,12 @@ pub extern "C" fn accord_subscription_next(
 /// Frees an event. NULL is accepted.
 #[no_mangle]
 pub extern "C" fn accord_event_free(event: *mut accord_event) {
-    if event.is_null() {
+    let Some(event) = crate::ffi::take_box(event) else {
         return;
-    }
-    // SAFETY: created by Box::into_raw in accord_subscription_next, freed once; its strings
-    // came from CString::into_raw.
-    let event = unsafe { Box::from_raw(event) };
+    };
+    // Its strings came from CString::into_raw.
     for s in [event.channel, event.payload] {
-        if !s.is_null() {
-            drop(unsafe { std::ffi::CString::from_raw(s as *mut c_char) });
-        }
+        crate::ffi::accord_string_free(s as *mut c_char);
     }
 }
 
@@ -118,9 +114,6 @@ pub extern "C" fn accord_subscription_close(subscription: *const accord_subscrip
 #[no_mangle]
 pub extern "C" fn accord_subscription_free(subscription: *mut accord_subscription) {
     run_or((), || {
-        if !subscription.is_null() {
-            // SAFETY: created by Box::into_raw in accord_client_listen, freed once.
-            drop(unsafe { Box::from_raw(subscription) });
-        }
+        crate::ffi::free_box(subscription);
     })
 }
