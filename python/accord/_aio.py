@@ -159,9 +159,3 @@ async def exit_lease(release: Awaitable[None], body_failed: bool) -> bool:
 async def exit_closing(close: Awaitable[None]) -> bool:
     await close
     return False
-
-
-def resolve(future: asyncio.Future[None]) -> None:
-    """Completes an ``AsyncLease.lost`` future (called on its loop)."""
-    if not future.done():
-        future.set_result(None)

@@ -28,7 +28,7 @@ use crate::runtime::{aio, runtime};
 type Completion = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;
 
 /// The runtime's side: finished calls, and the pipe that wakes the loop. `None`: the asyncio
-/// future was cancelled and its Rust future dropped.
+/// future was cancelled and its Rust future dropped, or the call ended without an answer.
 struct Pipe {
     read: OwnedFd,
     write: OwnedFd,
@@ -173,6 +173,20 @@ where
     F: Future<Output = PyResult<T>> + Send + 'static,
     T: for<'a> IntoPyObject<'a> + Send + 'static,
 {
+    future_into_py_unless(py, async move { Some(fut.await) }, cancellable)
+}
+
+/// Like [`future_into_py`], but `fut` answering `None` leaves the asyncio future pending (for
+/// waits that end without an answer, as a lease's `lost` when the lease object goes away).
+pub fn future_into_py_unless<'py, F, T>(
+    py: Python<'py>,
+    fut: F,
+    cancellable: bool,
+) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = Option<PyResult<T>>> + Send + 'static,
+    T: for<'a> IntoPyObject<'a> + Send + 'static,
+{
     let made = aio(py, "new_future")?.call0()?;
     let (completer, future): (Bound<'py, Completer>, Bound<'py, PyAny>) = made.extract()?;
     let completer = completer.get();
@@ -189,7 +203,7 @@ where
     let pipe = completer.pipe.clone();
     runtime().spawn(async move {
         let output = tokio::select! {
-            output = fut => Some(output),
+            output = fut => output,
             _ = cancel.cancelled() => None,
         };
         let completion = output.map(|output| -> Completion {

@@ -1,7 +1,7 @@
 //! `Lease` (sync) and `AsyncLease` (asyncio): a held key, renewed in the background by the
 //! core until released, done or lost.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use accord::CancellationToken;
 use chrono::{DateTime, Utc};
@@ -168,22 +168,13 @@ lease_class! {
     }
 }
 
-/// Who waits on an `AsyncLease`'s `lost`: asyncio futures, resolved on their own loops.
-#[derive(Default)]
-struct LostWaiters {
-    fired: bool,
-    watching: bool,
-    futures: Vec<(Py<PyAny>, Py<PyAny>)>,
-}
-
 /// A held key (asyncio API), renewed in the background until released, done or lost. Use it
 /// with `async with` to release it at the end of a block; a lease dropped without release is
 /// released in the background.
 #[pyclass(module = "accord", frozen)]
 pub struct AsyncLease {
     inner: Arc<accord::Lease>,
-    waiters: Arc<Mutex<LostWaiters>>,
-    /// Ends the `lost` watcher when this object goes away.
+    /// Ends the `lost` waits when this object goes away.
     gone: CancellationToken,
 }
 
@@ -191,35 +182,8 @@ impl AsyncLease {
     pub fn new(inner: accord::Lease) -> Self {
         AsyncLease {
             inner: Arc::new(inner),
-            waiters: Arc::default(),
             gone: CancellationToken::new(),
         }
-    }
-
-    fn watch_lost(&self) {
-        let signal = self.inner.lost_signal();
-        let waiters = self.waiters.clone();
-        let gone = self.gone.clone();
-        runtime::runtime().spawn(async move {
-            tokio::select! {
-                _ = signal.wait() => {}
-                _ = gone.cancelled() => return,
-            }
-            let futures = {
-                let mut w = waiters.lock().unwrap_or_else(PoisonError::into_inner);
-                w.fired = true;
-                std::mem::take(&mut w.futures)
-            };
-            // Not on a runtime worker: the GIL may take a while to get.
-            let _ = runtime::with_python_later(move || {
-                Python::attach(|py| {
-                    for (future, event_loop) in futures {
-                        let _ = resolve(py, event_loop.bind(py), future.bind(py));
-                    }
-                })
-            })
-            .await;
-        });
     }
 }
 
@@ -227,15 +191,6 @@ impl Drop for AsyncLease {
     fn drop(&mut self) {
         self.gone.cancel();
     }
-}
-
-fn resolve(
-    py: Python<'_>,
-    event_loop: &Bound<'_, PyAny>,
-    future: &Bound<'_, PyAny>,
-) -> PyResult<()> {
-    event_loop.call_method1("call_soon_threadsafe", (aio(py, "resolve")?, future))?;
-    Ok(())
 }
 
 lease_class! {
@@ -246,22 +201,19 @@ lease_class! {
     #[getter]
     fn lost<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.inner.client().check_process().py()?;
-        let event_loop = pyo3_async_runtimes::get_running_loop(py)?;
-        let future = event_loop.call_method0("create_future")?;
-        let start_watching = {
-            let mut w = self.waiters.lock().unwrap_or_else(PoisonError::into_inner);
-            if w.fired || self.inner.is_lost() {
-                future.call_method1("set_result", (py.None(),))?;
-                return Ok(future);
-            }
-            w.futures
-                .push((future.clone().unbind(), event_loop.unbind()));
-            !std::mem::replace(&mut w.watching, true)
-        };
-        if start_watching {
-            self.watch_lost();
-        }
-        Ok(future)
+        let signal = self.inner.lost_signal();
+        let gone = self.gone.clone();
+        // Never settled if the lease object goes away first (the task then ends).
+        crate::completion::future_into_py_unless(
+            py,
+            async move {
+                tokio::select! {
+                    _ = signal.wait() => Some(Ok(())),
+                    _ = gone.cancelled() => None,
+                }
+            },
+            true,
+        )
     }
 
     /// Extends the lease by its ttl now, merging `metadata` into the key's metadata.

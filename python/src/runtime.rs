@@ -147,8 +147,9 @@ where
     py.detach(|| runtime.block_on(async { tokio::time::timeout(grace, fut).await.ok() }))
 }
 
-/// Threads of this module that will run Python code: blocking calls in other threads, and
-/// the lost signals of async leases handed to their loops from the runtime's blocking pool.
+/// Threads in a blocking call of this module, which will run Python code again when it ends.
+/// (No runtime thread ever takes the GIL: asyncio futures are settled on their loops, see
+/// `completion.rs`.)
 static BUSY: AtomicUsize = AtomicUsize::new(0);
 /// Set by [`at_exit`]: Python is about to finalize.
 static EXITING: AtomicBool = AtomicBool::new(false);
@@ -177,26 +178,10 @@ thread_local! {
     static EXIT_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Runs `f` (which takes the GIL) on the runtime's blocking pool, unless the interpreter is
-/// exiting by then.
-pub fn with_python_later<F>(f: F) -> tokio::task::JoinHandle<()>
-where
-    F: FnOnce() + Send + 'static,
-{
-    let busy = Busy::enter();
-    runtime().spawn_blocking(move || {
-        let _busy = busy;
-        if !EXITING.load(Ordering::SeqCst) {
-            f();
-        }
-    })
-}
-
 /// Registered with `atexit`. A thread that takes the GIL after Python started finalizing is
 /// ended in the middle of what it does, which Rust code cannot survive; so before that, waits
 /// (with the GIL released, up to a second) until no thread of this module is still going to
-/// run Python code: pending asyncio completions finish, blocking waits in other threads are
-/// abandoned with an exception.
+/// run Python code: blocking waits in other threads are abandoned with an exception.
 #[pyfunction]
 pub fn _at_exit(py: Python<'_>) {
     EXIT_THREAD.with(|t| t.set(true));
