@@ -556,19 +556,20 @@ fn format_left(d: Duration) -> String {
 // ----------------------------------------------------------------------------------- acquire
 
 /// Acquires `key`: waits up to `timeout` (`None`: forever; zero: tries once). `Held` (exit 3)
-/// if the key stayed held.
+/// if the key stayed held. The caller's signal streams, made before and kept after, so that no
+/// Ctrl-C falls between two of them.
 async fn take(
     client: &Client,
     key: &str,
     ttl: Duration,
     timeout: Option<Duration>,
     metadata: Option<Metadata>,
+    (int, term): &mut (Signal, Signal),
 ) -> Result<accord::Lease, Failure> {
     let mut options = AcquireOptions::new().ttl(ttl);
     if let Some(m) = metadata {
         options = options.metadata(m);
     }
-    let (mut int, mut term) = signals()?;
     let cancel = accord::CancellationToken::new();
     let attempt = async {
         match timeout {
@@ -597,8 +598,9 @@ async fn acquire(
     timeout: Duration,
     metadata: Option<Metadata>,
 ) -> Outcome {
-    let lease = take(client, key, ttl, Some(timeout), metadata).await?;
-    let (mut int, mut term) = signals()?;
+    let mut signals = signals()?;
+    let lease = take(client, key, ttl, Some(timeout), metadata, &mut signals).await?;
+    let (int, term) = &mut signals;
     println!("{}", lease.fence());
     eprintln!(
         "accord: holding {key:?} (fence {}, owner {}); Ctrl-C or SIGTERM releases it",
@@ -685,9 +687,18 @@ fn send_signal(pid: Option<u32>, sig: libc::c_int) {
 
 async fn run(client: &Client, args: RunArgs) -> Outcome {
     let key = args.key.as_str();
-    let lease = take(client, key, args.ttl, args.timeout, args.metadata).await?;
+    let mut signals = signals()?;
+    let lease = take(
+        client,
+        key,
+        args.ttl,
+        args.timeout,
+        args.metadata,
+        &mut signals,
+    )
+    .await?;
     let fence = lease.fence();
-    let (mut int, mut term) = signals()?;
+    let (int, term) = &mut signals;
     let mut child = match tokio::process::Command::new(&args.command[0])
         .args(&args.command[1..])
         .env("ACCORD_KEY", key)
