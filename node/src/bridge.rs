@@ -19,9 +19,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use napi::bindgen_prelude::*;
 use napi::sys;
 
-/// A finished call's output, converted on the JavaScript thread by its `Finish`.
-type Output = Box<dyn Any + Send>;
-type Finish = Box<dyn FnOnce(&Env, Output) -> Result<sys::napi_value>>;
+/// A finished call's output (`None`: it ended without one), handed to its `Settle` on the
+/// JavaScript thread.
+type Output = Option<Box<dyn Any + Send>>;
+type Settle = Box<dyn FnOnce(&Env, Output)>;
 
 /// The runtime threads' side of one JavaScript thread's bridge.
 struct Queue {
@@ -61,7 +62,7 @@ impl Queue {
 /// The JavaScript thread's side.
 struct Bridge {
     queue: Arc<Queue>,
-    pending: HashMap<u64, (sys::napi_deferred, Finish)>,
+    pending: HashMap<u64, Settle>,
     next_id: u64,
 }
 
@@ -190,21 +191,8 @@ unsafe extern "C" fn drain(
             .collect()
     });
     let env_ref = Env::from_raw(env);
-    for ((deferred, finish), output) in settling {
-        // SAFETY: napi calls on the JavaScript thread; each deferred is settled exactly once.
-        unsafe {
-            match finish(&env_ref, output) {
-                Ok(value) => sys::napi_resolve_deferred(env, deferred, value),
-                Err(error) => match ToNapiValue::to_napi_value(env, error) {
-                    Ok(reason) => sys::napi_reject_deferred(env, deferred, reason),
-                    Err(_) => {
-                        let mut reason = ptr::null_mut();
-                        sys::napi_get_undefined(env, &mut reason);
-                        sys::napi_reject_deferred(env, deferred, reason)
-                    }
-                },
-            };
-        }
+    for (settle, output) in settling {
+        settle(&env_ref, output);
     }
     let idle = BRIDGE.with_borrow(|b| b.as_ref().is_none_or(|b| b.pending.is_empty()));
     if idle {
@@ -220,39 +208,27 @@ unsafe extern "C" fn drain(
     }
 }
 
-/// A Promise for `fut`, which runs on the tokio runtime; `finish` turns its output into the
-/// value the Promise resolves with (or the error it rejects with), on the JavaScript thread.
-pub(crate) fn promise<'e, T, V, F, M>(env: &'e Env, fut: F, finish: M) -> Result<PromiseRaw<'e, V>>
+/// Runs `fut` on the tokio runtime and hands its output to `settle` on the JavaScript thread
+/// (`None` if `fut` ended without one). Until then the event loop is kept alive.
+pub(crate) fn later<T, F, S>(env: &Env, fut: F, settle: S) -> Result<()>
 where
     T: Send + 'static,
-    V: ToNapiValue,
-    F: Future<Output = T> + Send + 'static,
-    M: FnOnce(&Env, T) -> Result<V> + 'static,
+    F: Future<Output = Option<T>> + Send + 'static,
+    S: FnOnce(&Env, Option<T>) + 'static,
 {
     let queue = queue(env)?;
-    let raw = env.raw();
-    let mut deferred = ptr::null_mut();
-    let mut promise = ptr::null_mut();
-    // SAFETY: napi call on the JavaScript thread; out pointers are locals.
-    unsafe {
-        check(
-            sys::napi_create_promise(raw, &mut deferred, &mut promise),
-            "creating a Promise",
-        )?;
-    }
-    let finish: Finish = Box::new(move |env, output| {
-        let output = *output
-            .downcast::<T>()
-            .expect("a finished call's output has its call's type");
-        let value = finish(env, output)?;
-        // SAFETY: on the JavaScript thread with its env.
-        unsafe { ToNapiValue::to_napi_value(env.raw(), value) }
+    let settle: Settle = Box::new(move |env, output| {
+        let output = output.map(|o| {
+            *o.downcast::<T>()
+                .expect("a finished call's output has its call's type")
+        });
+        settle(env, output)
     });
     let (id, first) = BRIDGE.with_borrow_mut(|b| {
         let bridge = b.as_mut().expect("made by queue()");
         let id = bridge.next_id;
         bridge.next_id += 1;
-        bridge.pending.insert(id, (deferred, finish));
+        bridge.pending.insert(id, settle);
         (id, bridge.pending.len() == 1)
     });
     if first {
@@ -263,11 +239,54 @@ where
             .tsfn;
         // SAFETY: on the JavaScript thread, a live threadsafe function: a pending call keeps
         // the event loop alive.
-        unsafe { sys::napi_ref_threadsafe_function(raw, tsfn) };
+        unsafe { sys::napi_ref_threadsafe_function(env.raw(), tsfn) };
     }
     spawn(async move {
         let output = fut.await;
-        queue.push(id, Box::new(output));
+        queue.push(id, output.map(|o| Box::new(o) as Box<dyn Any + Send>));
     });
+    Ok(())
+}
+
+/// A Promise for `fut`, which runs on the tokio runtime; `finish` turns its output into the
+/// value the Promise resolves with (or the error it rejects with), on the JavaScript thread.
+pub(crate) fn promise<'e, T, V, F, M>(env: &'e Env, fut: F, finish: M) -> Result<PromiseRaw<'e, V>>
+where
+    T: Send + 'static,
+    V: ToNapiValue,
+    F: Future<Output = T> + Send + 'static,
+    M: FnOnce(&Env, T) -> Result<V> + 'static,
+{
+    let raw = env.raw();
+    let mut deferred = ptr::null_mut();
+    let mut promise = ptr::null_mut();
+    // SAFETY: napi call on the JavaScript thread; out pointers are locals.
+    unsafe {
+        check(
+            sys::napi_create_promise(raw, &mut deferred, &mut promise),
+            "creating a Promise",
+        )?;
+    }
+    later(env, async move { Some(fut.await) }, move |env, output| {
+        let settled = output
+            .ok_or_else(|| Error::from_reason("accord: a call ended without an answer"))
+            .and_then(|output| finish(env, output))
+            // SAFETY: on the JavaScript thread with its env.
+            .and_then(|value| unsafe { ToNapiValue::to_napi_value(env.raw(), value) });
+        // SAFETY: napi calls on the JavaScript thread; the deferred is settled exactly once.
+        unsafe {
+            match settled {
+                Ok(value) => sys::napi_resolve_deferred(env.raw(), deferred, value),
+                Err(error) => match ToNapiValue::to_napi_value(env.raw(), error) {
+                    Ok(reason) => sys::napi_reject_deferred(env.raw(), deferred, reason),
+                    Err(_) => {
+                        let mut reason = ptr::null_mut();
+                        sys::napi_get_undefined(env.raw(), &mut reason);
+                        sys::napi_reject_deferred(env.raw(), deferred, reason)
+                    }
+                },
+            };
+        }
+    })?;
     Ok(PromiseRaw::new(raw, promise))
 }

@@ -5,13 +5,10 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use napi::bindgen_prelude::*;
-use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi_derive::napi;
 use tokio_util::sync::CancellationToken;
 
 use crate::convert::{millis, opt_metadata, settle_ok};
-
-type Resolve = ThreadsafeFunction<(), (), (), Status, false>;
 
 /// A key held by this client, renewed in the background until it is released, done or lost.
 ///
@@ -42,25 +39,20 @@ impl Lease {
     }
 }
 
-/// A Promise that resolves when `signal` fires. Until then, or until `finished`, a task holds
-/// a (referenced) threadsafe function of the Promise's `resolve`: that keeps the event loop
-/// alive while someone may be waiting for the loss of a held lease, and nothing keeps it alive
-/// afterwards.
+/// A Promise that resolves when `signal` fires. Until then, or until `finished`, the wait is
+/// pending on the bridge, which keeps the event loop alive while someone may be waiting for the
+/// loss of a held lease; nothing keeps it alive afterwards.
 fn lost_promise<'e>(
     env: &'e Env,
     signal: accord::LostSignal,
     finished: CancellationToken,
 ) -> Result<Object<'e>> {
-    let slot: Rc<RefCell<Option<Resolve>>> = Rc::default();
+    let slot: Rc<RefCell<Option<FunctionRef<(), ()>>>> = Rc::default();
     let filled = slot.clone();
     let executor =
         env.create_function_from_closure::<Function<(), ()>, (), _>("lostExecutor", move |ctx| {
             let resolve: Function<(), ()> = ctx.get(0)?;
-            let tsfn: Resolve = resolve
-                .build_threadsafe_function::<()>()
-                .callee_handled::<false>()
-                .build()?;
-            *filled.borrow_mut() = Some(tsfn);
+            *filled.borrow_mut() = Some(resolve.create_ref()?);
             Ok(())
         })?;
     let promise_class: Function<Function<Function<(), ()>, ()>, Unknown> =
@@ -70,15 +62,24 @@ fn lost_promise<'e>(
         .borrow_mut()
         .take()
         .ok_or_else(|| Error::from_reason("the Promise executor did not run"))?;
-    napi::bindgen_prelude::spawn(async move {
-        tokio::select! {
-            biased;
-            _ = signal.wait() => {
-                resolve.call((), ThreadsafeFunctionCallMode::NonBlocking);
+    crate::bridge::later(
+        env,
+        async move {
+            tokio::select! {
+                biased;
+                _ = signal.wait() => Some(()),
+                _ = finished.cancelled() => None,
             }
-            _ = finished.cancelled() => {}
-        }
-    });
+        },
+        // Never resolved once finished: the reference to `resolve` is simply dropped.
+        move |env, fired| {
+            if fired.is_some() {
+                if let Ok(resolve) = resolve.borrow_back(env) {
+                    let _ = resolve.call(());
+                }
+            }
+        },
+    )?;
     unsafe { promise.cast::<Object>() }
 }
 

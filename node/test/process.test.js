@@ -183,3 +183,31 @@ test('a pending acquire keeps the process alive until it settles', async () => {
   await exitsSoonAfter(c, 'ACQUIRED')
   await holder.close()
 })
+
+test('worker threads terminated with calls in flight leave the process sound', async () => {
+  // Each JavaScript thread settles Promises through its own completion function, torn down
+  // with the thread: calls finishing after that must not reach it.
+  const c = child(`
+  const { Worker } = require('node:worker_threads')
+  const code = \`
+    const { parentPort } = require('node:worker_threads')
+    const accord = require(\${JSON.stringify(require.resolve(${JSON.stringify(PACKAGE_DIR)}))})
+    ;(async () => {
+      const client = await accord.connect(\${JSON.stringify(url)}, { namespace: \${JSON.stringify(ns)} })
+      parentPort.postMessage('ready')
+      for (let i = 0; ; i++) {
+        const lease = await client.tryAcquire('worker/' + (i % 50))
+        if (lease) await lease.release()
+      }
+    })()\`
+  for (let i = 0; i < 5; i++) {
+    const w = new Worker(code, { eval: true })
+    await new Promise((r) => w.once('message', r))
+    await w.terminate()
+  }
+  const client = await accord.connect(url, { namespace: ns })
+  await (await client.acquire('worker/main', { ttl: 5000 })).release()
+  await client.close()
+  say('DONE')`)
+  await exitsSoonAfter(c, 'DONE')
+})
