@@ -36,34 +36,55 @@ pub(crate) struct Sql {
 impl Sql {
     pub fn new(schema: &str) -> Sql {
         let s = quote_ident(schema);
+        // The sequence's name is text here (a literal cast to regclass), so the quoted
+        // identifier is quoted once more, as a literal.
+        let seq = quote_literal(&format!("{s}.fence_seq"));
         Sql {
             // Grant when the row is free, expired, or already granted to this very attempt (a
-            // retry after a lost answer). Otherwise report the current row: the UNION's second
-            // branch reads the statement's snapshot, so a concurrent change may hide the row
-            // (the caller then retries shortly).
+            // retry after a lost answer); otherwise report the row as this statement saw it.
+            //
+            // Two rules shape it. (1) A refusal writes nothing: `seen` reads the row without
+            // locking it, and the UPDATE only locks a row whose visible version it may take, so
+            // refusing a held or done key takes no row lock, no sequence value and no WAL.
+            // (2) The fence and the expiry are computed after the row is locked: they are SET
+            // expressions of a plain UPDATE, which PostgreSQL evaluates again on the newest
+            // version of the row when it had to wait for a concurrent writer (READ COMMITTED's
+            // recheck). INSERT ... ON CONFLICT DO UPDATE would not do: its `excluded` values
+            // are computed before the row lock is waited for, so a grant could commit after a
+            // later one with a smaller fence. A key never seen is inserted; when a concurrent
+            // first grant wins that race, no row comes back and the caller retries at once.
             acquire: format!(
-                "WITH granted AS (
-                   INSERT INTO {s}.leases AS l
-                          (namespace, key, owner, fence, attempt, expires_at, done, metadata, updated_at)
-                   VALUES ($1, $2, $3, nextval('{s}.fence_seq'), $4,
-                           clock_timestamp() + $5::bigint * interval '1 millisecond',
-                           false, COALESCE($6::text::jsonb, '{{}}'::jsonb), clock_timestamp())
-                   ON CONFLICT (namespace, key) DO UPDATE
-                      SET owner = excluded.owner, fence = excluded.fence, attempt = excluded.attempt,
-                          expires_at = excluded.expires_at, metadata = l.metadata || excluded.metadata,
-                          updated_at = excluded.updated_at
-                    WHERE NOT l.done
+                "WITH seen AS MATERIALIZED (
+                   SELECT l.done, l.expires_at FROM {s}.leases l
+                    WHERE l.namespace = $1 AND l.key = $2),
+                 taken AS (
+                   UPDATE {s}.leases AS l
+                      SET owner = $3, fence = nextval({seq}::regclass), attempt = $4,
+                          expires_at = clock_timestamp() + $5::bigint * interval '1 millisecond',
+                          metadata = l.metadata || COALESCE($6::text::jsonb, '{{}}'::jsonb),
+                          updated_at = clock_timestamp()
+                    WHERE l.namespace = $1 AND l.key = $2 AND NOT l.done
                       AND (l.expires_at IS NULL OR l.expires_at <= clock_timestamp()
-                           OR l.attempt = excluded.attempt)
-                   RETURNING l.fence, l.expires_at, l.metadata)
+                           OR l.attempt = $4)
+                   RETURNING l.fence, l.expires_at, l.metadata),
+                 created AS (
+                   INSERT INTO {s}.leases
+                          (namespace, key, owner, fence, attempt, expires_at, done, metadata, updated_at)
+                   SELECT $1, $2, $3, nextval({seq}::regclass), $4,
+                          clock_timestamp() + $5::bigint * interval '1 millisecond',
+                          false, COALESCE($6::text::jsonb, '{{}}'::jsonb), clock_timestamp()
+                    WHERE NOT EXISTS (SELECT 1 FROM seen)
+                   ON CONFLICT (namespace, key) DO NOTHING
+                   RETURNING fence, expires_at, metadata),
+                 granted AS (SELECT * FROM taken UNION ALL SELECT * FROM created)
                  SELECT true AS granted, fence, expires_at, metadata::text AS metadata,
                         false AS done, NULL::bigint AS remaining_ms
                    FROM granted
                  UNION ALL
-                 SELECT false, l.fence, l.expires_at, NULL, l.done,
-                        ceil(extract(epoch FROM l.expires_at - clock_timestamp()) * 1000)::bigint
-                   FROM {s}.leases l
-                  WHERE l.namespace = $1 AND l.key = $2 AND NOT EXISTS (SELECT 1 FROM granted)"
+                 SELECT false, NULL, s.expires_at, NULL, s.done,
+                        ceil(extract(epoch FROM s.expires_at - clock_timestamp()) * 1000)::bigint
+                   FROM seen s
+                  WHERE NOT EXISTS (SELECT 1 FROM granted)"
             ),
             renew: format!(
                 "UPDATE {s}.leases
@@ -193,25 +214,54 @@ pub fn migration_script(schema: &str) -> String {
     out.push('\n');
     for (i, m) in migrations(schema).iter().enumerate() {
         let v = i + 1;
-        out.push_str(&format!(
-            "-- version {v}\nDO $accord$ BEGIN\n  IF NOT EXISTS (SELECT 1 FROM {s}.schema_migrations WHERE version = {v}) THEN\n"
-        ));
+        let mut body = format!(
+            "BEGIN\n  IF NOT EXISTS (SELECT 1 FROM {s}.schema_migrations WHERE version = {v}) THEN\n"
+        );
         for stmt in m.split(";\n") {
             let stmt = stmt.trim().trim_end_matches(';');
             if !stmt.is_empty() {
-                out.push_str(&format!("    EXECUTE {};\n", quote_literal(stmt)));
+                body.push_str(&format!("    EXECUTE {};\n", quote_literal(stmt)));
             }
         }
-        out.push_str(&format!(
-            "    INSERT INTO {s}.schema_migrations (version) VALUES ({v});\n  END IF;\nEND $accord$;\n"
+        body.push_str(&format!(
+            "    INSERT INTO {s}.schema_migrations (version) VALUES ({v});\n  END IF;\nEND"
         ));
+        out.push_str(&format!("-- version {v}\nDO {};\n", dollar_quote(&body)));
     }
     out.push_str("COMMIT;\n");
     out
 }
 
-fn quote_literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
+/// Quotes text as a string literal, whatever `standard_conforming_strings` says: `'` doubled,
+/// and with a backslash in the text, an `E'...'` literal with backslashes doubled (what
+/// PostgreSQL's own `quote_literal` does).
+pub(crate) fn quote_literal(text: &str) -> String {
+    let quoted = text.replace('\'', "''");
+    if text.contains('\\') {
+        format!("E'{}'", quoted.replace('\\', "\\\\"))
+    } else {
+        format!("'{quoted}'")
+    }
+}
+
+/// Dollar-quotes `body` with a tag it does not contain, so that no text inside (a schema
+/// named `$accord$`, say) can end the quoted block early.
+pub(crate) fn dollar_quote(body: &str) -> String {
+    let mut n = 0u32;
+    loop {
+        let tag = if n == 0 {
+            "$accord$".to_string()
+        } else {
+            format!("$accord_{n}$")
+        };
+        // The closing tag must be found first right after the body: a body ending in
+        // `$accord` would otherwise close early with the tag's own first `$`.
+        let closed = format!("{body}{tag}");
+        if closed.find(&tag) == Some(body.len()) {
+            return format!("{tag}{closed}");
+        }
+        n += 1;
+    }
 }
 
 #[cfg(test)]
@@ -222,6 +272,23 @@ mod tests {
     fn identifiers_are_quoted() {
         assert_eq!(quote_ident("accord"), "\"accord\"");
         assert_eq!(quote_ident("a\"; DROP"), "\"a\"\"; DROP\"");
+    }
+
+    #[test]
+    fn literals_are_quoted_whatever_the_server_setting() {
+        assert_eq!(quote_literal("a"), "'a'");
+        assert_eq!(quote_literal("it's"), "'it''s'");
+        assert_eq!(quote_literal("a\\'b"), "E'a\\\\''b'");
+    }
+
+    #[test]
+    fn dollar_quotes_pick_a_tag_the_body_lacks() {
+        assert_eq!(dollar_quote("x"), "$accord$x$accord$");
+        assert_eq!(
+            dollar_quote("a $accord$ b $accord_1$"),
+            "$accord_2$a $accord$ b $accord_1$$accord_2$"
+        );
+        assert_eq!(dollar_quote("x $accord"), "$accord_1$x $accord$accord_1$");
     }
 
     #[test]

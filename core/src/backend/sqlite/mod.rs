@@ -93,11 +93,25 @@ impl SqliteBackend {
         what: &'static str,
         f: impl FnOnce(&rusqlite::Transaction<'_>, i64) -> Result<(T, bool)> + Send + 'static,
     ) -> Result<T> {
+        self.write_unless(what, |_, _| Ok(None), f).await
+    }
+
+    /// [`Self::write`], unless `answer`, a read outside any transaction, already gives the
+    /// answer: then nothing takes the write lock.
+    async fn write_unless<T: Send + 'static>(
+        &self,
+        what: &'static str,
+        answer: impl FnOnce(&Connection, i64) -> Result<Option<T>> + Send + 'static,
+        f: impl FnOnce(&rusqlite::Transaction<'_>, i64) -> Result<(T, bool)> + Send + 'static,
+    ) -> Result<T> {
         let nudge = self.store.nudge.clone();
         let queued = std::time::Instant::now();
         let (value, evented) = self
             .store
             .with(move |conn| {
+                if let Some(value) = answer(conn, now_ms())? {
+                    return Ok((value, false));
+                }
                 let started = std::time::Instant::now();
                 let waited = started - queued;
                 let tx = conn
@@ -136,6 +150,36 @@ fn live_metadata(
     .map_err(|e| db_error(what, e))
 }
 
+/// What an acquire finds on a key.
+enum Look {
+    /// Held by someone else, or done: nothing is to be written.
+    Refused(AcquireOutcome),
+    /// Free, expired, or granted to this very attempt; with the row's metadata if it exists.
+    Grantable(Option<String>),
+}
+
+fn look(conn: &Connection, ns: &str, key: &str, attempt: i64, now: i64) -> Result<Look> {
+    let row: Option<(Option<i64>, bool, Option<i64>, String)> = conn
+        .query_row(
+            "SELECT expires_at_ms, done, attempt, metadata FROM leases
+              WHERE namespace = ?1 AND key = ?2",
+            params![ns, key],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .optional()
+        .map_err(|e| db_error("acquire", e))?;
+    Ok(match row {
+        Some((_, true, _, _)) => Look::Refused(AcquireOutcome::Done),
+        Some((Some(expires), false, held_by, _)) if expires > now && held_by != Some(attempt) => {
+            Look::Refused(AcquireOutcome::Held {
+                remaining: Some(Duration::from_millis((expires - now) as u64)),
+            })
+        }
+        Some((_, _, _, metadata)) => Look::Grantable(Some(metadata)),
+        None => Look::Grantable(None),
+    })
+}
+
 fn add_event(tx: &Connection, channel: &str, payload: &str, now: i64) -> Result<()> {
     tx.execute(
         "INSERT INTO events (channel, payload, created_at_ms) VALUES (?1, ?2, ?3)",
@@ -155,31 +199,19 @@ impl Backend for SqliteBackend {
         );
         let (ttl, attempt) = (r.ttl.as_millis() as i64, r.attempt);
         let metadata = r.metadata.map(str::to_string);
-        self.write("acquire", move |tx, now| {
-            let row: Option<(Option<i64>, bool, Option<i64>, String)> = tx
-                .query_row(
-                    "SELECT expires_at_ms, done, attempt, metadata FROM leases
-                      WHERE namespace = ?1 AND key = ?2",
-                    params![ns, key],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-                )
-                .optional()
-                .map_err(|e| db_error("acquire", e))?;
-            let base = match &row {
-                Some((_, true, _, _)) => return Ok((AcquireOutcome::Done, false)),
-                Some((Some(expires), false, held_by, _))
-                    if *expires > now && *held_by != Some(attempt) =>
-                {
-                    let remaining = Duration::from_millis((expires - now) as u64);
-                    return Ok((
-                        AcquireOutcome::Held {
-                            remaining: Some(remaining),
-                        },
-                        false,
-                    ));
-                }
-                Some((_, _, _, metadata)) => metadata.clone(),
-                None => "{}".to_string(),
+        let (ns_read, key_read) = (ns.clone(), key.clone());
+        // A refusal writes nothing: it is decided by a plain read, without the write lock, and
+        // decided again under the lock for a key that looked free.
+        let refused =
+            move |conn: &Connection, now: i64| match look(conn, &ns_read, &key_read, attempt, now)?
+            {
+                Look::Refused(outcome) => Ok(Some(outcome)),
+                Look::Grantable(_) => Ok(None),
+            };
+        self.write_unless("acquire", refused, move |tx, now| {
+            let base = match look(tx, &ns, &key, attempt, now)? {
+                Look::Refused(outcome) => return Ok((outcome, false)),
+                Look::Grantable(base) => base.unwrap_or_else(|| "{}".to_string()),
             };
             let fence: i64 = tx
                 .query_row(
