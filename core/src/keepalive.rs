@@ -98,7 +98,7 @@ fn scan(keepalive: &Keepalive, now: Instant, may_send: bool, retry_after: Instan
     let mut held = keepalive.held.lock().unwrap();
     held.by_fence.retain(|_, lease| {
         let state = lease.state.lock().unwrap();
-        if state.phase != crate::lease::Phase::Held {
+        if !state.phase.is_live() {
             return false;
         }
         let deadline = lease.deadline(&state);
@@ -107,7 +107,8 @@ fn scan(keepalive: &Keepalive, now: Instant, may_send: bool, retry_after: Instan
             return false;
         }
         scan.next_wake = scan.next_wake.min(deadline);
-        if may_send {
+        // A lease whose release or done is in flight is watched, not renewed.
+        if may_send && state.phase == crate::lease::Phase::Held {
             let renew_at = lease.renew_at(&state);
             if renew_at <= now + lease.ttl / 6 {
                 scan.due.push(lease.clone());
@@ -173,6 +174,9 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                         for lease in sent_leases {
                             match renewed.get(&lease.fence) {
                                 Some(expires_at) => lease.confirm(sent, *expires_at),
+                                // A lease whose release or done went out meanwhile may be
+                                // gone for that reason: that statement's answer decides.
+                                None if lease.is_ending() => {}
                                 None => {
                                     if lease.mark_lost("the coordinator no longer records this grant") {
                                         keepalive.remove(lease.fence);

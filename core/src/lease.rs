@@ -23,9 +23,19 @@ pub(crate) fn safety_margin(ttl: Duration) -> Duration {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Phase {
     Held,
+    /// A release or done is in flight: no longer renewed, but still watched, so that lost
+    /// fires at the deadline if the coordinator has not answered by then (G4).
+    Ending,
     Released,
     Done,
     Lost(&'static str),
+}
+
+impl Phase {
+    /// Held, or ending with a statement in flight: the deadline still applies.
+    pub fn is_live(self) -> bool {
+        matches!(self, Phase::Held | Phase::Ending)
+    }
 }
 
 pub(crate) struct LeaseState {
@@ -43,6 +53,9 @@ pub(crate) struct LeaseCore {
     pub ttl: Duration,
     pub state: Mutex<LeaseState>,
     lost: CancellationToken,
+    /// One release or done at a time, so that a second one sees the first one's outcome
+    /// instead of racing it.
+    ending: tokio::sync::Mutex<()>,
 }
 
 impl LeaseCore {
@@ -65,6 +78,7 @@ impl LeaseCore {
                 renewed_from: sent,
             }),
             lost: CancellationToken::new(),
+            ending: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -82,7 +96,7 @@ impl LeaseCore {
     /// Records a renewal the coordinator confirmed; `sent` is when its statement was sent.
     pub fn confirm(&self, sent: Instant, expires_at: DateTime<Utc>) {
         let mut state = self.state.lock().unwrap();
-        if state.phase == Phase::Held && sent > state.renewed_from {
+        if state.phase.is_live() && sent > state.renewed_from {
             // A confirmation arriving after the deadline passed cannot revive the lease: the
             // holder may already have acted on lost.
             if Instant::now() < self.deadline(&state) {
@@ -92,10 +106,11 @@ impl LeaseCore {
         }
     }
 
-    /// Fires lost if the deadline has passed. Returns whether the lease is lost.
+    /// Fires lost if the deadline has passed, whether or not a call is in flight. Returns
+    /// whether the lease is lost.
     pub fn check_deadline(&self, now: Instant) -> bool {
         let mut state = self.state.lock().unwrap();
-        if state.phase == Phase::Held && now >= self.deadline(&state) {
+        if state.phase.is_live() && now >= self.deadline(&state) {
             state.phase = Phase::Lost("it was not renewed within its ttl");
             drop(state);
             self.fire_lost("not renewed within its ttl");
@@ -104,10 +119,15 @@ impl LeaseCore {
         matches!(state.phase, Phase::Lost(_))
     }
 
+    /// True while a release or done of the lease is in flight.
+    pub fn is_ending(&self) -> bool {
+        self.state.lock().unwrap().phase == Phase::Ending
+    }
+
     /// Marks a held lease lost (the coordinator no longer records this grant).
     pub fn mark_lost(&self, why: &'static str) -> bool {
         let mut state = self.state.lock().unwrap();
-        if state.phase != Phase::Held {
+        if !state.phase.is_live() {
             return false;
         }
         state.phase = Phase::Lost(why);
@@ -124,7 +144,7 @@ impl LeaseCore {
     /// Ends a lease on client close: it is released, and its holder learns it no longer holds.
     pub fn end_with_close(&self) -> bool {
         let mut state = self.state.lock().unwrap();
-        let was_held = state.phase == Phase::Held;
+        let was_held = state.phase.is_live();
         if was_held {
             state.phase = Phase::Released;
         }
@@ -140,6 +160,11 @@ impl LeaseCore {
         }
         match self.state.lock().unwrap().phase {
             Phase::Held => Ok(()),
+            Phase::Ending => Err(Error::lease_lost(
+                &self.key,
+                self.fence,
+                "it is being released or marked done",
+            )),
             Phase::Released => Err(Error::lease_lost(&self.key, self.fence, "it was released")),
             Phase::Done => Err(Error::lease_lost(&self.key, self.fence, "it is done")),
             Phase::Lost(why) => Err(Error::lease_lost(&self.key, self.fence, why)),
@@ -286,38 +311,31 @@ impl Lease {
     }
 
     /// Releases the key and wakes its waiters. Releasing again, or after `done`, is harmless.
-    /// After the lease was lost this fails with `LeaseLost`.
+    /// After the lease was lost this fails with `LeaseLost`; on a closed client, with `Closed`.
+    ///
+    /// While the statement is in flight the lease is no longer renewed, but its deadline
+    /// still holds: lost fires if it passes first (G4). The answer then says what the
+    /// coordinator did: `Ok` if it still recorded this grant (the key was never anyone
+    /// else's), `LeaseLost` if not.
     pub async fn release(&self) -> Result<()> {
         let shared = self.client.shared();
-        shared.check_fork()?;
+        shared.check_usable()?;
+        let _one_at_a_time = self.core.ending.lock().await;
         if self.core.check_deadline(Instant::now()) {
             return Err(self.core.lost_error());
         }
-        {
-            let mut state = self.core.state.lock().unwrap();
-            match state.phase {
-                Phase::Released | Phase::Done => return Ok(()),
-                Phase::Lost(why) => {
-                    return Err(Error::lease_lost(&self.core.key, self.core.fence, why))
-                }
-                Phase::Held => state.phase = Phase::Released,
-            }
+        if !self.core.begin_ending(true)? {
+            return Ok(());
         }
-        shared.keepalive.remove(self.core.fence);
-        // If this fails the lease is no longer renewed and expires at its ttl.
-        if shared.backend.release(self.lease_ref()).await? {
-            Ok(())
-        } else {
-            Err(Error::lease_lost(
-                &self.core.key,
-                self.core.fence,
-                "the coordinator no longer records this grant",
-            ))
-        }
+        let released = shared.backend.release(self.lease_ref()).await;
+        self.core
+            .finish_ending(shared, released.map(|r| r.then_some(())), Phase::Released)
     }
 
     /// Marks the key done (never granted again until `reset`), merging `metadata` into its
-    /// metadata, and releases it. Done twice, or after losing the lease, fails with `LeaseLost`.
+    /// metadata, and releases it. Done twice, or after losing the lease, fails with
+    /// `LeaseLost`; on a closed client, with `Closed`. In flight, it keeps the deadline as
+    /// [`Lease::release`] does.
     pub async fn done(&self, metadata: Option<Metadata>) -> Result<()> {
         let text = metadata
             .as_ref()
@@ -325,26 +343,60 @@ impl Lease {
             .transpose()?;
         let shared = self.client.shared();
         shared.check_usable()?;
+        let _one_at_a_time = self.core.ending.lock().await;
         self.core.require_held()?;
-        match shared
-            .backend
-            .done(self.lease_ref(), text.as_deref())
-            .await?
-        {
-            Some(merged) => {
-                let mut state = self.core.state.lock().unwrap();
-                state.metadata = merged;
-                if state.phase == Phase::Held {
-                    state.phase = Phase::Done;
+        self.core.begin_ending(false)?;
+        let done = shared.backend.done(self.lease_ref(), text.as_deref()).await;
+        let merged = done.as_ref().ok().and_then(Option::clone);
+        self.core
+            .finish_ending(shared, done.map(|d| d.map(|_| ())), Phase::Done)?;
+        if let Some(merged) = merged {
+            self.core.state.lock().unwrap().metadata = merged;
+        }
+        Ok(())
+    }
+}
+
+impl LeaseCore {
+    /// Takes the lease out of renewal for a release or done. Returns false when there is
+    /// nothing to end (already released or done: a release is then harmless).
+    fn begin_ending(&self, release: bool) -> Result<bool> {
+        let mut state = self.state.lock().unwrap();
+        match state.phase {
+            Phase::Held | Phase::Ending => {
+                state.phase = Phase::Ending;
+                Ok(true)
+            }
+            Phase::Released | Phase::Done if release => Ok(false),
+            Phase::Released => Err(Error::lease_lost(&self.key, self.fence, "it was released")),
+            Phase::Done => Err(Error::lease_lost(&self.key, self.fence, "it is done")),
+            Phase::Lost(why) => Err(Error::lease_lost(&self.key, self.fence, why)),
+        }
+    }
+
+    /// Records the coordinator's answer to a release or done: `Some` when it still recorded
+    /// this grant. A failed statement leaves the lease ending: not renewed, and lost at its
+    /// deadline unless a retry succeeds first.
+    fn finish_ending(
+        &self,
+        shared: &crate::client::Shared,
+        answer: Result<Option<()>>,
+        ended: Phase,
+    ) -> Result<()> {
+        match answer? {
+            Some(()) => {
+                let mut state = self.state.lock().unwrap();
+                if state.phase == Phase::Ending {
+                    state.phase = ended;
                 }
                 drop(state);
-                shared.keepalive.remove(self.core.fence);
+                shared.keepalive.remove(self.fence);
                 Ok(())
             }
             None => {
-                self.core
-                    .mark_lost("the coordinator no longer records this grant");
-                Err(self.core.lost_error())
+                self.mark_lost("the coordinator no longer records this grant");
+                shared.keepalive.remove(self.fence);
+                Err(self.lost_error())
             }
         }
     }
@@ -354,7 +406,7 @@ impl Drop for Lease {
     fn drop(&mut self) {
         let held = {
             let mut state = self.core.state.lock().unwrap();
-            let held = state.phase == Phase::Held;
+            let held = state.phase.is_live();
             if held {
                 state.phase = Phase::Released;
             }

@@ -30,6 +30,7 @@ mod sqlite {
         notify::n4_limits_and_quoting,
         notify::n6_close_ends_waits,
         input::g11_bad_input_is_refused,
+        ending::close_ends_every_lease,
     );
 }
 
@@ -49,6 +50,7 @@ mod memory {
         notify::n4_limits_and_quoting,
         notify::n6_close_ends_waits,
         input::g11_bad_input_is_refused,
+        ending::close_ends_every_lease,
     );
 }
 

@@ -30,6 +30,9 @@ conformance_suite!(Harness::postgres;
     notify::n5_listener_reconnects,
     notify::n6_close_ends_waits,
     input::g11_bad_input_is_refused,
+    ending::g4_lost_fires_with_a_release_in_flight,
+    ending::g4_lost_fires_with_done_in_flight,
+    ending::close_ends_every_lease,
 );
 
 /// G10: many workers starting at once on a fresh schema all succeed; the migration ran once.

@@ -3,6 +3,7 @@
 //! with `conformance_suite!`.
 #![allow(dead_code)]
 
+pub mod ending;
 pub mod input;
 pub mod leases;
 pub mod notify;

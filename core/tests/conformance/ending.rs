@@ -1,0 +1,103 @@
+//! How a lease ends: G4 holds while a release or done is in flight, and closing the client
+//! ends every lease it holds (lost fires; every later call on them fails with `Closed`).
+
+use std::time::Duration;
+
+use accord::{AcquireOptions, ErrorKind};
+
+use crate::support::{Harness, Mode};
+
+const SEC: Duration = Duration::from_secs(1);
+
+fn ttl(d: Duration) -> AcquireOptions {
+    AcquireOptions::new().ttl(d)
+}
+
+/// Stalls every connection of the client behind `proxy` until its lease's deadline has passed
+/// with a release (or done) in flight: lost fires at the deadline all the same, and the call
+/// answers `LeaseLost` (the coordinator's expiry has passed when it runs) or a connection
+/// error, never success.
+async fn lost_fires_in_flight(h: &Harness, done: bool) {
+    let (proxy, url) = h.proxy().await;
+    // No statement timeout cuts the stalled call short: the network alone decides.
+    let options = h.options("o1").statement_timeout(120 * SEC);
+    let client = accord::Client::connect(&url, options).await.unwrap();
+    let lease = client.acquire("a", ttl(SEC)).await.unwrap();
+    let expires_at = lease.expires_at();
+    let signal = lease.lost_signal();
+    proxy.set(Mode::Stall);
+    let ending = tokio::spawn(async move {
+        let result = if done {
+            lease.done(None).await
+        } else {
+            lease.release().await
+        };
+        (result, lease)
+    });
+    // The ttl is 1 s; 10 s only bounds a hang.
+    tokio::time::timeout(10 * SEC, signal.wait())
+        .await
+        .expect("lost fires at the deadline while the call is in flight");
+    assert!(!ending.is_finished(), "the call was still in flight");
+    // Wait past the coordinator's expiry, then let the statement through.
+    while h.now().await <= expires_at + chrono::Duration::milliseconds(100) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    proxy.set(Mode::Pass);
+    let (result, lease) = tokio::time::timeout(30 * SEC, ending)
+        .await
+        .expect("the call returns once the network is back")
+        .unwrap();
+    assert!(lease.is_lost(), "lost fired with the call in flight");
+    let kind = result.unwrap_err().kind();
+    assert!(
+        matches!(kind, ErrorKind::LeaseLost | ErrorKind::Connection),
+        "{kind:?}"
+    );
+    client.close().await;
+}
+
+pub async fn g4_lost_fires_with_a_release_in_flight(h: &Harness) {
+    lost_fires_in_flight(h, false).await;
+}
+
+pub async fn g4_lost_fires_with_done_in_flight(h: &Harness) {
+    lost_fires_in_flight(h, true).await;
+}
+
+/// Closing a client ends its leases: each held one is given back and its lost signal fires
+/// (its holder must stop); afterwards renew, release and done fail with `Closed` on every
+/// lease of the client, held at the close or not.
+pub async fn close_ends_every_lease(h: &Harness) {
+    let o1 = h.client("o1").await;
+    let held = o1.acquire("held", ttl(60 * SEC)).await.unwrap();
+    let released = o1.acquire("released", ttl(60 * SEC)).await.unwrap();
+    released.release().await.unwrap();
+    let lost = held.lost();
+    o1.close().await;
+    tokio::time::timeout(5 * SEC, lost)
+        .await
+        .expect("lost fires for a lease held at the close");
+    assert!(held.is_lost());
+    assert!(
+        !released.is_lost(),
+        "a lease released before the close was not lost"
+    );
+    for lease in [&held, &released] {
+        for result in [
+            lease.renew().await,
+            lease.release().await,
+            lease.done(None).await,
+        ] {
+            assert_eq!(result.unwrap_err().kind(), ErrorKind::Closed);
+        }
+    }
+    // The close gave the key back.
+    let o2 = h.client("o2").await;
+    assert!(o2
+        .try_acquire("held", ttl(60 * SEC))
+        .await
+        .unwrap()
+        .is_some());
+    o2.close().await;
+}
