@@ -243,14 +243,6 @@ async fn tls_sslmodes_are_honoured() {
         );
         client.close().await;
     }
-    // The throwaway CA is not among the public roots: verification must fail.
-    let err = Client::connect(
-        &format!("{}?sslmode=verify-full", h.url),
-        h.options("tls-bad"),
-    )
-    .await
-    .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
     // verify-full checks the host name, verify-ca does not: reach 127.0.0.1 under a name the
     // certificate does not carry.
     let misnamed = h
@@ -274,4 +266,202 @@ async fn tls_sslmodes_are_honoured() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     assert!(err.message().contains("sslmode"));
+}
+
+/// The password of the harness URL, which no error may repeat.
+fn url_password(url: &str) -> String {
+    let config: tokio_postgres::Config = url.parse().unwrap();
+    String::from_utf8(config.get_password().expect("a password").to_vec()).unwrap()
+}
+
+/// A refused connection: a `Connection` error whose message holds every one of `needles`,
+/// neither the password nor tokio-postgres' bare wording.
+async fn refused(url: &str, options: ClientOptions, needles: &[&str], password: &str) -> String {
+    let err = match Client::connect(url, options).await {
+        Err(e) => e,
+        Ok(_) => panic!("{needles:?}: the connection must be refused"),
+    };
+    let text = format!("{err} {err:?}");
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    for needle in needles {
+        assert!(err.message().contains(needle), "{needle:?} not in: {err}");
+    }
+    assert!(!text.contains(password), "the password shows in: {text}");
+    for bare in [
+        "error performing TLS handshake",
+        "error connecting to server",
+    ] {
+        assert!(!err.message().contains(bare), "bare {bare:?}: {err}");
+    }
+    err.to_string()
+}
+
+/// A throwaway CA that did not sign the test server's certificate: its folder and its PEM file
+/// (URL-encoded), or None when openssl is missing.
+fn unrelated_ca(tag: &str) -> Option<(std::path::PathBuf, String)> {
+    let dir = std::env::temp_dir().join(format!("accord-tls-{tag}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args([
+            "-subj",
+            "/CN=accord unrelated CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+        ])
+        .current_dir(&dir)
+        .output();
+    match made {
+        Ok(out) if out.status.success() => {
+            let file = dir.join("ca.crt").display().to_string().replace('/', "%2F");
+            Some((dir, file))
+        }
+        Ok(out) => panic!("openssl failed: {}", String::from_utf8_lossy(&out.stderr)),
+        Err(e) => {
+            eprintln!("skipped: openssl cannot be run ({e})");
+            None
+        }
+    }
+}
+
+/// libpq's rule for `sslrootcert`: `require` verifies the chain like `verify-ca` when a root
+/// file is given; `verify-ca` and `verify-full` refuse a CA that did not sign the certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_root_certificates_are_checked_as_libpq_does() {
+    let h = Harness::postgres("tlsroot").await;
+    let root = std::env::var("ACCORD_TEST_SSL_ROOT_CERT").unwrap_or_default();
+    if root.is_empty() {
+        eprintln!("tls_root_certificates_are_checked_as_libpq_does: skipped, no TLS server");
+        return;
+    }
+    let Some((ca_dir, unrelated)) = unrelated_ca(&h.tag) else {
+        return;
+    };
+    let root = root.replace('/', "%2F");
+    let password = url_password(&h.url);
+    for mode in ["require", "verify-ca", "verify-full"] {
+        let url = format!("{}?sslmode={mode}&sslrootcert={unrelated}", h.url);
+        refused(
+            &url,
+            h.options("tls-unrelated"),
+            &["certificate verify failed", "unknown issuer"],
+            &password,
+        )
+        .await;
+    }
+    // require with the right root verifies the chain, not the host name (as verify-ca).
+    let misnamed = h
+        .url
+        .replacen("@127.0.0.1:", "@not-in-the-certificate.test:", 1);
+    for mode in ["require", "verify-ca"] {
+        let url = format!("{misnamed}?hostaddr=127.0.0.1&sslmode={mode}&sslrootcert={root}");
+        Client::connect(&url, h.options("tls-root"))
+            .await
+            .unwrap_or_else(|e| panic!("sslmode={mode} with the right root: {e}"))
+            .close()
+            .await;
+    }
+    let url = format!("{misnamed}?hostaddr=127.0.0.1&sslmode=verify-full&sslrootcert={root}");
+    refused(
+        &url,
+        h.options("tls-name"),
+        &["not-in-the-certificate.test", "does not match"],
+        &password,
+    )
+    .await;
+    // Without a root file, require encrypts and trusts; verify-* have nothing to verify with.
+    let home_root = std::env::var("HOME")
+        .map(|home| std::path::Path::new(&home).join(".postgresql/root.crt"))
+        .ok()
+        .filter(|p| p.exists());
+    if home_root.is_none() {
+        Client::connect(&format!("{}?sslmode=require", h.url), h.options("tls-req"))
+            .await
+            .expect("require without a root file trusts the certificate")
+            .close()
+            .await;
+        for mode in ["verify-ca", "verify-full"] {
+            let err = Client::connect(&format!("{}?sslmode={mode}", h.url), h.options("tls-x"))
+                .await
+                .err()
+                .unwrap_or_else(|| panic!("sslmode={mode} without a root file must fail"));
+            assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+            assert!(err.message().contains("root.crt"), "{err}");
+            assert!(err.message().contains("sslrootcert=system"), "{err}");
+        }
+    }
+    std::fs::remove_dir_all(ca_dir).unwrap();
+}
+
+/// `sslrootcert=system`: the system's trusted roots, and verify-full only (libpq 16).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_sslrootcert_system_means_verify_full() {
+    let h = Harness::postgres("tlssystem").await;
+    if std::env::var("ACCORD_TEST_SSL_ROOT_CERT")
+        .unwrap_or_default()
+        .is_empty()
+    {
+        eprintln!("tls_sslrootcert_system_means_verify_full: skipped, no TLS server");
+        return;
+    }
+    let password = url_password(&h.url);
+    // The test server's CA is nobody's trusted root.
+    for extra in ["", "&sslmode=verify-full"] {
+        refused(
+            &format!("{}?sslrootcert=system{extra}", h.url),
+            h.options("tls-system"),
+            &["certificate verify failed", "unknown issuer", "system"],
+            &password,
+        )
+        .await;
+    }
+    for mode in ["disable", "allow", "prefer", "require", "verify-ca"] {
+        let url = format!("{}?sslrootcert=system&sslmode={mode}", h.url);
+        let err = Client::connect(&url, h.options("tls-weak"))
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("sslmode={mode} with sslrootcert=system must be refused"));
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{mode}: {err}");
+        assert!(err.message().contains("verify-full"), "{err}");
+        assert!(!format!("{err:?}").contains(&password));
+    }
+}
+
+/// A refused connection and an unknown host name say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_and_connect_failures_name_their_cause() {
+    let h = Harness::postgres("cause").await;
+    let password = url_password(&h.url);
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let at_closed = h.url.replacen(
+        &format!(":{}/", tokio_postgres_port(&h.url)),
+        &format!(":{port}/"),
+        1,
+    );
+    refused(
+        &at_closed,
+        h.options("closed"),
+        &["connection refused", &format!("127.0.0.1:{port}")],
+        &password,
+    )
+    .await;
+    let unknown = h.url.replacen("@127.0.0.1:", "@nonexistent.invalid:", 1);
+    refused(
+        &unknown,
+        h.options("unknown"),
+        &["could not resolve host name", "nonexistent.invalid"],
+        &password,
+    )
+    .await;
+}
+
+fn tokio_postgres_port(url: &str) -> u16 {
+    let config: tokio_postgres::Config = url.parse().unwrap();
+    config.get_ports()[0]
 }

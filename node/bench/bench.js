@@ -82,8 +82,9 @@ function pgUrl(url, pgMode, applicationName) {
   const u = new URL(url)
   u.searchParams.delete('uselibpqcompat')
   u.searchParams.delete('sslmode')
-  // accord checks the certificate only for verify-ca / verify-full; node-postgres would check it
-  // for require too when a root certificate is named.
+  // accord checks the certificate for verify-ca / verify-full, and for require when a root
+  // certificate is named (as libpq does); the bench passes none below verify-ca, so that
+  // node-postgres and accord check the same.
   if (pgMode !== 'verify-ca' && pgMode !== 'verify-full') u.searchParams.delete('sslrootcert')
   u.searchParams.set('uselibpqcompat', 'true')
   u.searchParams.set('sslmode', pgMode)

@@ -1,44 +1,43 @@
-//! Turning a libpq-style URL into connections: `sslmode` as libpq understands it, TLS through
-//! rustls, and errors that never repeat the URL (it may hold a password).
+//! Turning a libpq-style URL into connections: `sslmode` and `sslrootcert` as libpq understands
+//! them (the table is in [`tls`]), TLS through rustls, and errors that name their cause (refused,
+//! unresolved, certificate not trusted or not for this host) and never repeat the URL (it may
+//! hold a password).
 
-use std::sync::Arc;
+mod tls;
+
+use std::error::Error as StdError;
 use std::time::Duration;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
-use tokio_postgres::config::SslMode;
 use tokio_postgres::{AsyncMessage, Client, Config};
 use tokio_postgres_rustls::MakeRustlsConnect;
 use tokio_util::task::AbortOnDropHandle;
 
+use self::tls::TlsPlan;
 use crate::error::{Error, ErrorKind, Result};
-
-/// libpq's `sslmode` values; tokio-postgres knows only the first three by name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Verify {
-    /// disable / allow / prefer / require: encrypt when asked, trust any certificate (libpq's
-    /// behaviour without a root certificate).
-    Nothing,
-    /// verify-ca: the chain must lead to a trusted root.
-    Chain,
-    /// verify-full: and the certificate must name the host.
-    ChainAndHost,
-}
 
 /// Everything needed to open a connection, parsed once.
 #[derive(Clone)]
 pub(crate) struct ConnectSpec {
     config: Config,
     tls: MakeRustlsConnect,
-    /// `host:port` for messages, without user or password.
+    /// `host:port/dbname` for messages, without user or password.
     pub display: String,
+    /// The server(s) as `host:port` (or the socket), for errors about reaching them.
+    endpoint: String,
+    /// The host name(s) of the URL, for errors about resolving or matching them.
+    host_names: String,
+    /// The trusted roots, for "certificate verify failed" messages.
+    roots: String,
 }
 
 impl ConnectSpec {
     pub fn parse(url: &str, application_name: &str, connect_timeout: Duration) -> Result<Self> {
-        let (rewritten, verify, root_cert) = extract_tls_params(url)?;
+        let (rewritten, sslmode, sslrootcert) = extract_tls_params(url)?;
+        let plan = TlsPlan::resolve(
+            sslmode.as_deref(),
+            sslrootcert.as_deref(),
+            tls::default_root_cert(),
+        )?;
         let mut config: Config = rewritten.parse().map_err(|e: tokio_postgres::Error| {
             Error::invalid("url", format!("not a valid PostgreSQL URL ({e})"))
         })?;
@@ -50,16 +49,17 @@ impl ConnectSpec {
             .keepalives(true)
             .keepalives_idle(Duration::from_secs(10))
             .keepalives_interval(Duration::from_secs(5))
-            .keepalives_retries(3);
-        if verify != Verify::Nothing {
-            config.ssl_mode(SslMode::Require);
-        }
-        let display = describe(&config);
-        let tls = MakeRustlsConnect::new(tls_config(verify, root_cert.as_deref())?);
+            .keepalives_retries(3)
+            .ssl_mode(plan.mode.for_tokio_postgres());
+        let (display, endpoint, host_names) = describe(&config);
+        let (tls_config, roots) = plan.client_config()?;
         Ok(ConnectSpec {
             config,
-            tls,
+            tls: MakeRustlsConnect::new(tls_config),
             display,
+            endpoint,
+            host_names,
+            roots,
         })
     }
 
@@ -78,7 +78,7 @@ impl ConnectSpec {
             .unwrap_or(Duration::from_secs(10));
         let (client, mut connection) = match tokio::time::timeout(timeout, connect).await {
             Ok(Ok(pair)) => pair,
-            Ok(Err(e)) => return Err(connect_error(&self.display, e)),
+            Ok(Err(e)) => return Err(self.connect_error(e)),
             Err(_) => {
                 return Err(Error::new(
                     ErrorKind::Connection,
@@ -119,71 +119,149 @@ pub(crate) struct Connected {
     pub driver: AbortOnDropHandle<()>,
 }
 
-fn describe(config: &Config) -> String {
-    use tokio_postgres::config::Host;
-    let host = match config.get_hosts().first() {
-        Some(Host::Tcp(h)) => h.clone(),
-        #[cfg(unix)]
-        Some(Host::Unix(p)) => p.display().to_string(),
-        None => "localhost".into(),
-    };
-    let port = config.get_ports().first().copied().unwrap_or(5432);
-    let db = config.get_dbname().unwrap_or("");
-    format!("{host}:{port}/{db}")
-}
-
-pub(crate) fn connect_error(display: &str, e: tokio_postgres::Error) -> Error {
-    match e.as_db_error() {
-        Some(db) => Error::new(
-            ErrorKind::Connection,
-            format!(
-                "PostgreSQL at {display} refused the connection: {}",
+impl ConnectSpec {
+    /// A failed connection attempt, named by its cause: the server's refusal, a refused or
+    /// timed-out TCP connection, a host name that does not resolve, a certificate that is not
+    /// trusted or not for this host. tokio-postgres' own wording ("error connecting to server",
+    /// "error performing TLS handshake") says none of that; the cause is found down its chain.
+    fn connect_error(&self, e: tokio_postgres::Error) -> Error {
+        let why = match e.as_db_error() {
+            Some(db) => format!(
+                "PostgreSQL at {} refused the connection: {}",
+                self.display,
                 db.message()
             ),
-        ),
-        None => Error::new(
-            ErrorKind::Connection,
-            format!("could not connect to PostgreSQL at {display}: {e}"),
-        ),
+            None => format!(
+                "could not connect to PostgreSQL at {}: {}",
+                self.display,
+                self.cause(&e)
+            ),
+        };
+        Error::new(ErrorKind::Connection, why).with_source(e)
     }
-    .with_source(e)
+
+    fn cause(&self, e: &tokio_postgres::Error) -> String {
+        let chain = causes(e);
+        for &cause in &chain {
+            if let Some(tls) = cause.downcast_ref::<rustls::Error>() {
+                return tls::explain(tls, &self.host_names, &self.roots);
+            }
+            if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+                use std::io::ErrorKind as K;
+                match io.kind() {
+                    K::ConnectionRefused => {
+                        return format!(
+                            "connection refused by {} (is the server running there and \
+                             accepting TCP connections?)",
+                            self.endpoint
+                        )
+                    }
+                    K::TimedOut => return format!("timed out connecting to {}", self.endpoint),
+                    _ => {}
+                }
+                // The standard library's wording for a getaddrinfo failure.
+                let text = io.to_string();
+                if let Some(detail) = text.strip_prefix("failed to lookup address information") {
+                    let detail = detail.trim_start_matches(':').trim();
+                    return format!("could not resolve host name {}: {detail}", self.host_names);
+                }
+            }
+        }
+        // Anything else: every message of the chain, outermost first, tokio-postgres' generic
+        // words said plainly (or left out when they repeat "could not connect").
+        let mut parts: Vec<String> = Vec::new();
+        for cause in chain {
+            let text = match cause.to_string() {
+                t if t == "error connecting to server" => continue,
+                t if t == "error performing TLS handshake" => "TLS handshake failed".to_string(),
+                t => t,
+            };
+            if !text.is_empty() && parts.last() != Some(&text) {
+                parts.push(text);
+            }
+        }
+        if parts.is_empty() {
+            return e.to_string();
+        }
+        parts.join(": ")
+    }
+}
+
+/// An error and its causes, outermost first. `io::Error::source` skips the error it wraps (it
+/// returns that error's own source), so a wrapped error is reached through `get_ref`: that is
+/// where rustls' verdict sits inside tokio-postgres' TLS error.
+fn causes<'a>(e: &'a (dyn StdError + 'static)) -> Vec<&'a (dyn StdError + 'static)> {
+    let mut chain = Vec::new();
+    let mut next = Some(e);
+    while let Some(cause) = next {
+        if chain.len() == 16 {
+            break;
+        }
+        chain.push(cause);
+        next = match cause.downcast_ref::<std::io::Error>() {
+            Some(io) => io.get_ref().map(|inner| inner as &(dyn StdError + 'static)),
+            None => cause.source(),
+        };
+    }
+    chain
+}
+
+/// `host:port/dbname` for messages; the server(s) as `host:port` or socket; the host name(s)
+/// quoted.
+fn describe(config: &Config) -> (String, String, String) {
+    use tokio_postgres::config::Host;
+    let ports = config.get_ports();
+    let port = |i: usize| ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+    let hosts: Vec<(String, bool)> = match config.get_hosts() {
+        [] => vec![("localhost".to_string(), true)],
+        hosts => hosts
+            .iter()
+            .map(|h| match h {
+                Host::Tcp(h) => (h.clone(), true),
+                #[cfg(unix)]
+                Host::Unix(p) => (p.display().to_string(), false),
+            })
+            .collect(),
+    };
+    let db = config.get_dbname().unwrap_or("");
+    let display = format!("{}:{}/{db}", hosts[0].0, port(0));
+    let endpoint = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, (h, tcp))| match tcp {
+            true => format!("{h}:{}", port(i)),
+            false => format!("socket \"{h}/.s.PGSQL.{}\"", port(i)),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let host_names = hosts
+        .iter()
+        .map(|(h, _)| format!("\"{h}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    (display, endpoint, host_names)
 }
 
 /// Pulls `sslmode` and `sslrootcert` out of the URL (tokio-postgres rejects libpq's verify-*
-/// modes and root certificate files), returning the rest for tokio-postgres to parse.
-fn extract_tls_params(url: &str) -> Result<(String, Verify, Option<String>)> {
+/// modes and root certificate files; the TLS plan sets its sslmode), returning the rest for
+/// tokio-postgres to parse, and the two values (the last one given wins, as in libpq).
+fn extract_tls_params(url: &str) -> Result<(String, Option<String>, Option<String>)> {
     let is_url = url.starts_with("postgres://") || url.starts_with("postgresql://");
-    let mut verify = Verify::Nothing;
-    let mut root_cert = None;
-    let mut handle = |name: &str, value: &str| -> Result<Option<String>> {
+    let mut sslmode = None;
+    let mut sslrootcert = None;
+    let mut handle = |name: &str, value: String| -> Result<bool> {
         match name {
-            "sslmode" => {
-                let (mode, v) = match value {
-                    "disable" => ("disable", Verify::Nothing),
-                    "allow" | "prefer" => ("prefer", Verify::Nothing),
-                    "require" => ("require", Verify::Nothing),
-                    "verify-ca" => ("require", Verify::Chain),
-                    "verify-full" => ("require", Verify::ChainAndHost),
-                    other => {
-                        return Err(Error::invalid(
-                            "url",
-                            format!("sslmode {other:?} is not one of disable, allow, prefer, require, verify-ca, verify-full"),
-                        ))
-                    }
-                };
-                verify = v;
-                Ok(Some(format!("sslmode={mode}")))
+            "sslmode" => sslmode = Some(value),
+            "sslrootcert" => sslrootcert = Some(value),
+            "sslcert" | "sslkey" | "sslpassword" => {
+                return Err(Error::new(
+                    ErrorKind::Unsupported,
+                    format!("TLS client certificates ({name}) are not supported yet"),
+                ))
             }
-            "sslrootcert" => {
-                root_cert = Some(value.to_string());
-                Ok(None)
-            }
-            "sslcert" | "sslkey" | "sslpassword" => Err(Error::new(
-                ErrorKind::Unsupported,
-                format!("TLS client certificates ({name}) are not supported yet"),
-            )),
-            _ => Ok(Some(format!("{name}={value}"))),
+            _ => return Ok(true),
         }
+        Ok(false)
     };
     let rewritten = if is_url {
         match url.split_once('?') {
@@ -192,13 +270,9 @@ fn extract_tls_params(url: &str) -> Result<(String, Verify, Option<String>)> {
                 let mut kept = Vec::new();
                 for pair in query.split('&').filter(|p| !p.is_empty()) {
                     let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-                    if let Some(p) = handle(name, &percent_decode(value))? {
-                        // Re-encode only what we rewrote; others pass through untouched.
-                        kept.push(if name == "sslmode" {
-                            p
-                        } else {
-                            pair.to_string()
-                        });
+                    // Others pass through untouched.
+                    if handle(name, percent_decode(value))? {
+                        kept.push(pair);
                     }
                 }
                 if kept.is_empty() {
@@ -212,17 +286,13 @@ fn extract_tls_params(url: &str) -> Result<(String, Verify, Option<String>)> {
         let mut kept = Vec::new();
         for pair in url.split_whitespace() {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            if let Some(p) = handle(name.trim(), value.trim())? {
-                kept.push(if name == "sslmode" {
-                    p
-                } else {
-                    pair.to_string()
-                });
+            if handle(name.trim(), value.trim().to_string())? {
+                kept.push(pair);
             }
         }
         kept.join(" ")
     };
-    Ok((rewritten, verify, root_cert))
+    Ok((rewritten, sslmode, sslrootcert))
 }
 
 fn percent_decode(s: &str) -> String {
@@ -243,161 +313,54 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn tls_config(verify: Verify, root_cert: Option<&str>) -> Result<ClientConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| Error::internal(format!("TLS setup: {e}")))?;
-    let config = match verify {
-        Verify::Nothing => builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(provider)))
-            .with_no_client_auth(),
-        Verify::Chain | Verify::ChainAndHost => {
-            let mut roots = RootCertStore::empty();
-            match root_cert {
-                Some(path) => {
-                    for cert in CertificateDer::pem_file_iter(path).map_err(|e| {
-                        Error::invalid("url", format!("sslrootcert {path:?} cannot be read: {e}"))
-                    })? {
-                        let cert = cert.map_err(|e| {
-                            Error::invalid("url", format!("sslrootcert {path:?}: {e}"))
-                        })?;
-                        roots.add(cert).map_err(|e| {
-                            Error::invalid("url", format!("sslrootcert {path:?}: {e}"))
-                        })?;
-                    }
-                }
-                None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
-            }
-            let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
-                Arc::new(roots),
-                provider.clone(),
-            )
-            .build()
-            .map_err(|e| Error::invalid("url", format!("TLS roots: {e}")))?;
-            let verifier: Arc<dyn ServerCertVerifier> = if verify == Verify::Chain {
-                Arc::new(ChainOnly(verifier))
-            } else {
-                verifier
-            };
-            builder
-                .dangerous()
-                .with_custom_certificate_verifier(verifier)
-                .with_no_client_auth()
-        }
-    };
-    Ok(config)
-}
-
-/// sslmode=require: encrypted, certificate not checked (as libpq does without a root file).
-#[derive(Debug)]
-struct AcceptAnyCertificate(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for AcceptAnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
-/// sslmode=verify-ca: the chain is verified, the host name is not.
-#[derive(Debug)]
-struct ChainOnly(Arc<rustls::client::WebPkiServerVerifier>);
-
-impl ServerCertVerifier for ChainOnly {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-        {
-            Err(rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForName))
-            | Err(rustls::Error::InvalidCertificate(
-                rustls::CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
-            other => other,
-        }
-    }
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
-    }
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn libpq_sslmodes_are_understood() {
-        let (u, v, r) = extract_tls_params(
+    fn tls_parameters_are_taken_out() {
+        let (u, m, r) = extract_tls_params(
             "postgres://u:p@h:5/db?sslmode=verify-full&sslrootcert=%2Ftmp%2Fca.pem&connect_timeout=3",
         )
         .unwrap();
-        assert_eq!(u, "postgres://u:p@h:5/db?sslmode=require&connect_timeout=3");
-        assert_eq!(v, Verify::ChainAndHost);
+        assert_eq!(u, "postgres://u:p@h:5/db?connect_timeout=3");
+        assert_eq!(m.as_deref(), Some("verify-full"));
         assert_eq!(r.as_deref(), Some("/tmp/ca.pem"));
-        let (u, v, _) = extract_tls_params("host=h sslmode=allow dbname=x").unwrap();
-        assert_eq!(u, "host=h sslmode=prefer dbname=x");
-        assert_eq!(v, Verify::Nothing);
-        assert!(extract_tls_params("postgres://h/db?sslmode=bogus").is_err());
+        let (u, m, r) = extract_tls_params("host=h sslmode=allow dbname=x").unwrap();
+        assert_eq!(u, "host=h dbname=x");
+        assert_eq!(m.as_deref(), Some("allow"));
+        assert_eq!(r, None);
+        let (_, m, r) = extract_tls_params(
+            "postgres://h/db?sslrootcert=system&sslmode=require&sslmode=verify-full",
+        )
+        .unwrap();
+        assert_eq!(
+            (m.as_deref(), r.as_deref()),
+            (Some("verify-full"), Some("system"))
+        );
+        let err = extract_tls_params("postgres://h/db?sslkey=k").unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unsupported);
+        let err = ConnectSpec::parse("postgres://h/db?sslmode=bogus", "a", Duration::from_secs(1))
+            .err()
+            .unwrap();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    }
+
+    #[test]
+    fn servers_are_named_for_errors() {
+        let spec = |url: &str| ConnectSpec::parse(url, "a", Duration::from_secs(1)).unwrap();
+        let one = spec("postgres://u:pw@db.test/app");
+        assert_eq!(one.display, "db.test:5432/app");
+        assert_eq!(one.endpoint, "db.test:5432");
+        assert_eq!(one.host_names, "\"db.test\"");
+        let two = spec("postgres://u:pw@a:1,b:2/app");
+        assert_eq!(two.endpoint, "a:1, b:2");
+        assert_eq!(two.host_names, "\"a\", \"b\"");
+        #[cfg(unix)]
+        assert_eq!(
+            spec("host=/run/pg port=5433 user=u").endpoint,
+            "socket \"/run/pg/.s.PGSQL.5433\""
+        );
     }
 
     #[test]
