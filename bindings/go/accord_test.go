@@ -63,13 +63,16 @@ func TestAcquireRecordsEverythingAndIsNotReentrant(t *testing.T) { // L1, L2
 	ctx := context.Background()
 	ns := namespace(t)
 	o1, o1b, o2 := connect(t, ns, "o1"), connect(t, ns, "o1"), connect(t, ns, "o2")
+	before := time.Now()
 	lease := must(o1.Acquire(ctx, "a", &AcquireOptions{TTL: time.Minute, Metadata: map[string]any{"k": "v"}}))
+	after := time.Now()
 	defer lease.Release(ctx)
 	if lease.Key() != "a" || lease.Owner() != "o1" || lease.Fence() <= 0 || lease.TTL() != time.Minute {
 		t.Fatalf("lease %q %q %d %v", lease.Key(), lease.Owner(), lease.Fence(), lease.TTL())
 	}
-	if d := time.Until(lease.ExpiresAt()) - time.Minute; d > 2*time.Second || d < -2*time.Second {
-		t.Fatalf("expires at %v", lease.ExpiresAt())
+	// Granted between the two clock reads (one host's clock; a second for rounding).
+	if e := lease.ExpiresAt(); e.Before(before.Add(time.Minute-time.Second)) || e.After(after.Add(time.Minute+time.Second)) {
+		t.Fatalf("expires at %v, granted between %v and %v", e, before, after)
 	}
 	if m := must(lease.Metadata()); m["k"] != "v" {
 		t.Fatalf("metadata %v", m)
@@ -208,8 +211,10 @@ func TestWaitingIsWokenAndTimesOut(t *testing.T) { // L8
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if d := (<-got).Sub(releasedAt); d > 2*time.Second {
-		t.Fatalf("hand-off took %v", d)
+	// Granted within the wait's 20 s timeout: only the release's wake-up does that (the holder's
+	// ttl is a minute, a waiter re-checks unprompted every 30 s); how soon is a benchmark's business.
+	if at := <-got; at.Before(releasedAt) {
+		t.Fatalf("granted at %v, before the release at %v", at, releasedAt)
 	}
 
 	held = must(o1.Acquire(ctx, "b", nil))
@@ -220,7 +225,10 @@ func TestWaitingIsWokenAndTimesOut(t *testing.T) { // L8
 	deadline, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	_, err := o2.Acquire(deadline, "b", nil)
-	if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+	// The deadline bounds the core's wait and also cancels it when ctx expires: whichever of the
+	// two lands first decides between ErrTimeout and ErrCancelled (Acquire documents either);
+	// the context's error is matched in both cases.
+	if !(errors.Is(err, ErrTimeout) || errors.Is(err, ErrCancelled)) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("context deadline: %v", err)
 	}
 	assertNotHeldBy(t, o1, "b", "o2")
@@ -435,8 +443,10 @@ func TestLeaseHeldFromCBlocksGo(t *testing.T) {
 	}
 	ctx := context.Background()
 	ns := namespace(t)
-	cmd := exec.Command(holder, "hold", databaseURL(t), ns, "shared", "700")
+	// The C holder keeps the key until its standard input ends: no timer decides the outcome.
+	cmd := exec.Command(holder, "hold", databaseURL(t), ns, "shared")
 	out, _ := cmd.StdoutPipe()
+	release, _ := cmd.StdinPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -450,15 +460,24 @@ func TestLeaseHeldFromCBlocksGo(t *testing.T) {
 	if _, err := c.TryAcquire(ctx, "shared", nil); !errors.Is(err, ErrHeld) {
 		t.Fatalf("a key held from C: %v", err)
 	}
-	lease := must(c.Acquire(ctx, "shared", &AcquireOptions{Timeout: 10 * time.Second}))
+	go func() {
+		// Most likely while the acquire below waits; granted after the release either way.
+		time.Sleep(300 * time.Millisecond)
+		release.Close()
+	}()
+	// The holder's ttl is a minute: granted within the timeout only through its release.
+	lease, err := c.Acquire(ctx, "shared", &AcquireOptions{Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
 	acquiredAt := time.Now().UnixMilli()
 	if !lines.Scan() || !strings.HasPrefix(lines.Text(), "RELEASED ") {
 		t.Fatalf("the C holder said %q", lines.Text())
 	}
 	var releasedAt int64
 	fmt.Sscan(strings.TrimPrefix(lines.Text(), "RELEASED "), &releasedAt)
-	if acquiredAt < releasedAt || acquiredAt-releasedAt > 2000 {
-		t.Fatalf("Go acquired at %d, C released at %d", acquiredAt, releasedAt)
+	if acquiredAt < releasedAt {
+		t.Fatalf("Go acquired at %d, before C released at %d", acquiredAt, releasedAt)
 	}
 	if lease.Fence() <= cFence {
 		t.Fatal("fence did not grow across languages")

@@ -4,6 +4,7 @@
 const assert = require('node:assert/strict')
 const {
   assertClose,
+  assertSetBetween,
   eventually,
   handled,
   holds,
@@ -16,15 +17,16 @@ const {
 
 scenario('L1 acquire records key, owner, fence, expiry and metadata', async (h) => {
   const o1 = await h.client('o1')
+  const before = await h.now()
   const lease = await o1.acquire('a', { ttl: 60 * SEC, metadata: { k: 'v' } })
-  const now = await h.now()
+  const after = await h.now()
   assert.equal(lease.key, 'a')
   assert.equal(lease.owner, 'o1')
   assert.equal(lease.namespace, h.tag)
   assert.equal(typeof lease.fence, 'bigint')
   assert.ok(lease.fence > 0n)
   assert.ok(lease.expiresAt instanceof Date)
-  assertClose(lease.expiresAt, new Date(now.getTime() + 60 * SEC))
+  assertSetBetween(lease.expiresAt, before, after, 60 * SEC)
   assert.equal(lease.ttl, 60 * SEC)
   assert.deepEqual(lease.metadata, { k: 'v' })
   assert.equal(lease.isLost, false)
@@ -88,10 +90,13 @@ scenario('L4 renew moves the expiry and merges metadata', async (h) => {
   const lease = await o1.acquire('a', { ttl: 5 * SEC, metadata: { k: 'v' } })
   const first = lease.expiresAt
   await sleep(1200)
+  const before = await h.now()
   await lease.renew({ b: 2 })
-  const moved = lease.expiresAt.getTime() - first.getTime()
+  const expiresAt = lease.expiresAt
+  const after = await h.now()
+  const moved = expiresAt.getTime() - first.getTime()
   assert.ok(moved >= 1000, `expiry moved by ${moved} ms`)
-  assertClose(lease.expiresAt, new Date((await h.now()).getTime() + 5 * SEC))
+  assertSetBetween(expiresAt, before, after, 5 * SEC)
   assert.deepEqual(lease.metadata, { k: 'v', b: 2 })
   const [info] = (await o1.list()).items
   assert.deepEqual(info.metadata, { k: 'v', b: 2 })
@@ -205,11 +210,13 @@ scenario('L8 a waiting acquire is woken by the release, at expiry, or times out'
     lease,
     at: performance.now(),
   }))
-  await sleep(300)
+  await sleep(300) // most likely waiting by now; the outcome is the same if not
   const releasedAt = performance.now()
   await held.release()
+  // Granted within the wait's 20 s timeout: only the release's wake-up does that (the holder's
+  // ttl is 60 s, a waiter re-checks unprompted every 30 s); how soon is a benchmark's business.
   const { lease, at } = await waiter
-  assert.ok(at - releasedAt < 2 * SEC, `the waiter took ${at - releasedAt} ms to notice`)
+  assert.ok(at >= releasedAt)
   await lease.release()
 
   // Woken at the holder's expiry: o1 cannot renew (its network is cut), ttl 1 s.
@@ -217,13 +224,11 @@ scenario('L8 a waiting acquire is woken by the release, at expiry, or times out'
   const o1p = await h.client('o1', {}, url)
   const stuck = await o1p.acquire('b', { ttl: SEC })
   proxy.cut()
-  const started = performance.now()
+  // Granted within the wait's 20 s timeout, with no release: only the wake-up at the holder's
+  // expiry does that (the unprompted re-check comes after 30 s).
   const next = await o2.acquire('b', { ttl: 60 * SEC, timeout: 20 * SEC })
-  const waited = performance.now() - started
   const grantedAt = next.expiresAt.getTime() - 60 * SEC
   assert.ok(grantedAt >= stuck.expiresAt.getTime(), 'never granted before the holder expired')
-  assert.ok(grantedAt - stuck.expiresAt.getTime() < 2 * SEC)
-  assert.ok(waited < 5 * SEC, `waited ${waited} ms`)
   await next.release()
 
   // A timeout leaves nothing held.
@@ -277,11 +282,11 @@ scenario('AbortSignal: waiting, already aborted, and a long-lived signal', async
   // A waiting acquire ends with ACCORD_CANCELLED soon after the abort.
   const controller = new AbortController()
   const waiting = handled(o2.acquire('a', { signal: controller.signal }))
-  await sleep(200)
-  const t0 = performance.now()
+  await sleep(200) // most likely waiting by now; the outcome is the same if not
   controller.abort()
-  await rejectsWith(waiting, 'ACCORD_CANCELLED', /"a"/)
-  assert.ok(performance.now() - t0 < SEC)
+  // Without the abort it would wait for a minute (the holder's ttl): ending within the bound is
+  // the proof; how soon is a benchmark's business.
+  await within(20 * SEC, rejectsWith(waiting, 'ACCORD_CANCELLED', /"a"/), 'the aborted acquire')
   await held.release()
   assert.equal(await holds(h, 'o2', 'a'), false, 'nothing held after cancellation')
 

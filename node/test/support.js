@@ -204,6 +204,18 @@ function assertClose(a, b) {
   assert.ok(diff <= 1000, `${a.toISOString()} and ${b.toISOString()} differ by ${diff} ms`)
 }
 
+/**
+ * Asserts that `expiresAt` was set `ttl` ms past a moment of the coordinator's clock between
+ * `before` and `after` (read from it around the call; a second either side for rounding). A
+ * slow run widens the bracket instead of failing the check.
+ */
+function assertSetBetween(expiresAt, before, after, ttl) {
+  const low = before.getTime() + ttl - 1000
+  const high = after.getTime() + ttl + 1000
+  const at = expiresAt.getTime()
+  assert.ok(low <= at && at <= high, `${expiresAt.toISOString()} is not within [${low}, ${high}]`)
+}
+
 /** Whether the coordinator records `owner` as holding `key` now (read by a fresh client). */
 async function holds(h, owner, key) {
   const inspector = await h.client('inspector')
@@ -224,6 +236,7 @@ async function nextMessage(sub, ms = 10 * SEC) {
 module.exports = {
   accord,
   assertClose,
+  assertSetBetween,
   databaseUrl,
   eventually,
   handled,

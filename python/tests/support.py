@@ -8,7 +8,7 @@ import os
 import socket
 import threading
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Optional
 from urllib.parse import urlsplit, urlunsplit
 
@@ -199,3 +199,12 @@ class Proxy:
 
 def seconds_between(a: datetime, b: datetime) -> float:
     return abs((a - b).total_seconds())
+
+
+def assert_set_between(expires_at: datetime, before: datetime, after: datetime, ttl: float) -> None:
+    """`expires_at` was set `ttl` seconds past a moment of the coordinator's clock between
+    `before` and `after` (read from it around the call; a second either side for rounding). A
+    slow run widens the bracket instead of failing the check."""
+    slack = timedelta(seconds=1)
+    low, high = before + timedelta(seconds=ttl) - slack, after + timedelta(seconds=ttl) + slack
+    assert low <= expires_at <= high, f"{expires_at} is not within [{low}, {high}]"

@@ -9,19 +9,20 @@ from datetime import timedelta
 from typing import Optional
 
 import pytest
-from support import AsyncClients, Database, Proxy, Scenario, seconds_between
+from support import AsyncClients, Database, Proxy, Scenario, assert_set_between
 
 import accord
 
 
 async def test_l1_acquire_records_everything(aclients: AsyncClients, admin: Database) -> None:
     o1 = await aclients("o1")
+    before = admin.now()
     lease = await o1.acquire("a", ttl=60, metadata={"k": "v"})
-    now = admin.now()
+    after = admin.now()
     assert (lease.key, lease.owner, lease.namespace) == ("a", "o1", o1.namespace)
     assert lease.fence > 0
     assert lease.expires_at.tzinfo is not None
-    assert seconds_between(lease.expires_at, now + timedelta(seconds=60)) <= 1
+    assert_set_between(lease.expires_at, before, after, 60)
     assert lease.metadata == {"k": "v"}
     assert not lease.is_lost
     page = await o1.list()
@@ -71,9 +72,12 @@ async def test_l4_renew_extends_and_merges(aclients: AsyncClients, admin: Databa
     lease = await o1.acquire("a", ttl=5, metadata={"k": "v"})
     first = lease.expires_at
     await asyncio.sleep(1.2)
+    before = admin.now()
     await lease.renew({"b": 2})
-    assert (lease.expires_at - first).total_seconds() >= 1.0
-    assert seconds_between(lease.expires_at, admin.now() + timedelta(seconds=5)) <= 1
+    expires_at = lease.expires_at
+    after = admin.now()
+    assert (expires_at - first).total_seconds() >= 1.0
+    assert_set_between(expires_at, before, after, 5)
     assert lease.metadata == {"k": "v", "b": 2}
     assert (await o1.list())[0].metadata == {"k": "v", "b": 2}
     await lease.renew()
@@ -178,23 +182,23 @@ async def test_l8_waiting_is_woken(
         return time.monotonic(), lease
 
     waiter = asyncio.create_task(wait())
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # most likely waiting by now; the outcome is the same if not
     released_at = time.monotonic()
     await held.release()
+    # Granted within the wait's 20 s timeout: only the release's wake-up does that (the holder's
+    # ttl is 60 s, a waiter re-checks unprompted every 30 s); how soon is a benchmark's business.
     acquired_at, lease = await waiter
-    assert acquired_at - released_at < 2
+    assert acquired_at >= released_at
     await lease.release()
 
     o1p = await aclients("o1", url=proxy.url)
     stuck = await o1p.acquire("b", ttl=1)
     proxy.set_cut(True)
-    started = time.monotonic()
+    # Granted within the wait's 20 s timeout, with no release: only the wake-up at the holder's
+    # expiry does that (the unprompted re-check comes after 30 s).
     following = await o2.acquire("b", ttl=60, timeout=20)
-    waited = time.monotonic() - started
     granted_at = following.expires_at - timedelta(seconds=60)
     assert granted_at >= stuck.expires_at
-    assert (granted_at - stuck.expires_at).total_seconds() < 2
-    assert waited < 5
 
     held_c = await o1.acquire("c", ttl=60)
     with pytest.raises(accord.Timeout):

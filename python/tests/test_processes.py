@@ -31,26 +31,24 @@ REPO = Path(__file__).resolve().parents[2]
 def test_other_threads_run_while_one_waits(clients: Clients) -> None:
     o1, o2 = clients("o1"), clients("o2")
     held = o1.acquire("a", ttl=60)
-    counted = 0
-    stop = threading.Event()
-
-    def count() -> None:
-        nonlocal counted
-        while not stop.is_set():
-            counted += 1
-
-    counter = threading.Thread(target=count)
-    counter.start()
     started = time.monotonic()
-    try:
-        with pytest.raises(accord.Timeout):
-            o2.acquire("a", timeout=1.0)  # waits a second with the GIL released
-    finally:
-        stop.set()
-        counter.join()
+    with pytest.raises(accord.Timeout):
+        o2.acquire("a", timeout=1.0)
     assert time.monotonic() - started >= 0.9
-    # A thread starved of the GIL would count a few thousand at most.
-    assert counted > 100_000, counted
+
+    # This thread waits while another works (two million steps of Python), then releases the
+    # key: the wait ends only if it let the worker run, i.e. released the GIL. A wait holding
+    # it would starve the worker until the acquire's timeout (the holder's ttl is a minute).
+    def work() -> None:
+        assert sum(1 for _ in range(2_000_000)) == 2_000_000
+        held.release()
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    granted = o2.acquire("a", timeout=20)
+    worker.join(20)
+    granted.release()
+    held = o1.acquire("a", ttl=60)
 
     # And the other way round: a thread waits while this one works, then is woken.
     got: list[accord.Lease] = []
@@ -77,8 +75,8 @@ def child(code: str, env: dict[str, str]) -> subprocess.Popen[str]:
 WAITING_ACQUIRE = """
     import os, time, accord
     c = accord.Client.connect(os.environ["URL"], namespace=os.environ["NS"], owner="child")
-    print("waiting", flush=True)
     try:
+        print("waiting", flush=True)  # in the try: a Ctrl-C landing before the acquire reports too
         lease = c.acquire(os.environ["KEY"], ttl=60)
     finally:
         print("held" if c.held_count else "none", flush=True)
@@ -97,18 +95,17 @@ def test_ctrl_c_interrupts_a_waiting_acquire(
         proc = child(WAITING_ACQUIRE, {"URL": sc.url, "NS": sc.namespace, "KEY": key})
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "waiting"
-        time.sleep(0.3 + round * 0.1)  # well inside the acquire's wait
+        time.sleep(0.3 + round * 0.1)  # most likely inside the acquire's wait; any point holds
         if release_first:
             # The grant may be on its way while the interrupt arrives.
             held.release()
             time.sleep(round * 0.002)
-        interrupted_at = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=10)
-        took = time.monotonic() - interrupted_at
+        # Without the interrupt the acquire would wait for a minute (the holder's ttl): ending
+        # within the bound is the proof; how soon is a benchmark's business.
+        out, err = proc.communicate(timeout=20)
         assert "KeyboardInterrupt" in err, err
         assert proc.returncode in (-signal.SIGINT, 1, 130), (proc.returncode, out, err)
-        assert took < 1.0, f"Ctrl-C took {took:.2f} s"
         assert out.strip() in ("held", "none"), out
         if out.strip() == "held":
             # Granted before the interrupt (only when released meanwhile): a proper lease,
@@ -135,12 +132,11 @@ def test_ctrl_c_interrupts_a_subscription_read(sc: Scenario) -> None:
     )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "reading"
-    time.sleep(0.3)
-    interrupted_at = time.monotonic()
+    time.sleep(0.3)  # most likely inside the read; any point holds
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=10)
+    # The read would wait forever otherwise: ending within the bound is the proof.
+    _, err = proc.communicate(timeout=20)
     assert "KeyboardInterrupt" in err, err
-    assert time.monotonic() - interrupted_at < 1.0
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
@@ -294,8 +290,11 @@ def test_fences_and_notifications_cross_languages(
     assert rust.stdout is not None
     held = rust.stdout.readline().split()
     assert held[0] == "HELD"
-    assert py.try_acquire("k") is None  # the Rust worker holds it
-    lease = py.acquire("k", timeout=20)  # woken by the Rust worker's release
+    # The Rust worker holds it for 700 ms (a timer of its own, which this test cannot stop): a
+    # grant by try_acquire means this process was slower than that, and is judged the same way.
+    lease = py.try_acquire("k")
+    if lease is None:
+        lease = py.acquire("k", timeout=20)  # woken by the Rust worker's release
     assert lease.fence > int(held[1])
     lease.release()
     assert rust.wait(20) == 0

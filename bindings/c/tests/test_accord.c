@@ -4,8 +4,10 @@
  * named by ACCORD_TEST_DATABASE_URL. Exit status 0 when every check passed.
  *
  * Run as `test_accord stall-child <url> <namespace>` it is the child of the L3 check; as
- * `test_accord hold <url> <namespace> <key> <millis>` it holds a key for other languages' tests:
- * it prints "HELD <fence>" once it holds it, and "RELEASED" after releasing it.
+ * `test_accord hold <url> <namespace> <key>` it holds a key for other languages' tests: it
+ * prints "HELD <fence>" once it holds it, keeps it until its standard input ends (a line or
+ * EOF: the test decides when, no timer does), then releases it and prints "RELEASED <ms>", the
+ * wall-clock time just before the release.
  */
 #define _GNU_SOURCE
 #include <accord.h>
@@ -248,7 +250,9 @@ static void test_l1_l2_l4(void) {
   accord_client *o1 = client("l1", "o1"), *o1b = client("l1", "o1"), *o2 = client("l1", "o2");
   accord_acquire_options *o = acquire_opts(60000, 5000, "{\"k\":\"v\"}");
   accord_lease *lease = NULL;
+  int64_t before = now_ms();
   MUST(accord_client_acquire(o1, "a", o, &lease, &err));
+  int64_t after = now_ms();
   accord_acquire_options_free(o);
   CHECK(!strcmp(accord_lease_key(lease), "a"));
   CHECK(!strcmp(accord_lease_owner(lease), "o1"));
@@ -256,7 +260,8 @@ static void test_l1_l2_l4(void) {
   CHECK(accord_lease_fence(lease) > 0);
   CHECK(accord_lease_ttl_ms(lease) == 60000);
   int64_t expires = accord_lease_expires_at_ms(lease);
-  CHECK(llabs(expires - (now_ms() + 60000)) < 2000 * slow);
+  /* Granted between the two clock reads (one host's clock; 1 s for the rounding of either). */
+  CHECK(expires >= before + 60000 - 1000 && expires <= after + 60000 + 1000);
   char *meta = accord_lease_metadata_json(lease);
   CHECK(!strcmp(meta, "{\"k\":\"v\"}"));
   accord_string_free(meta);
@@ -424,8 +429,10 @@ static void test_l8_l9_waiting(void) {
   int64_t released_at = mono_ms();
   MUST(accord_lease_release(held, &err));
   pthread_join(t, NULL);
+  /* Granted within the wait's 20 s timeout: only the release's wake-up does that (the holder's
+   * ttl is 60 s, a waiter re-checks unprompted every 30 s); how soon is a benchmark's business. */
   CHECK(w.status == ACCORD_OK);
-  CHECK(w.done_at - released_at < 2000 * slow);
+  CHECK(w.done_at >= released_at);
   CHECK(accord_lease_fence(w.lease) > accord_lease_fence(held));
   MUST(accord_lease_release(w.lease, &err));
   accord_lease_free(w.lease);
@@ -756,7 +763,7 @@ static void test_migration_sql(void) {
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "schema", accord_migration_sql("", &sql, &err));
 }
 
-static int hold(const char *namespace, const char *key, int millis) {
+static int hold(const char *namespace, const char *key) {
   accord_client_options *o = accord_client_options_new();
   accord_client_options_set_namespace(o, namespace, NULL);
   accord_client_options_set_owner(o, "c-holder", NULL);
@@ -766,7 +773,8 @@ static int hold(const char *namespace, const char *key, int millis) {
   accord_lease *lease = acquire(c, key, 60000);
   printf("HELD %lld\n", (long long)accord_lease_fence(lease));
   fflush(stdout);
-  sleep_ms(millis);
+  char line[64];
+  (void)!fgets(line, sizeof line, stdin); /* a line or EOF: the caller is done with the wait */
   int64_t released_at = now_ms();
   MUST(accord_lease_release(lease, &err));
   printf("RELEASED %lld\n", (long long)released_at);
@@ -778,9 +786,9 @@ static int hold(const char *namespace, const char *key, int millis) {
 }
 
 int main(int argc, char **argv) {
-  if (argc == 6 && !strcmp(argv[1], "hold")) {
+  if (argc == 5 && !strcmp(argv[1], "hold")) {
     url = argv[2];
-    return hold(argv[3], argv[4], atoi(argv[5]));
+    return hold(argv[3], argv[4]);
   }
   if (argc == 4 && !strcmp(argv[1], "stall-child")) {
     url = argv[2];
