@@ -2,7 +2,8 @@
 //!
 //! Exit codes (also in `accord --help`): 0 ok, 1 error, 2 usage or invalid argument, 3 the key
 //! is held / the wait timed out, 4 the key is done, 5 the lease was lost; `run` passes its
-//! command's own exit code through (128 + N when the command died of signal N).
+//! command's own exit code through (128 + N when the command died of signal N), also when only
+//! the final release failed (with a warning on stderr).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -11,6 +12,8 @@ use std::time::Duration;
 use accord::{AcquireOptions, Client, ClientOptions, ErrorKind, KeyState, ListQuery, Metadata};
 use clap::{Parser, Subcommand, ValueEnum};
 use tokio::signal::unix::{signal, Signal, SignalKind};
+
+mod supervise;
 
 mod exit {
     pub const OK: u8 = 0;
@@ -42,7 +45,8 @@ Exit codes:
   3  could not acquire: the key is held (--timeout 0) or the wait timed out
   4  the key is done (reset it to acquire it again)
   5  the lease was lost (run: the command was stopped)
-  run passes its command's exit code through (128+N if it died of signal N)
+  run passes its command's exit code through (128+N if it died of signal N), also when
+  only the final release failed (with a warning)
 
 Environment: ACCORD_URL, ACCORD_NAMESPACE, ACCORD_SCHEMA, ACCORD_OWNER; ACCORD_LOG sets the
 log filter (default: warn).";
@@ -53,6 +57,12 @@ The lease is renewed in the background while the command runs and released when 
 lease is lost (say, this process was stalled past the ttl or the coordinator was unreachable), the
 command is sent SIGTERM, then SIGKILL after --kill-after, and accord exits with 5. SIGINT and
 SIGTERM received by accord are forwarded to the command.
+
+The command runs in a process group of its own (given the terminal if accord had it). When it
+exits, processes it left running in that group are sent SIGTERM, then SIGKILL after --kill-after,
+before the lease is released. On Linux, if accord is killed outright (kill -9), the command is
+killed and its group is ended the same way. If only the final release (or --done) fails, accord
+warns and still exits with the command's code; the lease then lapses at its ttl.
 
 Examples:
   accord run nightly-report -- ./report.sh
@@ -262,6 +272,14 @@ fn code_of(kind: ErrorKind) -> u8 {
 type Outcome = Result<u8, Failure>;
 
 fn main() -> ExitCode {
+    // args_os: the command's arguments need not be UTF-8.
+    if std::env::args_os().nth(1).as_deref() == Some(supervise::WATCHDOG_ARG.as_ref()) {
+        let args: Vec<String> = std::env::args_os()
+            .skip(2)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        return supervise::watchdog_main(&args);
+    }
     let cli = Cli::parse();
     init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -678,7 +696,7 @@ fn exit_code_of(status: std::process::ExitStatus) -> u8 {
 fn send_signal(pid: Option<u32>, sig: libc::c_int) {
     if let Some(pid) = pid {
         // SAFETY: kill(2) has no memory-safety preconditions; the pid is our own child that
-        // has not been reaped yet (we reap it only through `child.wait()`).
+        // has not been reaped yet (tokio forgets it once reaped).
         unsafe {
             libc::kill(pid as libc::pid_t, sig);
         }
@@ -699,14 +717,16 @@ async fn run(client: &Client, args: RunArgs) -> Outcome {
     .await?;
     let fence = lease.fence();
     let (int, term) = &mut signals;
-    let mut child = match tokio::process::Command::new(&args.command[0])
+    let mut command = tokio::process::Command::new(&args.command[0]);
+    command
         .args(&args.command[1..])
         .env("ACCORD_KEY", key)
         .env("ACCORD_FENCE", fence.to_string())
         .env("ACCORD_NAMESPACE", client.namespace())
-        .env("ACCORD_OWNER", client.owner())
-        .spawn()
-    {
+        .env("ACCORD_OWNER", client.owner());
+    // From here on every path ends the command's process group (`shutdown`) before the lease
+    // is released, and accord being killed outright ends it too (see supervise.rs).
+    let mut child = match supervise::spawn(command, args.kill_after) {
         Ok(child) => child,
         Err(e) => {
             let _ = lease.release().await;
@@ -727,11 +747,24 @@ async fn run(client: &Client, args: RunArgs) -> Outcome {
     let status = loop {
         tokio::select! {
             status = child.wait() => break status,
-            _ = &mut lost => return stop_lost(&mut child, key, fence, args.kill_after).await,
+            _ = &mut lost => {
+                eprintln!(
+                    "accord: lost the lease on {key:?} (fence {fence}); stopping the command (SIGTERM, SIGKILL after {})",
+                    humantime::format_duration(args.kill_after)
+                );
+                child.shutdown(false).await;
+                return Err(Failure::new(
+                    exit::LOST,
+                    format!("the lease on {key:?} (fence {fence}) was lost; the command was stopped"),
+                ));
+            }
             _ = int.recv() => send_signal(pid, libc::SIGINT),
             _ = term.recv() => send_signal(pid, libc::SIGTERM),
         }
     };
+    // The command has exited: processes it left in its group are stopped while the lease is
+    // still held.
+    child.shutdown(status.is_ok()).await;
     let status = match status {
         Ok(s) => s,
         Err(e) => {
@@ -752,35 +785,30 @@ async fn run(client: &Client, args: RunArgs) -> Outcome {
             ),
         ));
     }
-    if args.done && status.success() {
-        lease.done(None).await?;
+    let mark_done = args.done && status.success();
+    let finished = if mark_done {
+        lease.done(None).await
     } else {
-        lease.release().await?;
+        lease.release().await
+    };
+    match finished {
+        Ok(()) => Ok(code),
+        Err(e) if e.kind() == ErrorKind::LeaseLost => Err(e.into()),
+        Err(e) => {
+            // The command's work is done and its code is the answer; the coordinator only
+            // missed the release, and the lease lapses at its ttl.
+            let what = if mark_done {
+                format!("marking {key:?} done")
+            } else {
+                format!("releasing {key:?}")
+            };
+            eprintln!(
+                "accord: warning: the command exited with {code}, but {what} (fence {fence}) failed: {}; {}the lease lapses within its ttl ({})",
+                e.message(),
+                if mark_done { "the key may not be marked done, and " } else { "" },
+                humantime::format_duration(args.ttl),
+            );
+            Ok(code)
+        }
     }
-    Ok(code)
-}
-
-async fn stop_lost(
-    child: &mut tokio::process::Child,
-    key: &str,
-    fence: i64,
-    kill_after: Duration,
-) -> Outcome {
-    eprintln!(
-        "accord: lost the lease on {key:?} (fence {fence}); stopping the command (SIGTERM, SIGKILL after {})",
-        humantime::format_duration(kill_after)
-    );
-    send_signal(child.id(), libc::SIGTERM);
-    if tokio::time::timeout(kill_after, child.wait())
-        .await
-        .is_err()
-    {
-        eprintln!("accord: the command did not stop; sending SIGKILL");
-        let _ = child.start_kill();
-        let _ = child.wait().await;
-    }
-    Err(Failure::new(
-        exit::LOST,
-        format!("the lease on {key:?} (fence {fence}) was lost; the command was stopped"),
-    ))
 }
