@@ -724,6 +724,36 @@ static void test_n6_close(void) {
   accord_client_free(o1);
 }
 
+/* Closing a client ends its leases (docs/semantics.md, G12): those held at the close are given
+ * back and lost; afterwards renew, release and done on any lease of the client give
+ * ACCORD_CLOSED. */
+static void test_close_ends_leases(void) {
+  accord_client *o1 = client("close", "o1"), *o2 = client("close", "o2");
+  accord_lease *held = acquire(o1, "held", 60000);
+  accord_lease *released = acquire(o1, "released", 60000);
+  MUST(accord_lease_release(released, &err));
+  accord_client_close(o1);
+  CHECK(accord_lease_is_lost(held));
+  CHECK(!accord_lease_is_lost(released));
+  /* Lost because the client closed: the wait says so. */
+  EXPECT(ACCORD_CLOSED, accord_lease_wait_lost(held, 20000, &err));
+  accord_lease *leases[] = {held, released};
+  for (int i = 0; i < 2; i++) {
+    EXPECT(ACCORD_CLOSED, accord_lease_renew(leases[i], NULL, &err));
+    EXPECT(ACCORD_CLOSED, accord_lease_release(leases[i], &err));
+    EXPECT(ACCORD_CLOSED, accord_lease_done(leases[i], NULL, &err));
+  }
+  accord_lease *again = NULL;
+  MUST(accord_client_try_acquire(o2, "held", NULL, &again, &err));
+  CHECK(again != NULL);
+  accord_lease_free(again);
+  accord_lease_free(held);
+  accord_lease_free(released);
+  accord_client_free(o1);
+  accord_client_close(o2);
+  accord_client_free(o2);
+}
+
 /* Every store opens by URL: the embedded SQLite file and the in-process memory store. */
 static void test_embedded_stores(void) {
   char path[256], sqlite_url[300];
@@ -815,6 +845,7 @@ int main(int argc, char **argv) {
   if (!getenv("ACCORD_TEST_UNDER_VALGRIND")) test_fork_detection();
   test_notify(burst);
   test_n6_close();
+  test_close_ends_leases();
   test_embedded_stores();
 
   accord_shutdown();
