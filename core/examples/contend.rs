@@ -4,7 +4,9 @@
 //! ```text
 //! contend URL NAMESPACE contend KEY ROUNDS TABLE   # acquire, enter TABLE's critical section, leave, release
 //! contend URL NAMESPACE hold KEY MILLIS            # acquire, print "HELD <fence>", hold, release
+//! contend URL NAMESPACE hold KEY -                 # the same, held until standard input ends
 //! contend URL NAMESPACE notify CHANNEL PAYLOAD     # send one notification
+//! contend URL NAMESPACE hammer KEY GRANTS          # try_acquire + release until granted GRANTS times
 //! ```
 //!
 //! `contend` proves exclusion without trusting any client: TABLE (created by the caller as
@@ -12,6 +14,13 @@
 //! row whose `holder` a worker sets on entry only if it is empty, and clears on exit only if
 //! it is still its own. Either update touching no row means two holders at once: the program
 //! prints `VIOLATION` and exits with status 3. Otherwise it prints `OK <rounds>`.
+//!
+//! `hammer` prints `HAMMER <grants>` at the end (tests/polyglot's grant audit runs it beside
+//! Python and Node workers doing the same).
+//!
+//! `hold` prints `RELEASED` once it released the key. With `-` for MILLIS it keeps the key until
+//! its standard input ends (a line or EOF): the caller decides when, no timer does, as with the
+//! C test binary's `hold` mode.
 
 use std::time::Duration;
 
@@ -20,7 +29,7 @@ use accord::{AcquireOptions, Client, ClientOptions};
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: contend URL NAMESPACE (contend KEY ROUNDS TABLE | hold KEY MILLIS | notify CHANNEL PAYLOAD)";
+    let usage = "usage: contend URL NAMESPACE (contend KEY ROUNDS TABLE | hold KEY (MILLIS | -) | notify CHANNEL PAYLOAD | hammer KEY GRANTS)";
     let [url, namespace, command, a, b, rest @ ..] = args.as_slice() else {
         eprintln!("{usage}");
         std::process::exit(2);
@@ -41,21 +50,50 @@ async fn main() {
             contend(&client, url, &owner, a, rounds, table).await
         }
         "hold" => {
+            let until_stdin_ends = b == "-";
+            let millis: u64 = if until_stdin_ends {
+                0
+            } else {
+                b.parse().expect("MILLIS is a number or -")
+            };
             let lease = client
                 .acquire(a, AcquireOptions::new())
                 .await
                 .expect("acquire");
             println!("HELD {}", lease.fence());
-            tokio::time::sleep(Duration::from_millis(
-                b.parse().expect("MILLIS is a number"),
-            ))
-            .await;
+            if until_stdin_ends {
+                // A line or EOF: the caller is done with the key. The keepalive renews it
+                // meanwhile.
+                tokio::task::spawn_blocking(|| {
+                    let _ = std::io::stdin().read_line(&mut String::new());
+                })
+                .await
+                .expect("read standard input");
+            } else {
+                tokio::time::sleep(Duration::from_millis(millis)).await;
+            }
             lease.release().await.expect("release");
             println!("RELEASED");
             0
         }
         "notify" => {
             client.notify(a, b).await.expect("notify");
+            0
+        }
+        "hammer" => {
+            let grants: usize = b.parse().expect("GRANTS is a number");
+            let mut granted = 0;
+            while granted < grants {
+                if let Some(lease) = client
+                    .try_acquire(a, AcquireOptions::new())
+                    .await
+                    .expect("try_acquire")
+                {
+                    granted += 1;
+                    lease.release().await.expect("release");
+                }
+            }
+            println!("HAMMER {granted}");
             0
         }
         _ => {

@@ -109,15 +109,21 @@ fn embedded_worker() {
                         .await
                         .unwrap();
                 }
-                // Holds "held", then reports whether it saw lost once resumed.
+                // Holds "held" until its lost signal fires (the parent stops this process past
+                // the ttl, then resumes it), and reports whether it did. No timer ends the
+                // hold: 30 s only bounds a signal that never comes.
                 "hold" => {
                     let lease = client.acquire("held", AcquireOptions::new()).await.unwrap();
                     println!("HELD {}", lease.fence());
-                    let started = Instant::now();
-                    while started.elapsed() < Duration::from_secs(3) {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                    println!("LOST {}", lease.is_lost());
+                    // Stop here, right after the grant: its first renewal is a third of the
+                    // ttl away, so no SQLite transaction of this process is open while it is
+                    // stopped (a stop sent from outside could land inside one and hold the
+                    // store's write lock).
+                    unsafe { libc::raise(libc::SIGSTOP) };
+                    let fired = tokio::time::timeout(Duration::from_secs(30), lease.lost())
+                        .await
+                        .is_ok();
+                    println!("LOST {fired}");
                 }
                 other => panic!("unknown worker mode {other}"),
             }
@@ -214,7 +220,22 @@ async fn sqlite_stalled_holder_loses_before_takeover() {
     let held = said.next().unwrap();
     let fence: i64 = held.strip_prefix("HELD ").unwrap().trim().parse().unwrap();
     let pid = holder.id() as libc::pid_t;
-    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    // The holder stops itself after HELD; wait until it is stopped.
+    let stat = format!("/proc/{pid}/stat");
+    let until = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&stat)
+        .map(|s| {
+            s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('T')
+        })
+        .unwrap_or(false)
+    {
+        assert!(Instant::now() < until, "the holder never stopped");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let lease = client
         .acquire(
             "held",

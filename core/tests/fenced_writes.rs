@@ -1,6 +1,11 @@
 //! L12: 8 worker processes × 200 rounds of acquire → fenced write → release on one key, while
-//! the test freezes the current holder with SIGSTOP past its ttl. Workers are this test binary
-//! started again with `ACCORD_L12_WORKER` set.
+//! holders are frozen with SIGSTOP past their ttl. Workers are this test binary started again
+//! with `ACCORD_L12_WORKER` set.
+//!
+//! The freezes are planned, not aimed: in the rounds `ACCORD_L12_STALLS` names, a worker stops
+//! itself (SIGSTOP) inside its work window, between the grant and its check of the lease; the
+//! test sees it stopped, waits past the ttl, and resumes it. Every planned stall is thus a
+//! holder frozen during its work, whatever the scheduler does.
 
 mod support;
 
@@ -17,7 +22,19 @@ const TTL: Duration = Duration::from_secs(1);
 /// The safety margin accord keeps for a 1 s ttl: a holder that saw its lease alive and wrote
 /// within this long was still the only holder.
 const MARGIN: Duration = Duration::from_millis(100);
-const STALLS: usize = 8;
+/// The planned stalls, as (worker, round): one per worker, spread over the rounds.
+const STALLS: [(usize, usize); 8] = [
+    (0, 12),
+    (1, 37),
+    (2, 61),
+    (3, 88),
+    (4, 110),
+    (5, 134),
+    (6, 157),
+    (7, 181),
+];
+/// A hang bound: a planned stall that is not seen within this long fails the test.
+const STALL_SEEN_WITHIN: Duration = Duration::from_secs(300);
 
 /// The worker's entry point; a no-op unless started by `l12_fenced_writes_under_stalls`.
 #[test]
@@ -29,15 +46,24 @@ fn l12_worker() {
     let url = std::env::var("ACCORD_TEST_DATABASE_URL").unwrap();
     let namespace = std::env::var("ACCORD_L12_NAMESPACE").unwrap();
     let table = std::env::var("ACCORD_L12_TABLE").unwrap();
+    // "worker:round" pairs, comma-separated: the rounds in which this worker stops itself.
+    let stall_rounds: Vec<usize> = std::env::var("ACCORD_L12_STALLS")
+        .unwrap()
+        .split(',')
+        .filter_map(|pair| {
+            let (w, r) = pair.split_once(':').unwrap();
+            (w.parse::<i32>().unwrap() == worker).then(|| r.parse().unwrap())
+        })
+        .collect();
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap()
-        .block_on(run_worker(worker, &url, &namespace, &table));
+        .block_on(run_worker(worker, &url, &namespace, &table, &stall_rounds));
 }
 
-async fn run_worker(worker: i32, url: &str, namespace: &str, table: &str) {
+async fn run_worker(worker: i32, url: &str, namespace: &str, table: &str, stall_rounds: &[usize]) {
     let client = Client::connect(
         url,
         ClientOptions::new()
@@ -67,6 +93,10 @@ async fn run_worker(worker: i32, url: &str, namespace: &str, table: &str) {
             .await
             .unwrap();
         let started = Instant::now();
+        if stall_rounds.contains(&round) {
+            // Frozen while holding: the test resumes this process past the ttl.
+            unsafe { libc::raise(libc::SIGSTOP) };
+        }
         tokio::time::sleep(Duration::from_micros(rand::random_range(3000..10_000))).await;
         // Frozen by SIGSTOP between the grant and now for longer than the ttl?
         let stalled = started.elapsed() > TTL;
@@ -95,6 +125,8 @@ async fn run_worker(worker: i32, url: &str, namespace: &str, table: &str) {
 }
 
 struct Round {
+    worker: usize,
+    round: usize,
     fence: i64,
     stalled: bool,
     lost: bool,
@@ -118,6 +150,11 @@ async fn l12_fenced_writes_under_stalls() {
     drop(h.client("setup").await);
 
     let exe = std::env::current_exe().unwrap();
+    let plan = STALLS
+        .iter()
+        .map(|(w, r)| format!("{w}:{r}"))
+        .collect::<Vec<_>>()
+        .join(",");
     let mut children: Vec<_> = (0..WORKERS)
         .map(|i| {
             Command::new(&exe)
@@ -125,11 +162,14 @@ async fn l12_fenced_writes_under_stalls() {
                 .env("ACCORD_L12_WORKER", i.to_string())
                 .env("ACCORD_L12_NAMESPACE", &h.tag)
                 .env("ACCORD_L12_TABLE", &table)
+                .env("ACCORD_L12_STALLS", &plan)
                 .stdout(Stdio::piped())
                 .spawn()
                 .unwrap()
         })
         .collect();
+    // Should the test fail while a worker is stopped, end the workers rather than leave them.
+    let mut reaper = Reaper(children.iter().map(|c| c.id() as libc::pid_t).collect());
     let readers: Vec<_> = children
         .iter_mut()
         .map(|c| {
@@ -145,39 +185,50 @@ async fn l12_fenced_writes_under_stalls() {
         })
         .collect();
 
-    // Freeze whoever holds the key, past its ttl, a few times.
+    // Each planned stall: wait until the worker has stopped itself, keep it stopped past its
+    // ttl, resume it. One stall per worker, so a worker seen stopped is that stall.
+    let pids: Vec<libc::pid_t> = children.iter().map(|c| c.id() as libc::pid_t).collect();
+    let mut pending: Vec<usize> = STALLS.iter().map(|(w, _)| *w).collect();
+    let mut stopped: Vec<(usize, tokio::time::Instant)> = Vec::new();
     let mut stalls = 0;
-    while stalls < STALLS && !readers.iter().all(|r| r.is_finished()) {
-        tokio::time::sleep(Duration::from_millis(rand::random_range(200..500))).await;
-        let holder: Option<String> = h
-            .admin()
-            .query_opt(
-                "SELECT owner FROM accord.leases
-                  WHERE namespace = $1 AND key = 'shared' AND expires_at > clock_timestamp()",
-                &[&h.tag],
-            )
-            .await
-            .unwrap()
-            .and_then(|r| r.get(0));
-        let Some(worker) = holder.and_then(|o| o.strip_prefix('w')?.parse::<usize>().ok()) else {
-            continue;
-        };
-        let pid = children[worker].id() as libc::pid_t;
-        unsafe { libc::kill(pid, libc::SIGSTOP) };
-        tokio::time::sleep(TTL + Duration::from_millis(600)).await;
-        unsafe { libc::kill(pid, libc::SIGCONT) };
-        stalls += 1;
+    let give_up = tokio::time::Instant::now() + STALL_SEEN_WITHIN;
+    while !pending.is_empty() || !stopped.is_empty() {
+        pending.retain(|&w| {
+            if is_stopped(pids[w]) {
+                stopped.push((w, tokio::time::Instant::now()));
+                false
+            } else {
+                // A worker that ended without its stall is reported below (stalls, rounds).
+                !readers[w].is_finished()
+            }
+        });
+        stopped.retain(|&(w, seen)| {
+            if seen.elapsed() < TTL + Duration::from_millis(600) {
+                return true;
+            }
+            unsafe { libc::kill(pids[w], libc::SIGCONT) };
+            stalls += 1;
+            false
+        });
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "workers {pending:?} never stopped for their planned stall"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 
     let mut rounds = Vec::new();
     for (child, reader) in children.iter_mut().zip(readers) {
         let status = child.wait().unwrap();
+        reaper.0.retain(|&pid| pid != child.id() as libc::pid_t);
         assert!(status.success(), "a worker failed: {status}");
         let lines = reader.join().unwrap();
         assert_eq!(lines.len(), ROUNDS, "a worker did not finish its rounds");
         for line in lines {
             let f: Vec<&str> = line.split_whitespace().collect();
             rounds.push(Round {
+                worker: f[1].parse().unwrap(),
+                round: f[2].parse().unwrap(),
                 fence: f[3].parse().unwrap(),
                 stalled: f[4] == "true",
                 lost: f[5] == "true",
@@ -186,14 +237,21 @@ async fn l12_fenced_writes_under_stalls() {
             });
         }
     }
-    assert_eq!(stalls, STALLS);
+    assert_eq!(stalls, STALLS.len());
 
-    // Every stalled holder saw lost.
+    // Every planned stall froze a holder during its work, past its ttl.
+    for (w, n) in STALLS {
+        let r = rounds
+            .iter()
+            .find(|r| r.worker == w && r.round == n)
+            .unwrap();
+        assert!(
+            r.stalled,
+            "worker {w} round {n}: stopped during its work, yet not past its ttl"
+        );
+    }
+    // Every stalled holder saw lost (the planned ones, and any a slow machine stalled too).
     let stalled: Vec<_> = rounds.iter().filter(|r| r.stalled).collect();
-    assert!(
-        !stalled.is_empty(),
-        "no holder was stalled during its work: the scenario did not run"
-    );
     for r in &stalled {
         assert!(
             r.lost,
@@ -234,4 +292,28 @@ async fn l12_fenced_writes_under_stalls() {
         log.len(),
         stalled.len()
     );
+}
+
+/// Whether the process is stopped (state `T` in /proc/<pid>/stat).
+fn is_stopped(pid: libc::pid_t) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // "pid (comm) state …": the command name may hold spaces and parentheses.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        == Some("T")
+}
+
+/// Kills the workers not yet waited for when the test fails, so that none is left stopped.
+struct Reaper(Vec<libc::pid_t>);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for &pid in &self.0 {
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
 }

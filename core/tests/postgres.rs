@@ -170,28 +170,55 @@ async fn g9_few_connections() {
                 .unwrap(),
         );
     }
-    let _held = other
+    let held = other
         .acquire("contended", AcquireOptions::new())
         .await
         .unwrap();
+    // 20 s: the waiters outlast the checks below, and then take the key in turn.
     let waiters: Vec<_> = (0..50)
         .map(|_| {
             let client = client.clone();
             tokio::spawn(async move {
-                client
+                let lease = client
                     .acquire(
                         "contended",
-                        AcquireOptions::new().timeout(Duration::from_secs(2)),
+                        AcquireOptions::new().timeout(Duration::from_secs(20)),
                     )
-                    .await
+                    .await?;
+                let fence = lease.fence();
+                lease.release().await?;
+                Ok::<_, accord::Error>(fence)
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(h.connection_count(owner).await, 4);
+    // The waits open the listening connection, and nothing else: 3 + 1, never more.
+    let most = std::cell::Cell::new(0);
+    let four = support::eventually(Duration::from_secs(10), || async {
+        let count = h.connection_count(owner).await;
+        most.set(most.get().max(count));
+        count == 4
+    })
+    .await;
+    assert!(
+        most.get() <= 4,
+        "{} connections while 50 acquires wait",
+        most.get()
+    );
+    assert!(four, "the listening connection never opened");
+    // Release: each waiter gets the key in turn (and releases it for the next).
+    held.release().await.unwrap();
+    let mut fences = Vec::new();
     for w in waiters {
-        assert_eq!(w.await.unwrap().unwrap_err().kind(), ErrorKind::Timeout);
+        fences.push(w.await.unwrap().expect("every waiter gets the key"));
+        let count = h.connection_count(owner).await;
+        assert!(
+            count <= 4,
+            "{count} connections while the waiters take turns"
+        );
     }
+    fences.sort_unstable();
+    fences.dedup();
+    assert_eq!(fences.len(), 50, "each waiter had a grant of its own");
 }
 
 /// `sslmode` as libpq reads it, against a server with a certificate from a throwaway CA.

@@ -38,36 +38,39 @@ scenario('a Node listener receives a notification sent from Rust', async (h) => 
 
 scenario('a Node acquire waits for a lease held by Rust and gets it at its release', async (h) => {
   const node = await h.client('node')
-  const rust = spawn(contend, [h.url, h.tag, 'hold', 'shared', '1500'], {
-    stdio: ['ignore', 'pipe', 'inherit'],
+  // The Rust worker holds the key until its standard input ends: this test decides when.
+  const rust = spawn(contend, [h.url, h.tag, 'hold', 'shared', '-'], {
+    stdio: ['pipe', 'pipe', 'inherit'],
   })
   const exited = new Promise((resolve) => rust.on('exit', resolve))
-  const lines = readline.createInterface({ input: rust.stdout })
-  const seen = {}
-  const line = (word) =>
-    new Promise((resolve, reject) => {
-      const check = (l) => {
-        if (l.startsWith(word)) {
-          seen[word] = { line: l, at: performance.now() }
-          resolve(seen[word])
-        }
-      }
-      lines.on('line', check)
-      exited.then(() => reject(new Error(`contend exited before printing ${word}`)))
-    })
-  const released = line('RELEASED')
-  const held = await line('HELD')
-  const rustFence = BigInt(held.line.split(' ')[1])
-  // The Rust worker holds it for 1.5 s (a timer of its own, which this test cannot stop): a
-  // grant by tryAcquire means this process was slower than that, and is judged the same way.
-  // The holder's default ttl outlasts the acquire's timeout, so a grant within it follows the
-  // release.
-  const lease =
-    (await node.tryAcquire('shared')) ?? (await node.acquire('shared', { timeout: 20 * SEC }))
-  await released
-  assert.ok(lease.fence > rustFence, `${lease.fence} > ${rustFence}`)
-  assert.equal(await exited, 0)
-  const [info] = (await node.list({ prefix: 'shared' })).items
-  assert.equal(info.owner, node.owner)
-  await lease.release()
+  try {
+    const lines = readline.createInterface({ input: rust.stdout })
+    const line = (word) =>
+      new Promise((resolve, reject) => {
+        lines.on('line', (l) => {
+          if (l.startsWith(word)) resolve(l)
+        })
+        exited.then(() => reject(new Error(`contend exited before printing ${word}`)))
+      })
+    const released = line('RELEASED')
+    const held = await line('HELD')
+    const rustFence = BigInt(held.split(' ')[1])
+    assert.equal(await node.tryAcquire('shared'), null, 'granted while Rust holds it')
+    // The wait starts before the release. The holder's default ttl (30 s) outlasts the
+    // acquire's timeout, so a grant within it follows the release.
+    const waiting = node.acquire('shared', { timeout: 20 * SEC })
+    rust.stdin.end()
+    const lease = await waiting
+    await released
+    assert.ok(lease.fence > rustFence, `${lease.fence} > ${rustFence}`)
+    assert.equal(await exited, 0)
+    const [info] = (await node.list({ prefix: 'shared' })).items
+    assert.equal(info.owner, node.owner)
+    await lease.release()
+  } finally {
+    if (rust.exitCode === null && rust.signalCode === null) {
+      rust.kill()
+      await exited
+    }
+  }
 })

@@ -282,22 +282,29 @@ def test_fences_and_notifications_cross_languages(
     clients: Clients, sc: Scenario, contend_bin: str
 ) -> None:
     py = clients("python")
+    # The Rust worker holds the key until its standard input closes: this test decides when.
     rust = subprocess.Popen(
-        [contend_bin, sc.url, sc.namespace, "hold", "k", "700"],
+        [contend_bin, sc.url, sc.namespace, "hold", "k", "-"],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert rust.stdout is not None
-    held = rust.stdout.readline().split()
-    assert held[0] == "HELD"
-    # The Rust worker holds it for 700 ms (a timer of its own, which this test cannot stop): a
-    # grant by try_acquire means this process was slower than that, and is judged the same way.
-    lease = py.try_acquire("k")
-    if lease is None:
-        lease = py.acquire("k", timeout=20)  # woken by the Rust worker's release
-    assert lease.fence > int(held[1])
-    lease.release()
-    assert rust.wait(20) == 0
+    assert rust.stdin is not None and rust.stdout is not None
+    try:
+        held = rust.stdout.readline().split()
+        assert held[0] == "HELD"
+        assert py.try_acquire("k") is None, "granted while Rust holds it"
+        rust.stdin.close()
+        # The holder's ttl (30 s) outlasts the timeout: a grant follows the Rust release.
+        lease = py.acquire("k", timeout=20)
+        assert lease.fence > int(held[1])
+        lease.release()
+        assert rust.stdout.read().split() == ["RELEASED"]
+        assert rust.wait(20) == 0
+    finally:
+        if rust.poll() is None:
+            rust.kill()
+            rust.wait()
 
     ch = sc.channel("jobs")
     with py.listen(ch) as sub:

