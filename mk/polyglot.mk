@@ -1,0 +1,18 @@
+# The polyglot grant audit (tests/polyglot/): Rust, Python and Node workers hammer one key on
+# one PostgreSQL; a trigger records every grant in commit order, and the fences must strictly
+# increase (G2 across languages).
+#
+#   make test-polyglot    against ACCORD_TEST_DATABASE_URL (scripts/with-postgres.sh make test-polyglot)
+
+.PHONY: test-polyglot
+
+TEST_SUITES += test-polyglot
+
+test-polyglot: $(DEMO_PY_STAMP) build-node-debug
+	$(CARGO) build -p accord --example contend
+	$(PY) tests/polyglot/run.py
+
+LINTS += lint-polyglot
+
+lint-polyglot: python-venv
+	$(PY_VENV)/bin/ruff check tests/polyglot && $(PY_VENV)/bin/ruff format --check tests/polyglot
