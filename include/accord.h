@@ -374,6 +374,7 @@ accord_status accord_client_next_event(const accord_client *client,
 /**
  * Closes the client: held leases are released (their lost signals fire), waiting acquires,
  * subscriptions and accord_client_next_event() return ACCORD_CLOSED, connections close.
+ * Afterwards renew, release and done of any of its leases return ACCORD_CLOSED.
  * Blocks until done. Idempotent; NULL is ignored. The handle stays valid until freed.
  */
 void accord_client_close(const accord_client *client);

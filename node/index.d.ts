@@ -53,7 +53,8 @@ export declare class Client {
   listen(...channels: string[]): Promise<Subscription>
   /**
    * Closes the client: held leases are released (their `lost` resolves), waiting acquires
-   * and subscriptions end with `ACCORD_CLOSED`, connections close. Idempotent.
+   * and subscriptions end with `ACCORD_CLOSED`, connections close. Afterwards `renew`,
+   * `release` and `done` of any of its leases reject with `ACCORD_CLOSED`. Idempotent.
    */
   close(): Promise<void>
   /** `await using client = await connect(url)` closes it at the end of the block. */

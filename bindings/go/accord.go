@@ -337,7 +337,8 @@ func (c *Client) Notify(ctx context.Context, channel, payload string) error {
 }
 
 // Close releases the client's leases (their Lost channels close), ends waiting acquires and
-// subscriptions with ErrClosed, and closes the connections. Idempotent.
+// subscriptions with ErrClosed, and closes the connections. Afterwards Renew, Release and Done
+// of any of its leases give ErrClosed. Idempotent.
 func (c *Client) Close() error {
 	c.closing.Do(func() {
 		c.mu.RLock()

@@ -502,7 +502,8 @@ impl Client {
     }
 
     /// Closes the client: held leases are released (their lost signals fire), waiting
-    /// acquires and subscriptions end with `Closed`, connections close. Idempotent.
+    /// acquires and subscriptions end with `Closed`, connections close. Afterwards `renew`,
+    /// `release` and `done` on any lease of this client fail with `Closed`. Idempotent.
     pub async fn close(&self) {
         let shared = self.shared();
         if shared.closed.is_cancelled() {

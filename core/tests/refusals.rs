@@ -14,6 +14,21 @@ use support::Harness;
 
 const REFUSALS: i64 = 50;
 
+/// What the refusals are refused on: `holder` holds "held" (returned) and has finished "done".
+async fn hold_and_finish(holder: &accord::Client) -> accord::Lease {
+    let finished = holder
+        .try_acquire("done", AcquireOptions::new())
+        .await
+        .unwrap()
+        .unwrap();
+    finished.done(None).await.unwrap();
+    holder
+        .try_acquire("held", AcquireOptions::new())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p5_refusals_write_nothing() {
     let h = Harness::postgres("p5").await;
@@ -38,19 +53,7 @@ async fn p5_refusals_write_nothing() {
     };
     let holder = h.client_with("o1", options("o1")).await;
     let other = h.client_with("o2", options("o2")).await;
-    let held = holder
-        .try_acquire("held", AcquireOptions::new())
-        .await
-        .unwrap()
-        .unwrap();
-    holder
-        .try_acquire("done", AcquireOptions::new())
-        .await
-        .unwrap()
-        .unwrap()
-        .done(None)
-        .await
-        .unwrap();
+    let held = hold_and_finish(&holder).await;
 
     let stats = || async {
         let row = h
@@ -113,19 +116,7 @@ async fn p5_refusals_take_no_write_lock_on_sqlite() {
     let h = Harness::sqlite("p5").await;
     let holder = h.client("o1").await;
     let other = h.client("o2").await;
-    let _held = holder
-        .try_acquire("held", AcquireOptions::new())
-        .await
-        .unwrap()
-        .unwrap();
-    holder
-        .try_acquire("done", AcquireOptions::new())
-        .await
-        .unwrap()
-        .unwrap()
-        .done(None)
-        .await
-        .unwrap();
+    let _held = hold_and_finish(&holder).await;
     let path = h.url.strip_prefix("sqlite://").unwrap().to_string();
     let writer = rusqlite::Connection::open(&path).unwrap();
     writer.execute_batch("BEGIN IMMEDIATE").unwrap();

@@ -443,7 +443,8 @@ impl Client {
     }
 
     /// Closes the client: held leases are released (their `lost` resolves), waiting acquires
-    /// and subscriptions end with `ACCORD_CLOSED`, connections close. Idempotent.
+    /// and subscriptions end with `ACCORD_CLOSED`, connections close. Afterwards `renew`,
+    /// `release` and `done` of any of its leases reject with `ACCORD_CLOSED`. Idempotent.
     #[napi(ts_return_type = "Promise<void>")]
     pub fn close<'e>(&self, env: &'e Env) -> Result<PromiseRaw<'e, ()>> {
         let client = self.inner.clone();

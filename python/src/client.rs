@@ -246,8 +246,9 @@ impl Client {
     }
 
     /// Releases held leases (their `lost` fires), ends waiting acquires and subscriptions
-    /// with `Closed`, closes connections. Idempotent. In a child process made by fork() it
-    /// does nothing: the client is the parent's.
+    /// with `Closed`, closes connections; afterwards `renew`, `release` and `done` of any of
+    /// its leases raise `Closed`. Idempotent. In a child process made by fork() it does
+    /// nothing: the client is the parent's.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         block_on_settled(py, self.inner.close())
     }
@@ -467,9 +468,10 @@ impl AsyncClient {
         runtime::future_into_py(py, async move { client.listening_channels().await.py() })
     }
 
-    /// Releases held leases, ends waiting acquires and subscriptions with `Closed`, closes
-    /// connections. Idempotent; runs to its end even if the caller is cancelled. In a child
-    /// process made by fork() it does nothing: the client is the parent's.
+    /// Releases held leases (their `lost` completes), ends waiting acquires and subscriptions
+    /// with `Closed`, closes connections; afterwards `renew`, `release` and `done` of any of
+    /// its leases raise `Closed`. Idempotent; runs to its end even if the caller is cancelled.
+    /// In a child process made by fork() it does nothing: the client is the parent's.
     fn close<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let client = self.inner.clone();
         runtime::detached_into_py(py, async move {

@@ -270,6 +270,7 @@ pub extern "C" fn accord_client_next_event(
 
 /// Closes the client: held leases are released (their lost signals fire), waiting acquires,
 /// subscriptions and accord_client_next_event() return ACCORD_CLOSED, connections close.
+/// Afterwards renew, release and done of any of its leases return ACCORD_CLOSED.
 /// Blocks until done. Idempotent; NULL is ignored. The handle stays valid until freed.
 #[no_mangle]
 pub extern "C" fn accord_client_close(client: *const accord_client) {
