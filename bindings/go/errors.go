@@ -9,7 +9,7 @@ import (
 	"fmt"
 )
 
-// Sentinel errors, one per kind of DESIGN.md §3. Every error accord returns matches exactly one
+// Sentinel errors, one per error kind of docs/semantics.md. Every error accord returns matches exactly one
 // of them with errors.Is.
 var (
 	ErrInvalidArgument = errors.New("accord: invalid argument")

@@ -3,7 +3,8 @@
 
 use std::fmt;
 
-/// What went wrong, in the words of DESIGN.md §3. Bindings map each kind one to one.
+/// What went wrong: one of the error kinds of docs/semantics.md. Bindings map each kind one
+/// to one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorKind {

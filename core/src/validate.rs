@@ -1,4 +1,4 @@
-//! Input rules of DESIGN.md G11, checked once in the core so that every binding and backend
+//! The input rules (G11 in docs/semantics.md), checked once in the core so that every binding and backend
 //! refuses the same inputs with the same messages.
 
 use std::time::Duration;

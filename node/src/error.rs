@@ -4,7 +4,7 @@
 use napi::bindgen_prelude::*;
 use napi::{JsError, JsTypeError};
 
-/// A failure on its way to JavaScript: the code of DESIGN.md §3 and a message. Wrong JavaScript
+/// A failure on its way to JavaScript: the code of an error kind (docs/semantics.md) and a message. Wrong JavaScript
 /// types become `TypeError`s (code `ACCORD_INVALID_ARGUMENT`), everything else `Error`s.
 #[derive(Debug)]
 pub(crate) struct Failure {

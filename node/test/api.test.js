@@ -99,7 +99,7 @@ scenario('calls refuse bad arguments with ACCORD_INVALID_ARGUMENT, leaving nothi
   await dated.release()
 })
 
-test('errors are Error objects with a code of DESIGN.md §3', async () => {
+test('errors are Error objects with the code of their kind (docs/semantics.md)', async () => {
   const e = await rejectsWith(accord.connect('sqlite:relative.db'), 'ACCORD_INVALID_ARGUMENT')
   assert.ok(e instanceof Error)
   assert.equal(typeof e.message, 'string')

@@ -1,5 +1,5 @@
 'use strict'
-// L1–L9 of SCENARIOS.md through the Node API, plus AbortSignal cancellation and disposal.
+// The lease scenarios L1–L9 (docs/semantics.md) through the Node API, plus AbortSignal cancellation and disposal.
 
 const assert = require('node:assert/strict')
 const {

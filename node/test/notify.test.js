@@ -1,5 +1,5 @@
 'use strict'
-// N1–N6 of SCENARIOS.md through the Node API.
+// The notify/listen scenarios N1–N6 (docs/semantics.md) through the Node API.
 
 const assert = require('node:assert/strict')
 const { eventually, handled, nextMessage, rejectsWith, scenario, SEC, sleep, within } = require('./support')

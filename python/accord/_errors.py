@@ -1,4 +1,4 @@
-"""accord's exceptions: one base, one subclass per error kind of the core (DESIGN.md §3).
+"""accord's exceptions: one base, one subclass per error kind of the core (docs/semantics.md).
 
 The extension module raises these classes (it imports them from here), so that they can
 inherit from several builtins, pickle by name and read well in tracebacks as ``accord.X``.

@@ -1,4 +1,4 @@
-"""L1–L9 of SCENARIOS.md through the sync API (Client, Lease)."""
+"""The lease scenarios L1–L9 (docs/semantics.md) through the sync API (Client, Lease)."""
 
 from __future__ import annotations
 

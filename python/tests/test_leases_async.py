@@ -1,4 +1,5 @@
-"""L1–L9 of SCENARIOS.md through the asyncio API (AsyncClient, AsyncLease)."""
+"""The lease scenarios L1–L9 (docs/semantics.md) through the asyncio API (AsyncClient,
+AsyncLease)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""N1–N6 of SCENARIOS.md through the sync API (Client.notify, Client.listen, Subscription)."""
+"""The notify/listen scenarios N1–N6 (docs/semantics.md) through the sync API (Client.notify,
+Client.listen, Subscription)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""N1–N6 of SCENARIOS.md through the asyncio API (AsyncClient.listen, AsyncSubscription)."""
+"""The notify/listen scenarios N1–N6 (docs/semantics.md) through the asyncio API
+(AsyncClient.listen, AsyncSubscription)."""
 
 from __future__ import annotations
 

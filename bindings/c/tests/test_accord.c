@@ -1,5 +1,5 @@
 /*
- * The scenarios of SCENARIOS.md that reach C (L1-L9, N1-N6), bad input, the client event
+ * The scenarios of docs/semantics.md that reach C (L1-L9, N1-N6), bad input, the client event
  * queue, and fork detection, through the installed header and library, against the PostgreSQL
  * named by ACCORD_TEST_DATABASE_URL. Exit status 0 when every check passed.
  *

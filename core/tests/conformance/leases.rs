@@ -1,4 +1,5 @@
-//! L1–L11 of SCENARIOS.md (L12 needs worker processes: see `fenced_writes.rs`).
+//! The lease scenarios L1–L11 of docs/semantics.md (L12 needs worker processes: see
+//! `fenced_writes.rs`).
 
 use std::time::{Duration, Instant};
 

@@ -1,4 +1,4 @@
-//! The conformance suite: every scenario of SCENARIOS.md as a function of a [`Harness`], so
+//! The conformance suite: every scenario of docs/semantics.md as a function of a [`Harness`], so
 //! that each backend runs the same code. A backend's test file lists the scenarios it runs
 //! with `conformance_suite!`.
 #![allow(dead_code)]

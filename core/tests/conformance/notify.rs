@@ -1,4 +1,4 @@
-//! N1–N6 of SCENARIOS.md.
+//! The notify/listen scenarios N1–N6 (docs/semantics.md).
 
 use std::time::Duration;
 

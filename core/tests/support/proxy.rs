@@ -1,5 +1,5 @@
 //! A TCP proxy between a client and the coordinator that the test can switch to cut or stall
-//! every connection: the network faults of DESIGN.md §6, without touching the server.
+//! every connection: the network faults the fault tests need (a cut, a stall), without touching the server.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
