@@ -344,7 +344,10 @@ impl Lease {
         let shared = self.client.shared();
         shared.check_usable()?;
         let _one_at_a_time = self.core.ending.lock().await;
-        self.core.require_held()?;
+        if self.core.check_deadline(Instant::now()) {
+            return Err(self.core.lost_error());
+        }
+        // Held, or ending after a release or done that failed on the way: a retry may go.
         self.core.begin_ending(false)?;
         let done = shared.backend.done(self.lease_ref(), text.as_deref()).await;
         let merged = done.as_ref().ok().and_then(Option::clone);

@@ -23,6 +23,7 @@ fn nasty_schemas() -> Vec<String> {
         "back\\slash'".into(),
         "E'\\'; DROP TABLE canary; --".into(),
         "schéma ✓ 名前".into(),
+        "a;\nb\"; DROP TABLE canary; --\n".into(),
         "n".repeat(63),
     ]
 }

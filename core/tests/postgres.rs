@@ -492,3 +492,60 @@ fn tokio_postgres_port(url: &str) -> u16 {
     let config: tokio_postgres::Config = url.parse().unwrap();
     config.get_ports()[0]
 }
+
+/// A release or done retried after its first try committed (its answer lost with the
+/// connection: the pool retries such statements) succeeds again instead of reporting the lease
+/// lost: the statements themselves, sent twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_and_done_retried_after_commit_succeed() {
+    let h = Harness::postgres("retry").await;
+    let client = h.client("o1").await;
+    let statements: std::collections::HashMap<_, _> =
+        accord::statements("accord").unwrap().into_iter().collect();
+    let channel = accord::wakeup_channel("accord").unwrap();
+    let (ns, owner) = (h.tag.as_str(), "o1");
+
+    let lease = client
+        .try_acquire("r", AcquireOptions::new())
+        .await
+        .unwrap()
+        .unwrap();
+    let release = h.admin().prepare(&statements["release"]).await.unwrap();
+    for attempt in ["first", "retry"] {
+        let row = h
+            .admin()
+            .query_one(&release, &[&ns, &"r", &owner, &lease.fence(), &channel])
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, i64>(0), 1, "the {attempt} release");
+    }
+    // Another grant's fence never matches: a stale release is still refused.
+    let stale: i64 = lease.fence() - 1;
+    let row = h
+        .admin()
+        .query_one(&release, &[&ns, &"r", &owner, &stale, &channel])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i64>(0), 0);
+
+    let lease = client
+        .try_acquire("d", AcquireOptions::new())
+        .await
+        .unwrap()
+        .unwrap();
+    let done = h.admin().prepare(&statements["done"]).await.unwrap();
+    let patch: Option<&str> = Some(r#"{"k": 1}"#);
+    for attempt in ["first", "retry"] {
+        let rows = h
+            .admin()
+            .query(
+                &done,
+                &[&ns, &"d", &owner, &lease.fence(), &patch, &channel],
+            )
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 1, "the {attempt} done");
+        assert_eq!(rows[0].get::<_, &str>(0), r#"{"k": 1}"#);
+    }
+    client.close().await;
+}

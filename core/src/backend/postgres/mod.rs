@@ -346,9 +346,11 @@ async fn migrate(
             continue;
         }
         tracing::info!(target: "accord", schema, version, "applying migration");
-        tx.batch_execute(step)
-            .await
-            .map_err(|e| fail(&format!("migration to version {version}"), e))?;
+        for statement in step {
+            tx.batch_execute(statement)
+                .await
+                .map_err(|e| fail(&format!("migration to version {version}"), e))?;
+        }
         tx.execute(
             &format!("INSERT INTO {s}.schema_migrations (version) VALUES ($1)"),
             &[&version],

@@ -105,6 +105,9 @@ impl Sql {
                     AND NOT l.done AND l.expires_at > clock_timestamp()
                  RETURNING l.fence, l.expires_at"
             ),
+            // A retry whose first try committed (its answer lost with the connection) finds
+            // the row already released by this very grant (fences are unique per grant): that
+            // counts as released too, instead of as a lost lease.
             release: format!(
                 "WITH released AS (
                    UPDATE {s}.leases
@@ -112,9 +115,14 @@ impl Sql {
                     WHERE namespace = $1 AND key = $2 AND owner = $3 AND fence = $4
                       AND NOT done AND expires_at > clock_timestamp()
                    RETURNING key)
-                 SELECT count(pg_notify($5, json_build_array($1::text, key)::text)) FROM released"
+                 SELECT (SELECT count(pg_notify($5, json_build_array($1::text, key)::text))
+                           FROM released)
+                      + (SELECT count(*) FROM {s}.leases
+                          WHERE namespace = $1 AND key = $2 AND fence = $4
+                            AND owner IS NULL AND expires_at IS NULL AND NOT done)"
             ),
             // The finisher stays recorded as owner; expires_at NULL marks it as no longer live.
+            // As for release, a retry that finds the key done by this very grant succeeds.
             done: format!(
                 "WITH finished AS (
                    UPDATE {s}.leases
@@ -125,7 +133,11 @@ impl Sql {
                       AND NOT done AND expires_at > clock_timestamp()
                    RETURNING key, metadata)
                  SELECT f.metadata::text, count(pg_notify($6, json_build_array($1::text, f.key)::text))
-                   FROM finished f GROUP BY f.metadata::text"
+                   FROM finished f GROUP BY f.metadata::text
+                 UNION ALL
+                 SELECT l.metadata::text, 0 FROM {s}.leases l
+                  WHERE l.namespace = $1 AND l.key = $2 AND l.owner = $3 AND l.fence = $4 AND l.done
+                    AND NOT EXISTS (SELECT 1 FROM finished)"
             ),
             // A live lease is never reset: its holder would keep believing it holds the key.
             reset: format!(
@@ -160,24 +172,28 @@ impl Sql {
 
 /// The versioned migrations; index + 1 is the version. Never edit one that has shipped: add a
 /// new one.
-pub(crate) fn migrations(schema: &str) -> Vec<String> {
+pub(crate) fn migrations(schema: &str) -> Vec<Vec<String>> {
     let s = quote_ident(schema);
-    vec![format!(
-        "CREATE SEQUENCE {s}.fence_seq AS bigint MINVALUE 1 NO CYCLE;
-         CREATE TABLE {s}.leases (
-             namespace  text COLLATE \"C\" NOT NULL,
-             key        text COLLATE \"C\" NOT NULL,
-             owner      text,
-             fence      bigint NOT NULL,
-             attempt    bigint,
-             expires_at timestamptz,
-             done       boolean NOT NULL DEFAULT false,
-             metadata   jsonb NOT NULL DEFAULT '{{}}'::jsonb,
-             updated_at timestamptz NOT NULL,
-             PRIMARY KEY (namespace, key)
-         );
-         CREATE INDEX leases_newest_first ON {s}.leases (namespace, fence DESC);"
-    )]
+    // One statement each: the printed script runs them one by one (EXECUTE), and a schema name
+    // may contain anything, `;` and line breaks included, so they are never split from a text.
+    vec![vec![
+        format!("CREATE SEQUENCE {s}.fence_seq AS bigint MINVALUE 1 NO CYCLE"),
+        format!(
+            "CREATE TABLE {s}.leases (
+                 namespace  text COLLATE \"C\" NOT NULL,
+                 key        text COLLATE \"C\" NOT NULL,
+                 owner      text,
+                 fence      bigint NOT NULL,
+                 attempt    bigint,
+                 expires_at timestamptz,
+                 done       boolean NOT NULL DEFAULT false,
+                 metadata   jsonb NOT NULL DEFAULT '{{}}'::jsonb,
+                 updated_at timestamptz NOT NULL,
+                 PRIMARY KEY (namespace, key)
+             )"
+        ),
+        format!("CREATE INDEX leases_newest_first ON {s}.leases (namespace, fence DESC)"),
+    ]]
 }
 
 /// The version this library needs.
@@ -217,11 +233,8 @@ pub fn migration_script(schema: &str) -> String {
         let mut body = format!(
             "BEGIN\n  IF NOT EXISTS (SELECT 1 FROM {s}.schema_migrations WHERE version = {v}) THEN\n"
         );
-        for stmt in m.split(";\n") {
-            let stmt = stmt.trim().trim_end_matches(';');
-            if !stmt.is_empty() {
-                body.push_str(&format!("    EXECUTE {};\n", quote_literal(stmt)));
-            }
+        for stmt in m {
+            body.push_str(&format!("    EXECUTE {};\n", quote_literal(stmt)));
         }
         body.push_str(&format!(
             "    INSERT INTO {s}.schema_migrations (version) VALUES ({v});\n  END IF;\nEND"
