@@ -284,10 +284,9 @@ fn extract_tls_params(url: &str) -> Result<(String, Option<String>, Option<Strin
         }
     } else {
         let mut kept = Vec::new();
-        for pair in url.split_whitespace() {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            if handle(name.trim(), value.trim().to_string())? {
-                kept.push(pair);
+        for (name, value) in keyword_values(url)? {
+            if handle(&name, value.clone())? {
+                kept.push(format!("{name}={}", quote_value(&value)));
             }
         }
         kept.join(" ")
@@ -295,14 +294,69 @@ fn extract_tls_params(url: &str) -> Result<(String, Option<String>, Option<Strin
     Ok((rewritten, sslmode, sslrootcert))
 }
 
+/// Splits a libpq keyword/value connection string: `key = value` with optional spaces around
+/// `=`, values either bare (up to white space) or single-quoted, `\` escaping the next
+/// character in both. Errors never quote a value (it may be a password).
+fn keyword_values(text: &str) -> Result<Vec<(String, String)>> {
+    let malformed = |what: &str| Error::invalid("url", format!("the connection string {what}"));
+    let mut pairs = Vec::new();
+    let mut chars = text.chars().peekable();
+    loop {
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        if chars.peek().is_none() {
+            return Ok(pairs);
+        }
+        let mut name = String::new();
+        while let Some(c) = chars.next_if(|c| *c != '=' && !c.is_whitespace()) {
+            name.push(c);
+        }
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        if chars.next() != Some('=') {
+            return Err(malformed(&format!("lacks \"=\" after {name:?}")));
+        }
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        let mut value = String::new();
+        if chars.next_if_eq(&'\'').is_some() {
+            loop {
+                match chars.next() {
+                    Some('\'') => break,
+                    Some('\\') => value.extend(chars.next()),
+                    Some(c) => value.push(c),
+                    None => {
+                        return Err(malformed(&format!(
+                            "has an unterminated quoted value for {name:?}"
+                        )))
+                    }
+                }
+            }
+        } else {
+            while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
+                if c == '\\' {
+                    value.extend(chars.next());
+                } else {
+                    value.push(c);
+                }
+            }
+        }
+        pairs.push((name, value));
+    }
+}
+
+/// A value for a keyword/value connection string, single-quoted with `\` and `'` escaped.
+fn quote_value(value: &str) -> String {
+    format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+/// Decodes `%XX` escapes of a URL component (bytes, so that no multi-byte character is cut).
 fn percent_decode(s: &str) -> String {
+    let hex = |b: u8| (b as char).to_digit(16);
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                out.push(b);
+            if let (Some(hi), Some(lo)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((hi * 16 + lo) as u8);
                 i += 3;
                 continue;
             }
@@ -327,9 +381,26 @@ mod tests {
         assert_eq!(m.as_deref(), Some("verify-full"));
         assert_eq!(r.as_deref(), Some("/tmp/ca.pem"));
         let (u, m, r) = extract_tls_params("host=h sslmode=allow dbname=x").unwrap();
-        assert_eq!(u, "host=h dbname=x");
+        assert_eq!(u, "host='h' dbname='x'");
         assert_eq!(m.as_deref(), Some("allow"));
         assert_eq!(r, None);
+        // libpq's keyword/value syntax: spaces around `=`, quoted values with escapes; a
+        // password that looks like a parameter stays the password.
+        let (u, m, _) = extract_tls_params(
+            "host = h sslmode = verify-full password='abc  sslmode=x\\'y' user=u\\ v",
+        )
+        .unwrap();
+        assert_eq!(m.as_deref(), Some("verify-full"));
+        assert_eq!(u, "host='h' password='abc  sslmode=x\\'y' user='u v'");
+        let parsed: Config = u.parse().unwrap();
+        assert_eq!(parsed.get_password(), Some(&b"abc  sslmode=x'y"[..]));
+        assert_eq!(parsed.get_user(), Some("u v"));
+        let err = extract_tls_params("host=h password='secret").unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+        assert!(!err.message().contains("secret"), "{err}");
+        // A `%` before a multi-byte character is left as it is, not cut through.
+        let (_, _, r) = extract_tls_params("postgres://h/db?sslrootcert=/tmp/%a€%41").unwrap();
+        assert_eq!(r.as_deref(), Some("/tmp/%a€A"));
         let (_, m, r) = extract_tls_params(
             "postgres://h/db?sslrootcert=system&sslmode=require&sslmode=verify-full",
         )
