@@ -45,12 +45,15 @@ scenario('a Node acquire waits for a lease held by Rust and gets it at its relea
   const exited = new Promise((resolve) => rust.on('exit', resolve))
   try {
     const lines = readline.createInterface({ input: rust.stdout })
+    // Judged at the end of its output, not at its exit: 'exit' may come before the last lines
+    // were read.
+    const ended = new Promise((resolve) => lines.on('close', resolve))
     const line = (word) =>
       new Promise((resolve, reject) => {
         lines.on('line', (l) => {
           if (l.startsWith(word)) resolve(l)
         })
-        exited.then(() => reject(new Error(`contend exited before printing ${word}`)))
+        ended.then(() => reject(new Error(`contend ended its output before printing ${word}`)))
       })
     const released = line('RELEASED')
     const held = await line('HELD')

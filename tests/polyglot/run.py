@@ -87,7 +87,12 @@ def main() -> int:
             reported = 0
             failures = []
             for lang, process in started:
-                out, _ = process.communicate(timeout=DEADLINE)
+                try:
+                    out, _ = process.communicate(timeout=DEADLINE)
+                except subprocess.TimeoutExpired:
+                    for _, other in started:
+                        other.kill()
+                    raise
                 lines = [
                     line for line in out.splitlines() if line.startswith("HAMMER ")
                 ]

@@ -23,9 +23,10 @@ async fn lost_fires_in_flight(h: &Harness, done: bool) {
     let options = h.options("o1").statement_timeout(120 * SEC);
     let client = accord::Client::connect(&url, options).await.unwrap();
     let lease = client.acquire("a", ttl(SEC)).await.unwrap();
-    let expires_at = lease.expires_at();
     let signal = lease.lost_signal();
     proxy.set(Mode::Stall);
+    // Read once nothing can renew it any more.
+    let expires_at = lease.expires_at();
     let ending = tokio::spawn(async move {
         let result = if done {
             lease.done(None).await

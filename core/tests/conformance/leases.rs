@@ -559,19 +559,20 @@ pub async fn l11_connection_terminated(h: &Harness) {
         .await
         .unwrap();
     let lease = o3.acquire("d", ttl(SEC)).await.unwrap();
-    let lost = lease.lost();
+    let signal = lease.lost_signal();
     proxy.set(Mode::Cut);
+    // The keepalive fires the signal by itself (nothing here calls `is_lost`, which would fire
+    // it too); 5 s only bounds a hang.
+    tokio::time::timeout(5 * SEC, signal.wait())
+        .await
+        .expect("the lost signal fires");
     let taken = o2
         .acquire("d", ttl(60 * SEC).timeout(10 * SEC))
         .await
         .unwrap();
-    // When the takeover returns, the lease is already lost: `is_lost` reads the deadline
-    // itself, so no task's scheduling can make this late (a timestamp taken by a task woken
-    // by the signal could be).
+    // And whenever a takeover returns, the lease reads as lost: `is_lost` compares with the
+    // deadline itself, so no task's scheduling can make it late.
     assert!(lease.is_lost(), "the key was taken over before lost fired");
-    tokio::time::timeout(5 * SEC, lost)
-        .await
-        .expect("the lost signal fires");
     assert!(taken.fence() > lease.fence());
 }
 
@@ -583,13 +584,16 @@ pub async fn l11_stalled_connection(h: &Harness) {
         .unwrap();
     let o2 = h.client("o2").await;
     let lease = o1.acquire("a", ttl(SEC)).await.unwrap();
-    // The signal fires though the renew statement never answers. 5 s is a hang bound; it is
-    // also below the 10 s statement timeout, so a signal that waited for the hung renewal to
-    // fail would miss it.
-    let lost = tokio::spawn(tokio::time::timeout(5 * SEC, lease.lost()));
+    let signal = lease.lost_signal();
     proxy.set(Mode::Stall);
-    // The renewals hang: the coordinator's expiry hands the key to o2, and by then the lease
-    // is lost (`is_lost` reads the deadline itself, not a task's progress).
+    // The keepalive fires the signal though the renew statement never answers, and by itself
+    // (nothing here calls `is_lost`, which would fire it too). 5 s is a hang bound; it is also
+    // below the 10 s statement timeout, so a signal that waited for the hung renewal to fail
+    // would miss it.
+    tokio::time::timeout(5 * SEC, signal.wait())
+        .await
+        .expect("lost fires while the renewal hangs");
+    // The coordinator's expiry hands the key to o2; the lease reads as lost.
     let taken = o2
         .acquire("a", ttl(60 * SEC).timeout(10 * SEC))
         .await
@@ -599,6 +603,5 @@ pub async fn l11_stalled_connection(h: &Harness) {
         "another client holds the key, yet the stalled holder's lease is not lost"
     );
     assert!(taken.fence() > lease.fence());
-    lost.await.unwrap().expect("lost fires");
     proxy.set(Mode::Pass);
 }
