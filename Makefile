@@ -8,6 +8,10 @@
 
 CARGO ?= cargo
 WITH_PG := scripts/with-postgres.sh
+# The Python venv (mk/python.mk makes it). Set here, before the fragments are included in name
+# order, because mk/demo.mk and mk/polyglot.mk name a stamp in it as a prerequisite, and
+# prerequisites are expanded as they are read.
+PY_VENV := .venv
 
 TEST_SUITES := test-rust
 LINTS := lint-rust
