@@ -58,11 +58,13 @@ lease is lost (say, this process was stalled past the ttl or the coordinator was
 command is sent SIGTERM, then SIGKILL after --kill-after, and accord exits with 5. SIGINT and
 SIGTERM received by accord are forwarded to the command.
 
-The command runs in a process group of its own (given the terminal if accord had it). When it
-exits, processes it left running in that group are sent SIGTERM, then SIGKILL after --kill-after,
-before the lease is released. On Linux, if accord is killed outright (kill -9), the command is
-killed and its group is ended the same way. If only the final release (or --done) fails, accord
-warns and still exits with the command's code; the lease then lapses at its ttl.
+The command runs in a process group of its own. When it exits, processes it left running in
+that group are sent SIGTERM, then SIGKILL after --kill-after, before the lease is released. On
+Linux, if accord is killed outright (kill -9), the command is killed and its group is ended the
+same way. In a terminal's foreground the command stays in accord's job instead, so that it can
+read the terminal and Ctrl-C/Ctrl-Z work as usual; there only the command itself is stopped. If
+only the final release (or --done) fails, accord warns and still exits with the command's code;
+the lease then lapses at its ttl.
 
 Examples:
   accord run nightly-report -- ./report.sh
@@ -726,7 +728,7 @@ async fn run(client: &Client, args: RunArgs) -> Outcome {
         .env("ACCORD_OWNER", client.owner());
     // From here on every path ends the command's process group (`shutdown`) before the lease
     // is released, and accord being killed outright ends it too (see supervise.rs).
-    let mut child = match supervise::spawn(command, args.kill_after) {
+    let mut child = match supervise::spawn(command, args.kill_after).await {
         Ok(child) => child,
         Err(e) => {
             let _ = lease.release().await;

@@ -1,7 +1,7 @@
 //! `accord run`'s command, kept from outliving accord.
 //!
-//! - The command runs in a process group of its own (it is the group's leader), so that the
-//!   processes it starts are reached too. Whichever way `accord run` ends (the command exited,
+//! - The command runs in a process group of its own, so that the processes it starts are
+//!   reached too. Whichever way `accord run` ends (the command exited,
 //!   the lease was lost, an error), [`Supervised::shutdown`] ends the group before the lease is
 //!   released: SIGTERM (and SIGCONT, for stopped members), then SIGKILL to whatever is left
 //!   after the grace (`--kill-after`).
@@ -10,21 +10,27 @@
 //!     rather than SIGTERM because the kernel sends it once, with no escalation after a grace
 //!     period: a command that traps or defers SIGTERM (a shell waiting for its children does)
 //!     would otherwise run on unsupervised while the lease lapses.
-//!   - Linux: a watchdog, accord itself re-executed (`__accord-watchdog`), joins the command's
-//!     process group and blocks reading a pipe whose only writer is accord. The pipe reaches
-//!     end-of-file when accord exits, however it exits; the watchdog then ends the group the way
-//!     `shutdown` does (SIGTERM, SIGKILL after the grace). This reaches the command's children,
-//!     which PR_SET_PDEATHSIG does not (it signals the direct child only). Being a member of the
-//!     group, the watchdog also keeps its id from being reused while it signals it.
+//!   - Linux: a watchdog, accord itself re-executed (`__accord-watchdog`), is started first, as
+//!     the leader of a new process group, and the command joins that group between fork and
+//!     exec, so there is no moment when the command runs unwatched. The watchdog blocks reading a
+//!     pipe whose only writer is accord. The pipe reaches end-of-file when accord exits, however
+//!     it exits; the watchdog then ends the group the way `shutdown` does (SIGTERM, SIGKILL after
+//!     the grace). This reaches the command's children, which PR_SET_PDEATHSIG does not (it
+//!     signals the direct child only). As the group's leader, the watchdog also keeps its id from
+//!     being reused while it signals it.
 //!   - Not covered: processes that left the group (setsid, setpgid: daemons), processes the
 //!     user may not signal (after a set-user-ID exec), a watchdog that was itself killed along
 //!     with accord, and, elsewhere than on Linux, anything after accord is SIGKILLed.
-//! - If accord's process group owns the terminal, the command's group is made its foreground
-//!   group (so that it can read the terminal and gets Ctrl-C), and accord takes the terminal back
-//!   when the command ends.
+//! - In a terminal (accord's process group is the terminal's foreground group: someone typed the
+//!   command, or a script did), the command stays in accord's group instead, so that it reads the
+//!   terminal and job control works as for any command: Ctrl-C and Ctrl-Z reach accord and the
+//!   command together, `bg`/`fg` resume both, and a script whose `accord run` is interrupted is
+//!   interrupted too. There the group is the shell's job (a pipeline's other commands included),
+//!   so it is never ended: the command itself gets SIGTERM, then SIGKILL, and PR_SET_PDEATHSIG
+//!   still covers SIGKILL of accord; processes the command left behind are not ended.
 
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
@@ -36,17 +42,19 @@ const POLL: Duration = Duration::from_millis(50);
 
 pub struct Supervised {
     child: tokio::process::Child,
-    /// The command's process group (its pid).
-    pgid: libc::pid_t,
+    /// The command's process group, when it has one of its own (not in a terminal).
+    pgid: Option<libc::pid_t>,
     grace: Duration,
     /// The watchdog and the write end of its pipe (dropping it wakes the watchdog).
     watchdog: Option<(tokio::process::Child, OwnedFd)>,
-    terminal: Option<Terminal>,
 }
 
 /// Starts `command` in a process group of its own, so that it does not outlive accord. `grace`
 /// is the time between SIGTERM and SIGKILL when the group is ended.
-pub fn spawn(mut command: tokio::process::Command, grace: Duration) -> io::Result<Supervised> {
+pub async fn spawn(
+    mut command: tokio::process::Command,
+    grace: Duration,
+) -> io::Result<Supervised> {
     // SAFETY: getpid and gettid have no preconditions.
     #[cfg(target_os = "linux")]
     let supervisor = unsafe { libc::getpid() };
@@ -61,11 +69,27 @@ pub fn spawn(mut command: tokio::process::Command, grace: Duration) -> io::Resul
         on_main_thread,
         "accord run must start its command from the main thread"
     );
-    let terminal = Terminal::owned_by_our_group();
-    let tty = terminal.as_ref().map_or(-1, |t| t.fd.as_raw_fd());
+    let own_group = !in_foreground_of_terminal();
+    // The group's leader is the watchdog when there is one (the command joins its group before
+    // it execs); else the command leads a group of its own.
+    let watchdog = if own_group {
+        start_watchdog(grace).unwrap_or_else(|e| {
+            eprintln!(
+                "accord: warning: cannot start the watchdog of the command's process group \
+                 ({e}); if accord is killed outright, processes the command started may run on"
+            );
+            None
+        })
+    } else {
+        None
+    };
+    let leader = match &watchdog {
+        Some((w, _)) => w.id().map_or(0, |p| p as libc::pid_t),
+        None => 0,
+    };
     // SAFETY: the closure runs in the child between fork and exec, and calls only
-    // async-signal-safe functions (prctl, getppid, setpgid, sigprocmask, tcsetpgrp, _exit)
-    // on values copied in; it allocates nothing.
+    // async-signal-safe functions (prctl, getppid, setpgid, _exit) on values copied in; it
+    // allocates nothing.
     unsafe {
         command.pre_exec(move || {
             #[cfg(target_os = "linux")]
@@ -85,49 +109,59 @@ pub fn spawn(mut command: tokio::process::Command, grace: Duration) -> io::Resul
                     libc::_exit(128 + libc::SIGKILL);
                 }
             }
-            if libc::setpgid(0, 0) != 0 {
+            if own_group && libc::setpgid(0, leader) != 0 {
                 return Err(io::Error::last_os_error());
-            }
-            if tty >= 0 {
-                // From a background group tcsetpgrp would stop us with SIGTTOU unless blocked.
-                let mut block: libc::sigset_t = std::mem::zeroed();
-                let mut old: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut block);
-                libc::sigaddset(&mut block, libc::SIGTTOU);
-                libc::sigprocmask(libc::SIG_BLOCK, &block, &mut old);
-                libc::tcsetpgrp(tty, libc::getpid());
-                libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
             }
             Ok(())
         });
     }
-    // std's spawn returns once the child has exec'd (or failed to), so the group exists now.
-    let child = command.spawn()?;
-    let pgid = child.id().expect("a child that was just spawned has a pid") as libc::pid_t;
-    let watchdog = match start_watchdog(pgid, grace) {
-        Ok(w) => w,
+    // std's spawn returns once the child has exec'd (or failed to), so it is in its group now.
+    let child = match command.spawn() {
+        Ok(child) => child,
         Err(e) => {
-            eprintln!(
-                "accord: warning: cannot start the watchdog of the command's process group \
-                 ({e}); if accord is killed outright, processes the command started may run on"
-            );
-            None
+            if let Some((mut w, pipe)) = watchdog {
+                drop(pipe);
+                let _ = w.wait().await;
+            }
+            return Err(e);
         }
+    };
+    let pgid = match (own_group, leader) {
+        (false, _) => None,
+        (true, 0) => child.id().map(|p| p as libc::pid_t),
+        (true, leader) => Some(leader),
     };
     Ok(Supervised {
         child,
         pgid,
         grace,
         watchdog,
-        terminal,
     })
 }
 
+/// True when accord's process group is the foreground group of its controlling terminal.
+fn in_foreground_of_terminal() -> bool {
+    // SAFETY: open(2) with a NUL-terminated path; the descriptor is closed before returning.
+    let fd = unsafe {
+        libc::open(
+            c"/dev/tty".as_ptr(),
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return false; // no controlling terminal
+    }
+    // SAFETY: tcgetpgrp, getpgrp and close have no memory-safety preconditions.
+    unsafe {
+        let foreground = libc::tcgetpgrp(fd) == libc::getpgrp();
+        libc::close(fd);
+        foreground
+    }
+}
+
+/// Starts the watchdog as the leader of a new process group (the command's, once it joins).
 #[cfg(target_os = "linux")]
-fn start_watchdog(
-    pgid: libc::pid_t,
-    grace: Duration,
-) -> io::Result<Option<(tokio::process::Child, OwnedFd)>> {
+fn start_watchdog(grace: Duration) -> io::Result<Option<(tokio::process::Child, OwnedFd)>> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two descriptors into `fds`, which we then own. O_CLOEXEC: the
     // command must not hold the write end, or the watchdog would never see end-of-file.
@@ -140,16 +174,15 @@ fn start_watchdog(
     let mut command = tokio::process::Command::new("/proc/self/exe");
     command
         .arg(WATCHDOG_ARG)
-        .arg(pgid.to_string())
         .arg(grace.as_millis().to_string())
         .stdin(Stdio::from(read))
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
-        .current_dir("/")
-        .process_group(pgid);
-    // SAFETY: only signal(2), async-signal-safe, between fork and exec. Ignored dispositions
-    // survive exec, so the watchdog ignores these from its first instruction: it is in the
-    // command's group and must outlive the signals sent to it (Ctrl-C, `kill 0`, our SIGTERM).
+        .current_dir("/");
+    // SAFETY: only signal(2) and setpgid(2), async-signal-safe, between fork and exec. Ignored
+    // dispositions survive exec, so the watchdog ignores these from its first instruction, and
+    // makes its group only then: it leads the command's group and must outlive the signals sent
+    // to it (`kill 0` from the command, our SIGTERM).
     unsafe {
         command.pre_exec(|| {
             for sig in [
@@ -164,6 +197,9 @@ fn start_watchdog(
             ] {
                 libc::signal(sig, libc::SIG_IGN);
             }
+            if libc::setpgid(0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
             Ok(())
         });
     }
@@ -171,10 +207,7 @@ fn start_watchdog(
 }
 
 #[cfg(not(target_os = "linux"))]
-fn start_watchdog(
-    _pgid: libc::pid_t,
-    _grace: Duration,
-) -> io::Result<Option<(tokio::process::Child, OwnedFd)>> {
+fn start_watchdog(_grace: Duration) -> io::Result<Option<(tokio::process::Child, OwnedFd)>> {
     Ok(None)
 }
 
@@ -194,16 +227,13 @@ impl Supervised {
     /// command left behind (when it has exited by itself).
     pub async fn shutdown(&mut self, announce: bool) -> Option<ExitStatus> {
         let started = Instant::now();
-        if let Some(t) = self.terminal.take() {
-            t.take_back();
-        }
         let watchdog_pid = self
             .watchdog
             .as_ref()
             .and_then(|(w, _)| w.id())
             .map(|p| p as libc::pid_t);
-        if announce {
-            let left = members(self.pgid, watchdog_pid);
+        if let (true, Some(pgid)) = (announce, self.pgid) {
+            let left = members(pgid, watchdog_pid);
             if left > 0 {
                 eprintln!(
                     "accord: the command left {left} process{} running in its group; stopping \
@@ -214,23 +244,30 @@ impl Supervised {
                 );
             }
         }
-        // The command itself, even if it has left its group. tokio forgets the pid once it
-        // reaped the child, so this never signals a reused pid.
-        if let Some(pid) = self.child.id() {
-            signal(pid as libc::pid_t, libc::SIGTERM);
+        // The command itself only when the group's signal would miss it (no group of its own,
+        // or it left the group): a second SIGTERM makes some programs skip their clean stop.
+        // tokio forgets the pid once it reaped the child, so this never signals a reused pid.
+        if let Some(pid) = self.child.id().map(|p| p as libc::pid_t) {
+            // SAFETY: getpgid has no memory-safety preconditions.
+            if self
+                .pgid
+                .is_none_or(|pgid| unsafe { libc::getpgid(pid) } != pgid)
+            {
+                signal(pid, libc::SIGTERM);
+            }
         }
-        let mut ended = false;
         if let Some((mut watchdog, pipe)) = self.watchdog.take() {
             drop(pipe); // end-of-file: the watchdog ends the group, then exits
             let bound = self.grace + Duration::from_secs(2);
-            ended = tokio::time::timeout(bound, watchdog.wait()).await.is_ok();
-            if !ended {
+            if tokio::time::timeout(bound, watchdog.wait()).await.is_err() {
                 let _ = watchdog.start_kill();
                 let _ = watchdog.wait().await;
             }
         }
-        if !ended {
-            let (pgid, grace) = (self.pgid, self.grace);
+        // Whatever is left (no watchdog, or one that died before its work): a no-op when the
+        // group is empty.
+        if let Some(pgid) = self.pgid {
+            let grace = self.grace;
             let _ = tokio::task::spawn_blocking(move || end_group(pgid, grace, None)).await;
         }
         self.child.id()?; // already reaped (it exited by itself)
@@ -238,20 +275,10 @@ impl Supervised {
         match tokio::time::timeout(left, self.child.wait()).await {
             Ok(status) => status.ok(),
             Err(_) => {
-                // It left its group and ignores SIGTERM.
+                // It ignores SIGTERM (or left its group).
                 let _ = self.child.start_kill();
                 self.child.wait().await.ok()
             }
-        }
-    }
-}
-
-impl Drop for Supervised {
-    fn drop(&mut self) {
-        // Every path calls `shutdown`; should one not (a panic), dropping the pipe's write end
-        // still has the watchdog end the group.
-        if let Some(t) = self.terminal.take() {
-            t.take_back();
         }
     }
 }
@@ -322,17 +349,21 @@ fn members(pgid: libc::pid_t, _exclude: Option<libc::pid_t>) -> usize {
     usize::from(unsafe { libc::kill(-pgid, 0) } == 0)
 }
 
-/// `accord __accord-watchdog PGID GRACE_MS`, stdin the read end of accord's pipe: waits for
-/// end-of-file (accord has exited or is done with the command), then ends the group.
+/// `accord __accord-watchdog GRACE_MS`, stdin the read end of accord's pipe, the leader of the
+/// command's group: waits for end-of-file (accord has exited or is done with the command), then
+/// ends its group.
 pub fn watchdog_main(args: &[String]) -> std::process::ExitCode {
-    let (Some(pgid), Some(grace_ms)) = (
-        args.first().and_then(|a| a.parse::<libc::pid_t>().ok()),
-        args.get(1).and_then(|a| a.parse::<u64>().ok()),
-    ) else {
-        let _ = writeln!(io::stderr(), "accord: {WATCHDOG_ARG} PGID GRACE_MS");
+    let Some(grace_ms) = args.first().and_then(|a| a.parse::<u64>().ok()) else {
+        let _ = writeln!(io::stderr(), "accord: {WATCHDOG_ARG} GRACE_MS");
         return std::process::ExitCode::from(2);
     };
-    if pgid <= 1 {
+    // SAFETY: getpgrp and getpid have no preconditions.
+    let (pgid, me) = unsafe { (libc::getpgrp(), libc::getpid()) };
+    if pgid != me {
+        let _ = writeln!(
+            io::stderr(),
+            "accord: {WATCHDOG_ARG} must lead its process group"
+        );
         return std::process::ExitCode::from(2);
     }
     let mut stdin = io::stdin().lock();
@@ -345,49 +376,6 @@ pub fn watchdog_main(args: &[String]) -> std::process::ExitCode {
             Err(_) => break,
         }
     }
-    // SAFETY: getpid has no preconditions.
-    let me = unsafe { libc::getpid() };
     end_group(pgid, Duration::from_millis(grace_ms), Some(me));
     std::process::ExitCode::SUCCESS
-}
-
-/// The controlling terminal, when accord's process group is its foreground group.
-struct Terminal {
-    fd: OwnedFd,
-    pgrp: libc::pid_t,
-}
-
-impl Terminal {
-    fn owned_by_our_group() -> Option<Terminal> {
-        // SAFETY: open(2) with a NUL-terminated path; the descriptor is then ours.
-        let fd = unsafe {
-            libc::open(
-                c"/dev/tty".as_ptr(),
-                libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return None; // no controlling terminal
-        }
-        // SAFETY: fd is a fresh descriptor we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: tcgetpgrp and getpgrp have no memory-safety preconditions.
-        let pgrp = unsafe { libc::getpgrp() };
-        (unsafe { libc::tcgetpgrp(fd.as_raw_fd()) } == pgrp).then_some(Terminal { fd, pgrp })
-    }
-
-    /// Makes accord's group the terminal's foreground group again.
-    fn take_back(self) {
-        // SAFETY: sigset manipulation on local values; tcsetpgrp on a descriptor we own. SIGTTOU
-        // is blocked in this thread so that tcsetpgrp from the background does not stop us.
-        unsafe {
-            let mut block: libc::sigset_t = std::mem::zeroed();
-            let mut old: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut block);
-            libc::sigaddset(&mut block, libc::SIGTTOU);
-            libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
-            libc::tcsetpgrp(self.fd.as_raw_fd(), self.pgrp);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        }
-    }
 }
