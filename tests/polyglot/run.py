@@ -117,7 +117,6 @@ def main() -> int:
             len(rows) == reported,
             f"the audit holds every grant ({len(rows)} recorded, {reported} reported)",
         ),
-        (reported == len(started) * GRANTS, f"each worker was granted {GRANTS} times"),
         (
             not backwards,
             f"fences strictly increase in commit order ({len(backwards)} out of order"
