@@ -33,6 +33,22 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Every kind, in the order of C's status codes (which start at 1): what each binding's
+    /// tests walk to check that its mapping is one to one.
+    pub const ALL: [ErrorKind; 11] = [
+        ErrorKind::InvalidArgument,
+        ErrorKind::Held,
+        ErrorKind::Done,
+        ErrorKind::Timeout,
+        ErrorKind::Cancelled,
+        ErrorKind::LeaseLost,
+        ErrorKind::Connection,
+        ErrorKind::Database,
+        ErrorKind::Closed,
+        ErrorKind::Unsupported,
+        ErrorKind::Internal,
+    ];
+
     /// The stable name of the kind, as Node's `err.code` and C's status names use it.
     pub fn code(self) -> &'static str {
         match self {
@@ -100,7 +116,9 @@ impl Error {
         &self.message
     }
 
-    pub(crate) fn invalid(field: &str, why: impl fmt::Display) -> Self {
+    /// `InvalidArgument` naming `field`: how every binding reports an argument it cannot
+    /// convert, so that the message reads the same as the core's own checks.
+    pub fn invalid(field: &str, why: impl fmt::Display) -> Self {
         Error::new(
             ErrorKind::InvalidArgument,
             format!("invalid {field}: {why}"),
@@ -130,15 +148,18 @@ impl Error {
         )
     }
 
-    pub(crate) fn closed() -> Self {
+    /// `Closed`: the client (and so this call's lease or subscription) is closed.
+    pub fn closed() -> Self {
         Error::new(ErrorKind::Closed, "the accord client is closed")
     }
 
-    pub(crate) fn cancelled(what: &str) -> Self {
+    /// `Cancelled`: `what` (say, `acquire of "k"`) was cancelled by its caller.
+    pub fn cancelled(what: &str) -> Self {
         Error::new(ErrorKind::Cancelled, format!("{what} was cancelled"))
     }
 
-    pub(crate) fn internal(what: impl fmt::Display) -> Self {
+    /// `Internal`: a bug in accord (or in a binding), described by `what`.
+    pub fn internal(what: impl fmt::Display) -> Self {
         Error::new(
             ErrorKind::Internal,
             format!("internal error in accord: {what}"),

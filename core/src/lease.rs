@@ -1,184 +1,17 @@
-//! A held key: its handle ([`Lease`], a guard that releases when dropped) and the state the
-//! handle shares with the keepalive ([`LeaseCore`]), including the lost signal of G4.
+//! The [`Lease`] handle: a held key, a guard that releases when dropped. Its state lives in
+//! the session's grant, which the keepalive renews and whose signals every binding reads.
 
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use tokio_util::sync::CancellationToken;
 
 use crate::backend::LeaseRef;
-use crate::client::Client;
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::session::{Grant, LeaseStatus, Session};
 use crate::{validate, Metadata};
-
-/// The local deadline stops this much before the coordinator's expiry could come (G4): room for
-/// clock-rate differences and for the holder to act on the lost signal.
-pub(crate) fn safety_margin(ttl: Duration) -> Duration {
-    (ttl / 10).min(Duration::from_secs(2))
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Phase {
-    Held,
-    /// A release or done is in flight: no longer renewed, but still watched, so that lost
-    /// fires at the deadline if the coordinator has not answered by then (G4).
-    Ending,
-    Released,
-    Done,
-    Lost(&'static str),
-}
-
-impl Phase {
-    /// Held, or ending with a statement in flight: the deadline still applies.
-    pub fn is_live(self) -> bool {
-        matches!(self, Phase::Held | Phase::Ending)
-    }
-}
-
-pub(crate) struct LeaseState {
-    pub phase: Phase,
-    pub expires_at: DateTime<Utc>,
-    pub metadata: Metadata,
-    /// Send time of the latest confirmed grant or renewal, on the monotonic clock.
-    pub renewed_from: Instant,
-}
-
-/// What the lease handle and the keepalive share.
-pub(crate) struct LeaseCore {
-    pub key: String,
-    pub fence: i64,
-    pub ttl: Duration,
-    pub state: Mutex<LeaseState>,
-    lost: CancellationToken,
-    /// One release or done at a time, so that a second one sees the first one's outcome
-    /// instead of racing it.
-    ending: tokio::sync::Mutex<()>,
-}
-
-impl LeaseCore {
-    pub fn new(
-        key: String,
-        fence: i64,
-        ttl: Duration,
-        expires_at: DateTime<Utc>,
-        metadata: Metadata,
-        sent: Instant,
-    ) -> Self {
-        LeaseCore {
-            key,
-            fence,
-            ttl,
-            state: Mutex::new(LeaseState {
-                phase: Phase::Held,
-                expires_at,
-                metadata,
-                renewed_from: sent,
-            }),
-            lost: CancellationToken::new(),
-            ending: tokio::sync::Mutex::new(()),
-        }
-    }
-
-    /// G4: the send time of the last confirmed renewal + ttl − margin. The coordinator computed
-    /// its expiry from a later instant (when it ran the statement), so this comes first.
-    pub fn deadline(&self, state: &LeaseState) -> Instant {
-        state.renewed_from + self.ttl - safety_margin(self.ttl)
-    }
-
-    /// When the keepalive wants to renew: a third of the ttl after the last renewal.
-    pub fn renew_at(&self, state: &LeaseState) -> Instant {
-        state.renewed_from + self.ttl / 3
-    }
-
-    /// Records a renewal the coordinator confirmed; `sent` is when its statement was sent.
-    pub fn confirm(&self, sent: Instant, expires_at: DateTime<Utc>) {
-        let mut state = self.state.lock().unwrap();
-        if state.phase.is_live() && sent > state.renewed_from {
-            // A confirmation arriving after the deadline passed cannot revive the lease: the
-            // holder may already have acted on lost.
-            if Instant::now() < self.deadline(&state) {
-                state.renewed_from = sent;
-                state.expires_at = expires_at;
-            }
-        }
-    }
-
-    /// Fires lost if the deadline has passed, whether or not a call is in flight. Returns
-    /// whether the lease is lost.
-    pub fn check_deadline(&self, now: Instant) -> bool {
-        let mut state = self.state.lock().unwrap();
-        if state.phase.is_live() && now >= self.deadline(&state) {
-            state.phase = Phase::Lost("it was not renewed within its ttl");
-            drop(state);
-            self.fire_lost("not renewed within its ttl");
-            return true;
-        }
-        matches!(state.phase, Phase::Lost(_))
-    }
-
-    /// True while a release or done of the lease is in flight.
-    pub fn is_ending(&self) -> bool {
-        self.state.lock().unwrap().phase == Phase::Ending
-    }
-
-    /// Marks a held lease lost (the coordinator no longer records this grant).
-    pub fn mark_lost(&self, why: &'static str) -> bool {
-        let mut state = self.state.lock().unwrap();
-        if !state.phase.is_live() {
-            return false;
-        }
-        state.phase = Phase::Lost(why);
-        drop(state);
-        self.fire_lost(why);
-        true
-    }
-
-    fn fire_lost(&self, why: &str) {
-        tracing::warn!(target: "accord", key = %self.key, fence = self.fence, reason = why, "lease lost");
-        self.lost.cancel();
-    }
-
-    /// Ends a lease on client close: it is released, and its holder learns it no longer holds.
-    pub fn end_with_close(&self) -> bool {
-        let mut state = self.state.lock().unwrap();
-        let was_held = state.phase.is_live();
-        if was_held {
-            state.phase = Phase::Released;
-        }
-        drop(state);
-        self.lost.cancel();
-        was_held
-    }
-
-    /// Checks that the lease may still be used by renew or done.
-    fn require_held(&self) -> Result<()> {
-        if self.check_deadline(Instant::now()) {
-            return Err(self.lost_error());
-        }
-        match self.state.lock().unwrap().phase {
-            Phase::Held => Ok(()),
-            Phase::Ending => Err(Error::lease_lost(
-                &self.key,
-                self.fence,
-                "it is being released or marked done",
-            )),
-            Phase::Released => Err(Error::lease_lost(&self.key, self.fence, "it was released")),
-            Phase::Done => Err(Error::lease_lost(&self.key, self.fence, "it is done")),
-            Phase::Lost(why) => Err(Error::lease_lost(&self.key, self.fence, why)),
-        }
-    }
-
-    fn lost_error(&self) -> Error {
-        let why = match self.state.lock().unwrap().phase {
-            Phase::Lost(why) => why,
-            _ => "it is no longer held",
-        };
-        Error::lease_lost(&self.key, self.fence, why)
-    }
-}
 
 /// A key held by this client: `key`, `fence`, `owner`, `expires_at`, `metadata`, and the calls
 /// `renew`, `release`, `done`. The keepalive renews it in the background until it is released,
@@ -187,70 +20,84 @@ impl LeaseCore {
 /// `Lease` is a guard: dropping a held lease releases it in the background. Call
 /// [`Lease::release`] to release it and see the outcome.
 pub struct Lease {
-    pub(crate) client: Client,
-    pub(crate) core: Arc<LeaseCore>,
+    session: Arc<Session>,
+    grant: Arc<Grant>,
 }
 
 impl fmt::Debug for Lease {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lease")
-            .field("key", &self.core.key)
-            .field("fence", &self.core.fence)
+            .field("key", &self.grant.key)
+            .field("fence", &self.grant.fence)
             .field("owner", &self.owner())
+            .field("status", &self.status())
             .finish_non_exhaustive()
     }
 }
 
 impl Lease {
+    pub(crate) fn new(session: Arc<Session>, grant: Arc<Grant>) -> Lease {
+        Lease { session, grant }
+    }
+
     /// The key held.
     pub fn key(&self) -> &str {
-        &self.core.key
+        &self.grant.key
     }
 
     /// The fencing token of this grant: larger than that of every earlier grant of any key.
     /// Pass it to the resources you write, and have them refuse smaller ones.
     pub fn fence(&self) -> i64 {
-        self.core.fence
+        self.grant.fence
     }
 
     /// The owner recorded for this lease (the client's owner).
     pub fn owner(&self) -> &str {
-        self.client.owner()
-    }
-
-    /// The client this lease belongs to.
-    pub fn client(&self) -> &Client {
-        &self.client
+        &self.session.scope.owner
     }
 
     /// The namespace of the key.
     pub fn namespace(&self) -> &str {
-        self.client.namespace()
+        &self.session.scope.namespace
     }
 
     /// The ttl the lease is renewed with.
     pub fn ttl(&self) -> Duration {
-        self.core.ttl
+        self.grant.ttl
     }
 
     /// The expiry the coordinator last confirmed (its clock).
     pub fn expires_at(&self) -> DateTime<Utc> {
-        self.core.state.lock().unwrap().expires_at
+        self.grant.lock().expires_at
     }
 
     /// The key's metadata as of the latest grant, renew or done of this handle.
     pub fn metadata(&self) -> Metadata {
-        self.core.state.lock().unwrap().metadata.clone()
+        self.grant.lock().metadata.clone()
     }
 
-    /// True once the lease is lost: not renewed before its local deadline, or found taken over.
-    /// Checked against the deadline at each call, so it is exact even while the keepalive
-    /// task has not run yet (say, right after the process was stopped and resumed).
+    /// Where the lease stands: held, ending, released, done, or lost and why. Checked against
+    /// the deadline at each call, as [`Lease::is_lost`] is.
+    pub fn status(&self) -> LeaseStatus {
+        if self.session.is_forked() {
+            return LeaseStatus::Lost(crate::LostReason::Forked);
+        }
+        self.grant.check_deadline(Instant::now());
+        self.grant.status()
+    }
+
+    /// True once the lease is lost: not renewed before its local deadline, found taken over,
+    /// or its client closed while holding it. Checked against the deadline at each call, so it
+    /// is exact even while the keepalive task has not run yet (say, right after the process
+    /// was stopped and resumed).
     pub fn is_lost(&self) -> bool {
-        // In a child process after fork() the lease is the parent's, never this process's.
-        self.client.shared().is_forked()
-            || self.core.check_deadline(Instant::now())
-            || self.core.lost.is_cancelled()
+        matches!(self.status(), LeaseStatus::Lost(_))
+    }
+
+    /// G12 for a binding's own waits (say, on the lost signal): `Unsupported`, naming fork(),
+    /// in a child process of the one that created the client.
+    pub fn check_process(&self) -> Result<()> {
+        self.session.check_fork()
     }
 
     /// Resolves when the lease is lost (or the client closes while holding it). Never
@@ -260,19 +107,19 @@ impl Lease {
         async move { signal.wait().await }
     }
 
-    /// The lost signal, detached from the handle (for bindings that wait with their own
-    /// timeouts).
+    /// The lease's signals, detached from the handle (for bindings that wait with their own
+    /// timeouts). Holding it does not keep the lease held.
     pub fn lost_signal(&self) -> LostSignal {
         LostSignal {
-            token: self.core.lost.clone(),
-            pid: self.client.shared().pid,
+            grant: self.grant.clone(),
+            pid: self.session.pid(),
         }
     }
 
     fn lease_ref(&self) -> LeaseRef<'_> {
-        self.client
-            .shared()
-            .lease_ref(&self.core.key, self.core.fence)
+        self.session
+            .scope
+            .lease_ref(&self.grant.key, self.grant.fence)
     }
 
     /// Extends the lease by its ttl now (the keepalive does this on its own).
@@ -287,25 +134,23 @@ impl Lease {
     }
 
     async fn renew_inner(&self, metadata: Option<String>) -> Result<()> {
-        self.client.shared().check_usable()?;
-        self.core.require_held()?;
+        self.session.check_usable()?;
+        self.grant.require_held()?;
         let sent = Instant::now();
         let renewed = self
-            .client
-            .shared()
+            .session
+            .scope
             .backend
-            .renew(self.lease_ref(), self.core.ttl, metadata.as_deref())
+            .renew(self.lease_ref(), self.grant.ttl, metadata.as_deref())
             .await?;
         match renewed {
             Some(r) => {
-                self.core.confirm(sent, r.expires_at);
-                self.core.state.lock().unwrap().metadata = r.metadata;
-                self.core.require_held()
+                self.grant.confirm(sent, r.expires_at, Some(r.metadata));
+                self.grant.require_held()
             }
             None => {
-                self.core
-                    .mark_lost("the coordinator no longer records this grant");
-                Err(self.core.lost_error())
+                self.grant.mark_lost(crate::LostReason::NotRecorded);
+                Err(self.grant.error_for(self.grant.status()))
             }
         }
     }
@@ -318,18 +163,16 @@ impl Lease {
     /// coordinator did: `Ok` if it still recorded this grant (the key was never anyone
     /// else's), `LeaseLost` if not.
     pub async fn release(&self) -> Result<()> {
-        let shared = self.client.shared();
-        shared.check_usable()?;
-        let _one_at_a_time = self.core.ending.lock().await;
-        if self.core.check_deadline(Instant::now()) {
-            return Err(self.core.lost_error());
+        self.session.check_usable()?;
+        let _one_at_a_time = self.grant.ending.lock().await;
+        if self.grant.check_deadline(Instant::now()) {
+            return Err(self.grant.error_for(self.grant.status()));
         }
-        if !self.core.begin_ending(true)? {
+        if !self.grant.begin_ending(true)? {
             return Ok(());
         }
-        let released = shared.backend.release(self.lease_ref()).await;
-        self.core
-            .finish_ending(shared, released.map(|r| r.then_some(())), Phase::Released)
+        let released = self.session.scope.backend.release(self.lease_ref()).await;
+        self.finish(released, LeaseStatus::Released)
     }
 
     /// Marks the key done (never granted again until `reset`), merging `metadata` into its
@@ -341,109 +184,94 @@ impl Lease {
             .as_ref()
             .map(|m| validate::metadata("metadata", m))
             .transpose()?;
-        let shared = self.client.shared();
-        shared.check_usable()?;
-        let _one_at_a_time = self.core.ending.lock().await;
-        if self.core.check_deadline(Instant::now()) {
-            return Err(self.core.lost_error());
+        self.session.check_usable()?;
+        let _one_at_a_time = self.grant.ending.lock().await;
+        if self.grant.check_deadline(Instant::now()) {
+            return Err(self.grant.error_for(self.grant.status()));
         }
         // Held, or ending after a release or done that failed on the way: a retry may go.
-        self.core.begin_ending(false)?;
-        let done = shared.backend.done(self.lease_ref(), text.as_deref()).await;
+        self.grant.begin_ending(false)?;
+        let done = self
+            .session
+            .scope
+            .backend
+            .done(self.lease_ref(), text.as_deref())
+            .await;
         let merged = done.as_ref().ok().and_then(Option::clone);
-        self.core
-            .finish_ending(shared, done.map(|d| d.map(|_| ())), Phase::Done)?;
+        self.finish(done.map(|d| d.is_some()), LeaseStatus::Done)?;
         if let Some(merged) = merged {
-            self.core.state.lock().unwrap().metadata = merged;
+            self.grant.lock().metadata = merged;
         }
         Ok(())
     }
-}
 
-impl LeaseCore {
-    /// Takes the lease out of renewal for a release or done. Returns false when there is
-    /// nothing to end (already released or done: a release is then harmless).
-    fn begin_ending(&self, release: bool) -> Result<bool> {
-        let mut state = self.state.lock().unwrap();
-        match state.phase {
-            Phase::Held | Phase::Ending => {
-                state.phase = Phase::Ending;
-                Ok(true)
-            }
-            Phase::Released | Phase::Done if release => Ok(false),
-            Phase::Released => Err(Error::lease_lost(&self.key, self.fence, "it was released")),
-            Phase::Done => Err(Error::lease_lost(&self.key, self.fence, "it is done")),
-            Phase::Lost(why) => Err(Error::lease_lost(&self.key, self.fence, why)),
-        }
-    }
-
-    /// Records the coordinator's answer to a release or done: `Some` when it still recorded
-    /// this grant. A failed statement leaves the lease ending: not renewed, and lost at its
-    /// deadline unless a retry succeeds first.
-    fn finish_ending(
-        &self,
-        shared: &crate::client::Shared,
-        answer: Result<Option<()>>,
-        ended: Phase,
-    ) -> Result<()> {
-        match answer? {
-            Some(()) => {
-                let mut state = self.state.lock().unwrap();
-                if state.phase == Phase::Ending {
-                    state.phase = ended;
-                }
-                drop(state);
-                shared.keepalive.remove(self.fence);
-                Ok(())
-            }
-            None => {
-                self.mark_lost("the coordinator no longer records this grant");
-                shared.keepalive.remove(self.fence);
-                Err(self.lost_error())
-            }
-        }
+    /// Records the coordinator's answer to a release or done. A failed statement leaves the
+    /// lease ending: not renewed, and lost at its deadline unless a retry succeeds first.
+    fn finish(&self, answer: Result<bool>, ended: LeaseStatus) -> Result<()> {
+        let recorded = answer?;
+        self.session.keepalive.remove(self.grant.fence);
+        self.grant.finish_ending(recorded, ended)
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        let held = {
-            let mut state = self.core.state.lock().unwrap();
-            let held = state.phase.is_live();
-            if held {
-                state.phase = Phase::Released;
-            }
-            held
-        };
-        if !held {
-            return;
-        }
-        let shared = self.client.shared();
-        shared.keepalive.remove(self.core.fence);
-        if shared.check_usable().is_ok() {
-            shared.give_back_later(self.core.key.clone(), self.core.fence);
-        }
+        self.session.abandon(&self.grant);
     }
 }
 
-/// A lease's lost signal, detached from the lease handle. In a child process after fork() it
-/// has fired: the parent's lease was never the child's.
-#[derive(Clone, Debug)]
+/// A lease's signals, detached from the lease handle: lost, and ended (released, done or
+/// lost). In a child process after fork() the lease counts as lost: the parent's lease was
+/// never the child's.
+#[derive(Clone)]
 pub struct LostSignal {
-    token: CancellationToken,
+    grant: Arc<Grant>,
     pid: u32,
 }
 
+impl fmt::Debug for LostSignal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LostSignal")
+            .field("key", &self.grant.key)
+            .field("fence", &self.grant.fence)
+            .field("status", &self.status())
+            .finish()
+    }
+}
+
 impl LostSignal {
+    fn forked(&self) -> bool {
+        std::process::id() != self.pid
+    }
+
     /// True once the lease was lost.
     pub fn fired(&self) -> bool {
-        self.token.is_cancelled() || std::process::id() != self.pid
+        self.forked() || self.grant.lost_token().is_cancelled()
     }
-    /// Resolves when the lease is lost.
+
+    /// Resolves when the lease is lost; never for a lease released or done normally.
     pub async fn wait(&self) {
-        if std::process::id() != self.pid {
+        if self.forked() {
             return;
         }
-        self.token.cancelled().await
+        self.grant.lost_token().cancelled().await
+    }
+
+    /// The lease's status now (as [`Lease::status`], without the deadline check, which the
+    /// keepalive makes on time).
+    pub fn status(&self) -> LeaseStatus {
+        if self.forked() {
+            return LeaseStatus::Lost(crate::LostReason::Forked);
+        }
+        self.grant.status()
+    }
+
+    /// Resolves when the lease ends in any way, with how it ended (`Released`, `Done` or
+    /// `Lost`). Bindings wait on this rather than tracking the end of a lease themselves.
+    pub async fn ended(&self) -> LeaseStatus {
+        if !self.forked() {
+            self.grant.ended_token().cancelled().await;
+        }
+        self.status()
     }
 }

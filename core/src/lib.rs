@@ -31,25 +31,39 @@
 //! The guarantees (G1–G12) are described in `docs/semantics.md`.
 #![warn(missing_docs)]
 
+// The layers, each using only those listed before it (docs/architecture.md):
+// error, validate, options, rules → backend → session → lease, subscription → client.
 mod backend;
 mod client;
 mod error;
-mod keepalive;
 mod lease;
 mod options;
+mod rules;
+mod session;
 mod subscription;
 mod validate;
-mod waiters;
 
 pub use client::Client;
 pub use error::{Error, ErrorKind, Result};
 pub use lease::{Lease, LostSignal};
 pub use options::{
     AcquireOptions, ClientOptions, KeyState, LeaseInfo, ListPage, ListQuery, StateFilter,
-    MAX_LIST_LIMIT,
 };
-pub use subscription::{Event, Message, Subscription};
-pub use validate::{MAX_CHANNEL_BYTES, MAX_METADATA_BYTES, MAX_NAME_BYTES, MAX_TTL, MIN_TTL};
+pub use session::{Event, LeaseStatus, LostReason, Message};
+pub use subscription::Subscription;
+pub use validate::{
+    MAX_CHANNEL_BYTES, MAX_LIST_LIMIT, MAX_METADATA_BYTES, MAX_NAME_BYTES, MAX_POOL_SIZE, MAX_TTL,
+    MIN_TTL,
+};
+
+/// The limits of docs/semantics.md (G11) and the conversions bindings use to check their own
+/// integers against them, so that no binding restates a range or its message.
+pub mod limits {
+    pub use crate::validate::{
+        list_limit, pool_size, MAX_CHANNEL_BYTES, MAX_LIST_LIMIT, MAX_METADATA_BYTES,
+        MAX_NAME_BYTES, MAX_POOL_SIZE, MAX_TTL, MIN_TTL,
+    };
+}
 
 /// Re-exported so that metadata can be built without naming the crate separately.
 pub use serde_json;

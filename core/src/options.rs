@@ -6,7 +6,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
-use crate::Metadata;
+use crate::{validate, Metadata};
 
 /// How a [`crate::Client`] connects and behaves. Every field has a default; set the ones you
 /// need with the builder methods.
@@ -54,6 +54,18 @@ impl fmt::Debug for ClientOptions {
 }
 
 impl ClientOptions {
+    /// Checks every field (G11), naming the one that is wrong.
+    pub(crate) fn validate(&self) -> crate::Result<()> {
+        validate::name("namespace", &self.namespace)?;
+        if let Some(owner) = &self.owner {
+            validate::name("owner", owner)?;
+        }
+        validate::ttl("ttl", self.ttl)?;
+        validate::schema(&self.schema)?;
+        validate::pool_size(i64::try_from(self.pool_size).unwrap_or(i64::MAX))?;
+        Ok(())
+    }
+
     /// Options with every default.
     pub fn new() -> Self {
         Self::default()
@@ -213,9 +225,6 @@ pub struct ListQuery {
     pub(crate) cursor: Option<String>,
 }
 
-/// Largest page `list` returns.
-pub const MAX_LIST_LIMIT: usize = 1000;
-
 impl Default for ListQuery {
     fn default() -> Self {
         ListQuery {
@@ -266,6 +275,21 @@ impl ListQuery {
 }
 
 impl ListQuery {
+    /// Checks every field (G11), naming the one that is wrong.
+    pub(crate) fn validate(&self) -> crate::Result<()> {
+        if let Some(prefix) = &self.prefix {
+            if !prefix.is_empty() {
+                validate::name("prefix", prefix)?;
+            }
+        }
+        if let Some(m) = &self.metadata {
+            validate::metadata("metadata filter", m)?;
+        }
+        validate::list_limit(i64::try_from(self.limit).unwrap_or(i64::MAX))?;
+        self.cursor_fence()?;
+        Ok(())
+    }
+
     /// The cursor as the fence it stands for (backends page by fence, newest first).
     pub(crate) fn cursor_fence(&self) -> crate::Result<Option<i64>> {
         self.cursor

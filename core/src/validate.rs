@@ -17,6 +17,32 @@ pub const MAX_METADATA_BYTES: usize = 64 * 1024;
 pub const MIN_TTL: Duration = Duration::from_millis(100);
 /// Longest lease.
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+/// Most command connections one client opens.
+pub const MAX_POOL_SIZE: usize = 64;
+/// Largest page `list` returns.
+pub const MAX_LIST_LIMIT: usize = 1000;
+
+/// A client's pool size from a binding's integer: `InvalidArgument` naming `pool_size`
+/// outside 1..=[`MAX_POOL_SIZE`].
+pub fn pool_size(value: i64) -> Result<usize> {
+    count("pool_size", value, MAX_POOL_SIZE)
+}
+
+/// A list page size from a binding's integer: `InvalidArgument` naming `limit` outside
+/// 1..=[`MAX_LIST_LIMIT`].
+pub fn list_limit(value: i64) -> Result<usize> {
+    count("limit", value, MAX_LIST_LIMIT)
+}
+
+fn count(field: &str, value: i64, max: usize) -> Result<usize> {
+    match usize::try_from(value) {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(Error::invalid(
+            field,
+            format!("{value} is outside 1..={max}"),
+        )),
+    }
+}
 
 pub(crate) fn name(field: &str, value: &str) -> Result<()> {
     bounded_text(field, value, MAX_NAME_BYTES)
@@ -129,6 +155,17 @@ mod tests {
         let mut nul = Metadata::new();
         nul.insert("k".into(), "a\0b".into());
         assert!(metadata("metadata", &nul).is_err());
+    }
+
+    #[test]
+    fn counts_name_their_field_and_range() {
+        assert_eq!(pool_size(64).unwrap(), 64);
+        assert_eq!(
+            pool_size(-1).unwrap_err().message(),
+            "invalid pool_size: -1 is outside 1..=64"
+        );
+        assert_eq!(list_limit(1000).unwrap(), 1000);
+        assert!(list_limit(0).unwrap_err().message().contains("limit"));
     }
 
     #[test]

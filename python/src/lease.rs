@@ -101,7 +101,7 @@ lease_class! {
     #[pyo3(signature = (timeout=None))]
     fn wait_lost(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
         let timeout = convert::timeout("timeout", timeout)?;
-        self.inner.client().check_process().py()?;
+        self.inner.check_process().py()?;
         if self.inner.is_lost() {
             return Ok(true);
         }
@@ -200,7 +200,7 @@ lease_class! {
     /// `asyncio.wait`, or await it in a task that stops the work.
     #[getter]
     fn lost<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.inner.client().check_process().py()?;
+        self.inner.check_process().py()?;
         let signal = self.inner.lost_signal();
         let gone = self.gone.clone();
         // Never settled if the lease object goes away first (the task then ends).

@@ -3,7 +3,7 @@
 
 use std::ffi::{c_char, CString};
 
-use accord_core::{CancellationToken, Error, ErrorKind, Lease};
+use accord_core::{Error, ErrorKind, Lease, LeaseStatus, LostReason};
 
 use crate::client::{accord_client, accord_client_event, accord_client_event_kind};
 use crate::error::{accord_error, accord_status, run, run_or};
@@ -16,29 +16,26 @@ pub struct accord_lease {
     lease: Lease,
     key: CString,
     owner: CString,
-    /// Ends the watcher that reports this lease's loss to the client's event queue.
-    finished: CancellationToken,
 }
 
 impl accord_lease {
     pub(crate) fn create(client: &accord_client, lease: Lease) -> *mut accord_lease {
-        let finished = CancellationToken::new();
-        let (lost, done, events) = (lease.lost(), finished.clone(), client.events.clone());
+        // Reports the loss to the client's event queue; ends when the lease ends in any way
+        // (the core says when: released, done, lost, or dropped with the handle).
+        let (signal, events) = (lease.lost_signal(), client.events.clone());
         let event = accord_client_event {
             kind: accord_client_event_kind::ACCORD_CLIENT_EVENT_LEASE_LOST,
             fence: lease.fence(),
         };
         runtime().spawn(async move {
-            tokio::select! {
-                _ = lost => { let _ = events.send(event); }
-                _ = done.cancelled() => {}
+            if let LeaseStatus::Lost(_) = signal.ended().await {
+                let _ = events.send(event);
             }
         });
         Box::into_raw(Box::new(accord_lease {
             key: c_string(lease.key()),
             owner: c_string(lease.owner()),
             lease,
-            finished,
         }))
     }
 }
@@ -116,7 +113,7 @@ pub extern "C" fn accord_lease_wait_lost(
 ) -> accord_status {
     run(err, || {
         let l = handle("lease", lease)?;
-        l.lease.client().check_process()?;
+        l.lease.check_process()?;
         let lost = l.lease.lost();
         block_on(async {
             tokio::select! {
@@ -125,13 +122,10 @@ pub extern "C" fn accord_lease_wait_lost(
                 _ = elapse(timeout_ms) => Err(Error::new(ErrorKind::Timeout, "the lease was not lost within the timeout")),
             }
         })?;
-        if l.lease.client().is_closed() {
-            return Err(Error::new(
-                ErrorKind::Closed,
-                "the accord client was closed",
-            ));
+        match l.lease.status() {
+            LeaseStatus::Lost(LostReason::ClientClosed) => Err(Error::closed()),
+            _ => Ok(()),
         }
-        Ok(())
     })
 }
 
@@ -161,9 +155,7 @@ pub extern "C" fn accord_lease_release(
 ) -> accord_status {
     run(err, || {
         let l = handle("lease", lease)?;
-        block_on(l.lease.release())?;
-        l.finished.cancel();
-        Ok(())
+        block_on(l.lease.release())
     })
 }
 
@@ -178,9 +170,7 @@ pub extern "C" fn accord_lease_done(
     run(err, || {
         let l = handle("lease", lease)?;
         let m = metadata("metadata_json", metadata_json)?;
-        block_on(l.lease.done(m))?;
-        l.finished.cancel();
-        Ok(())
+        block_on(l.lease.done(m))
     })
 }
 
@@ -189,8 +179,6 @@ pub extern "C" fn accord_lease_done(
 #[no_mangle]
 pub extern "C" fn accord_lease_free(lease: *mut accord_lease) {
     run_or((), || {
-        if let Some(boxed) = crate::ffi::take_box(lease) {
-            boxed.finished.cancel();
-        }
+        drop(crate::ffi::take_box(lease));
     })
 }

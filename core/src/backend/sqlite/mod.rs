@@ -24,6 +24,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::options::{KeyState, LeaseInfo, ListPage, ListQuery, StateFilter};
+use crate::rules::{self, Grantable, StoredKey};
 use crate::Metadata;
 
 const WAKEUP_CHANNEL: &str = "accord_wakeup";
@@ -48,11 +49,11 @@ fn parse_metadata(text: &str) -> Result<Metadata> {
         .map_err(|e| Error::internal(format!("stored metadata is not a JSON object: {e}")))
 }
 
-/// `jsonb ||` as PostgreSQL does it: top-level keys of `patch` replace those of `base`.
+/// `rules::merge_metadata` on stored text.
 fn merge(base: &str, patch: Option<&str>) -> Result<(String, Metadata)> {
     let mut merged = parse_metadata(base)?;
     if let Some(patch) = patch {
-        merged.extend(parse_metadata(patch)?);
+        rules::merge_metadata(&mut merged, parse_metadata(patch)?);
     }
     Ok((
         serde_json::to_string(&merged).unwrap_or_else(|_| "{}".into()),
@@ -133,21 +134,58 @@ impl SqliteBackend {
     }
 }
 
-/// The metadata of the lease if this grant still holds it, live.
+/// A stored key, as the rules in `crate::rules` read it, plus its metadata text.
+struct KeyRow {
+    owner: Option<String>,
+    fence: i64,
+    expires_at_ms: Option<i64>,
+    done: bool,
+    attempt: Option<i64>,
+    metadata: String,
+}
+
+impl KeyRow {
+    fn view(&self) -> StoredKey<'_> {
+        StoredKey {
+            owner: self.owner.as_deref(),
+            fence: self.fence,
+            expires_at_ms: self.expires_at_ms,
+            done: self.done,
+            attempt: self.attempt,
+        }
+    }
+}
+
+fn read_key(conn: &Connection, ns: &str, key: &str, what: &str) -> Result<Option<KeyRow>> {
+    conn.query_row(
+        "SELECT owner, fence, expires_at_ms, done, attempt, metadata FROM leases
+          WHERE namespace = ?1 AND key = ?2",
+        params![ns, key],
+        |r| {
+            Ok(KeyRow {
+                owner: r.get(0)?,
+                fence: r.get(1)?,
+                expires_at_ms: r.get(2)?,
+                done: r.get(3)?,
+                attempt: r.get(4)?,
+                metadata: r.get(5)?,
+            })
+        },
+    )
+    .optional()
+    .map_err(|e| db_error(what, e))
+}
+
+/// The key's metadata if this grant still holds it, live (`rules::holds`).
 fn live_metadata(
     tx: &Connection,
     (ns, key, owner, fence): (&str, &str, &str, i64),
     now: i64,
     what: &str,
 ) -> Result<Option<String>> {
-    tx.query_row(
-        "SELECT metadata FROM leases WHERE namespace = ?1 AND key = ?2 AND owner = ?3
-            AND fence = ?4 AND done = 0 AND expires_at_ms > ?5",
-        params![ns, key, owner, fence, now],
-        |r| r.get(0),
-    )
-    .optional()
-    .map_err(|e| db_error(what, e))
+    Ok(read_key(tx, ns, key, what)?
+        .filter(|row| rules::holds(&row.view(), owner, fence, now))
+        .map(|row| row.metadata))
 }
 
 /// What an acquire finds on a key.
@@ -159,25 +197,16 @@ enum Look {
 }
 
 fn look(conn: &Connection, ns: &str, key: &str, attempt: i64, now: i64) -> Result<Look> {
-    let row: Option<(Option<i64>, bool, Option<i64>, String)> = conn
-        .query_row(
-            "SELECT expires_at_ms, done, attempt, metadata FROM leases
-              WHERE namespace = ?1 AND key = ?2",
-            params![ns, key],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-        )
-        .optional()
-        .map_err(|e| db_error("acquire", e))?;
-    Ok(match row {
-        Some((_, true, _, _)) => Look::Refused(AcquireOutcome::Done),
-        Some((Some(expires), false, held_by, _)) if expires > now && held_by != Some(attempt) => {
-            Look::Refused(AcquireOutcome::Held {
-                remaining: Some(Duration::from_millis((expires - now) as u64)),
-            })
-        }
-        Some((_, _, _, metadata)) => Look::Grantable(Some(metadata)),
-        None => Look::Grantable(None),
-    })
+    let row = read_key(conn, ns, key, "acquire")?;
+    Ok(
+        match rules::grantable(row.as_ref().map(KeyRow::view).as_ref(), attempt, now) {
+            Grantable::Done => Look::Refused(AcquireOutcome::Done),
+            Grantable::Held(remaining) => Look::Refused(AcquireOutcome::Held {
+                remaining: Some(remaining),
+            }),
+            Grantable::Yes => Look::Grantable(row.map(|r| r.metadata)),
+        },
+    )
 }
 
 fn add_event(tx: &Connection, channel: &str, payload: &str, now: i64) -> Result<()> {
@@ -331,19 +360,21 @@ impl Backend for SqliteBackend {
             l.fence,
         );
         self.write("release", move |tx, now| {
-            let changed = tx
-                .execute(
+            let Some(row) = read_key(tx, &ns, &key, "release")? else {
+                return Ok((false, false));
+            };
+            if rules::holds(&row.view(), &owner, fence, now) {
+                tx.execute(
                     "UPDATE leases SET owner = NULL, expires_at_ms = NULL, attempt = NULL,
-                                       updated_at_ms = ?5
-                      WHERE namespace = ?1 AND key = ?2 AND owner = ?3 AND fence = ?4
-                        AND done = 0 AND expires_at_ms > ?5",
-                    params![ns, key, owner, fence, now],
+                                       updated_at_ms = ?3
+                      WHERE namespace = ?1 AND key = ?2",
+                    params![ns, key, now],
                 )
                 .map_err(|e| db_error("release", e))?;
-            if changed == 1 {
                 add_event(tx, WAKEUP_CHANNEL, &wakeup_payload(&ns, &key), now)?;
+                return Ok((true, true));
             }
-            Ok((changed == 1, changed == 1))
+            Ok((rules::released_by(&row.view(), fence), false))
         })
         .await
     }
@@ -357,11 +388,18 @@ impl Backend for SqliteBackend {
         );
         let metadata = metadata.map(str::to_string);
         self.write("done", move |tx, now| {
-            let base = live_metadata(tx, (&ns, &key, &owner, fence), now, "done")?;
-            let Some(base) = base else {
+            let Some(row) = read_key(tx, &ns, &key, "done")? else {
                 return Ok((None, false));
             };
-            let (text, merged) = merge(&base, metadata.as_deref())?;
+            if !rules::holds(&row.view(), &owner, fence, now) {
+                // A retry that finds the key done by this very grant succeeds.
+                return if rules::done_by(&row.view(), &owner, fence) {
+                    Ok((Some(parse_metadata(&row.metadata)?), false))
+                } else {
+                    Ok((None, false))
+                };
+            }
+            let (text, merged) = merge(&row.metadata, metadata.as_deref())?;
             tx.execute(
                 "UPDATE leases SET done = 1, expires_at_ms = NULL, attempt = NULL, metadata = ?3,
                                    updated_at_ms = ?4
@@ -378,17 +416,12 @@ impl Backend for SqliteBackend {
     async fn reset(&self, namespace: &str, key: &str) -> Result<ResetOutcome> {
         let (ns, key) = (namespace.to_string(), key.to_string());
         self.write("reset", move |tx, now| {
-            let row: Option<(bool, Option<i64>)> = tx
-                .query_row(
-                    "SELECT done, expires_at_ms FROM leases WHERE namespace = ?1 AND key = ?2",
-                    params![ns, key],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )
-                .optional()
-                .map_err(|e| db_error("reset", e))?;
-            let outcome = match row {
+            let outcome = match read_key(tx, &ns, &key, "reset")? {
                 None => ResetOutcome::NotFound,
-                Some((false, Some(expires))) if expires > now => ResetOutcome::Held,
+                // A live lease is never reset: its holder would keep believing it holds the key.
+                Some(row) if rules::key_state(&row.view(), now) == KeyState::Held => {
+                    ResetOutcome::Held
+                }
                 Some(_) => {
                     tx.execute(
                         "DELETE FROM leases WHERE namespace = ?1 AND key = ?2",
@@ -428,19 +461,25 @@ impl Backend for SqliteBackend {
                 while let Some(row) = rows.next().map_err(|e| db_error("list", e))? {
                     let done: bool = row.get(4).map_err(|e| db_error("list", e))?;
                     let expires: Option<i64> = row.get(3).map_err(|e| db_error("list", e))?;
-                    let state = match (done, expires) {
-                        (true, _) => KeyState::Done,
-                        (false, Some(e)) if e > now => KeyState::Held,
-                        _ => KeyState::Free,
-                    };
+                    let owner: Option<String> = row.get(1).map_err(|e| db_error("list", e))?;
+                    let fence: i64 = row.get(2).map_err(|e| db_error("list", e))?;
+                    let state = rules::key_state(
+                        &StoredKey {
+                            owner: owner.as_deref(),
+                            fence,
+                            expires_at_ms: expires,
+                            done,
+                            attempt: None,
+                        },
+                        now,
+                    );
                     if matches!(q.state, StateFilter::Only(s) if s != state) {
                         continue;
                     }
                     let metadata =
                         parse_metadata(&row.get::<_, String>(5).map_err(|e| db_error("list", e))?)?;
-                    // JSON containment, as PostgreSQL's @> for a flat object filter.
                     if let Some(filter) = &q.metadata {
-                        if !filter.iter().all(|(k, v)| metadata.get(k) == Some(v)) {
+                        if !rules::metadata_contains(&metadata, filter) {
                             continue;
                         }
                     }
@@ -448,12 +487,11 @@ impl Backend for SqliteBackend {
                         more = true;
                         break;
                     }
-                    let owner: Option<String> = row.get(1).map_err(|e| db_error("list", e))?;
                     items.push(LeaseInfo {
                         key: row.get(0).map_err(|e| db_error("list", e))?,
                         state,
                         owner: if state == KeyState::Free { None } else { owner },
-                        fence: row.get(2).map_err(|e| db_error("list", e))?,
+                        fence,
                         expires_at: if state == KeyState::Held {
                             expires.map(time)
                         } else {

@@ -13,10 +13,10 @@ use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::grant::{Grant, LeaseStatus, LostReason};
+use super::scope::Scope;
 use crate::backend::BatchItem;
-use crate::client::Shared;
 use crate::error::Result;
-use crate::lease::LeaseCore;
 
 const RETRY_MIN: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(1);
@@ -27,12 +27,12 @@ pub(crate) struct Keepalive {
     held: Mutex<Held>,
     changed: Notify,
     /// Renew statements sent so far (observable in tests and benchmarks).
-    pub(crate) ticks: std::sync::atomic::AtomicU64,
+    ticks: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Default)]
 struct Held {
-    by_fence: HashMap<i64, Arc<LeaseCore>>,
+    by_fence: HashMap<i64, Arc<Grant>>,
     /// When the task will look again, as its last scan decided (None before the first). Kept
     /// under the same lock as the map, so that an insert either is seen by a scan or sees the
     /// wake time that scan set.
@@ -47,8 +47,8 @@ impl Keepalive {
     /// Returns false, keeping nothing, once `closed` is cancelled: checked under the lock that
     /// [`Keepalive::take_all`] takes after the client cancels it, so that a grant adopted while
     /// the client closes is either taken by the close or refused here, never left behind.
-    pub fn insert(&self, lease: Arc<LeaseCore>, closed: &CancellationToken) -> bool {
-        let needs_at = lease.renew_at(&lease.state.lock().unwrap());
+    pub fn insert(&self, lease: Arc<Grant>, closed: &CancellationToken) -> bool {
+        let needs_at = lease.renew_at(&lease.lock());
         let mut held = self.held.lock().unwrap();
         if closed.is_cancelled() {
             return false;
@@ -66,7 +66,7 @@ impl Keepalive {
         self.held.lock().unwrap().by_fence.remove(&fence);
     }
 
-    pub fn take_all(&self) -> Vec<Arc<LeaseCore>> {
+    pub fn take_all(&self) -> Vec<Arc<Grant>> {
         self.held
             .lock()
             .unwrap()
@@ -74,6 +74,10 @@ impl Keepalive {
             .drain()
             .map(|(_, l)| l)
             .collect()
+    }
+
+    pub fn statements(&self) -> u64 {
+        self.ticks.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn len(&self) -> usize {
@@ -84,8 +88,8 @@ impl Keepalive {
 type Flight = Pin<Box<dyn std::future::Future<Output = Result<Vec<(i64, DateTime<Utc>)>>> + Send>>;
 
 struct Scan {
-    due: Vec<Arc<LeaseCore>>,
-    lost: Vec<Arc<LeaseCore>>,
+    due: Vec<Arc<Grant>>,
+    lost: Vec<Arc<Grant>>,
     next_wake: Instant,
 }
 
@@ -97,8 +101,8 @@ fn scan(keepalive: &Keepalive, now: Instant, may_send: bool, retry_after: Instan
     };
     let mut held = keepalive.held.lock().unwrap();
     held.by_fence.retain(|_, lease| {
-        let state = lease.state.lock().unwrap();
-        if !state.phase.is_live() {
+        let state = lease.lock();
+        if !state.status.is_live() {
             return false;
         }
         let deadline = lease.deadline(&state);
@@ -108,7 +112,7 @@ fn scan(keepalive: &Keepalive, now: Instant, may_send: bool, retry_after: Instan
         }
         scan.next_wake = scan.next_wake.min(deadline);
         // A lease whose release or done is in flight is watched, not renewed.
-        if may_send && state.phase == crate::lease::Phase::Held {
+        if may_send && state.status == LeaseStatus::Held {
             let renew_at = lease.renew_at(&state);
             if renew_at <= now + lease.ttl / 6 {
                 scan.due.push(lease.clone());
@@ -126,10 +130,10 @@ fn scan(keepalive: &Keepalive, now: Instant, may_send: bool, retry_after: Instan
     scan
 }
 
-/// The keepalive task of one client; ends when the client closes.
-pub(crate) async fn run(shared: Arc<Shared>) {
-    let keepalive = &shared.keepalive;
-    let mut flight: Option<(Flight, Vec<Arc<LeaseCore>>, Instant)> = None;
+/// The keepalive task of one session; ends when `closed` fires.
+pub(crate) async fn run(scope: Arc<Scope>, keepalive: Arc<Keepalive>, closed: CancellationToken) {
+    let keepalive = &*keepalive;
+    let mut flight: Option<(Flight, Vec<Arc<Grant>>, Instant)> = None;
     let mut retry_after = Instant::now();
     let mut backoff = RETRY_MIN;
     loop {
@@ -137,8 +141,10 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         let may_send = flight.is_none() && now >= retry_after;
         let scan = scan(keepalive, now, may_send, retry_after);
         for lease in &scan.lost {
-            if lease.check_deadline(now) {
-                give_back(&shared, lease);
+            // A lost lease may still be recorded as ours (the coordinator was out of reach):
+            // release it as soon as possible so that others need not wait for its expiry.
+            if lease.check_deadline(now) && !closed.is_cancelled() {
+                scope.give_back_later(lease.key.clone(), lease.fence);
             }
         }
         if !scan.due.is_empty() {
@@ -151,20 +157,23 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                     ttl: l.ttl,
                 })
                 .collect();
-            let backend = shared.backend.clone();
-            let (namespace, owner) = (shared.namespace.clone(), shared.owner.clone());
+            let scope = scope.clone();
             keepalive
                 .ticks
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let sent = Instant::now();
-            let fut: Flight =
-                Box::pin(async move { backend.renew_batch(&namespace, &owner, &items).await });
+            let fut: Flight = Box::pin(async move {
+                scope
+                    .backend
+                    .renew_batch(&scope.namespace, &scope.owner, &items)
+                    .await
+            });
             flight = Some((fut, scan.due, sent));
         }
         tokio::select! {
             _ = tokio::time::sleep_until(scan.next_wake.into()) => {}
             _ = keepalive.changed.notified() => {}
-            _ = shared.closed.cancelled() => return,
+            _ = closed.cancelled() => return,
             result = async { (&mut flight.as_mut().expect("guarded").0).await }, if flight.is_some() => {
                 let (_, sent_leases, sent) = flight.take().expect("guarded");
                 match result {
@@ -173,12 +182,12 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                         let renewed: HashMap<i64, DateTime<Utc>> = renewed.into_iter().collect();
                         for lease in sent_leases {
                             match renewed.get(&lease.fence) {
-                                Some(expires_at) => lease.confirm(sent, *expires_at),
+                                Some(expires_at) => lease.confirm(sent, *expires_at, None),
                                 // A lease whose release or done went out meanwhile may be
                                 // gone for that reason: that statement's answer decides.
-                                None if lease.is_ending() => {}
+                                None if lease.status() == LeaseStatus::Ending => {}
                                 None => {
-                                    if lease.mark_lost("the coordinator no longer records this grant") {
+                                    if lease.mark_lost(LostReason::NotRecorded) {
                                         keepalive.remove(lease.fence);
                                     }
                                 }
@@ -193,13 +202,5 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 }
             }
         }
-    }
-}
-
-/// A lost lease may still be recorded as ours (the coordinator was out of reach): release it
-/// as soon as possible so that others need not wait for its expiry.
-fn give_back(shared: &Arc<Shared>, lease: &Arc<LeaseCore>) {
-    if !shared.closed.is_cancelled() {
-        shared.give_back_later(lease.key.clone(), lease.fence);
     }
 }

@@ -1,0 +1,206 @@
+//! Acquiring a key: one try, or a wait woken by releases (G7), whose every failure leaves
+//! nothing held (G9). What it returns is a grant adopted by the keepalive; handles and recipes
+//! wrap it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::grant::Grant;
+use super::scope::Scope;
+use super::Session;
+use crate::backend::{AcquireOutcome, AcquireRequest, Granted};
+use crate::error::{Error, ErrorKind, Result};
+use crate::options::AcquireOptions;
+use crate::validate;
+
+/// A waiting acquire re-checks at least this often even without a wake-up: a safety net for a
+/// notification lost in a way the listening connection could not notice.
+const MAX_WAIT_SLICE: Duration = Duration::from_secs(30);
+/// When a concurrent change hid the holder's row, retry after about this long.
+const RACE_RETRY: Duration = Duration::from_millis(20);
+/// Wake a little after the holder's expiry so that the coordinator's clock has passed it.
+const EXPIRY_SLACK: Duration = Duration::from_millis(5);
+
+/// What one acquire call sends with each of its tries.
+#[derive(Clone)]
+struct Attempt {
+    key: String,
+    ttl: Duration,
+    metadata: Option<String>,
+    /// Random per call: a retried statement whose first try was granted (but whose answer was
+    /// lost with the connection) is granted again instead of waiting for itself.
+    token: i64,
+}
+
+impl Session {
+    /// Tries once (`wait` false: `None` when held) or waits until `key` is granted. Fails with
+    /// `Done`, `Timeout`, `Cancelled` or `Closed`; in every failure nothing is left held.
+    pub async fn acquire(
+        self: &Arc<Self>,
+        key: &str,
+        options: AcquireOptions,
+        wait: bool,
+    ) -> Result<Option<Arc<Grant>>> {
+        self.check_usable()?;
+        validate::name("key", key)?;
+        let ttl = options.ttl.unwrap_or(self.ttl);
+        validate::ttl("ttl", ttl)?;
+        let metadata = options
+            .metadata
+            .as_ref()
+            .map(|m| validate::metadata("metadata", m))
+            .transpose()?;
+        let started = Instant::now();
+        let deadline = options.timeout.map(|t| started + t);
+        let cancel = options.cancel.unwrap_or_default();
+        let attempt = Attempt {
+            key: key.to_string(),
+            ttl,
+            metadata,
+            token: rand::random(),
+        };
+        if !wait {
+            return match self.attempt(&attempt).await? {
+                (AcquireOutcome::Granted(g), sent) => self.adopt(&attempt, g, sent).await.map(Some),
+                (AcquireOutcome::Done, _) => Err(Error::done(key)),
+                (AcquireOutcome::Held { .. }, _) => Ok(None),
+            };
+        }
+        let waiter = self.dispatch.waiters.register(key);
+        // Listen for releases before the first try, so that none between the try and the
+        // wait is missed. Without the listening connection, waits end at the holder's expiry.
+        // That wait is bounded by the acquire's own timeout: past it, one try decides.
+        let listening_deadline = deadline.unwrap_or_else(|| started + MAX_WAIT_SLICE);
+        tokio::select! {
+            r = self.scope.backend.watch_wakeups() => if let Err(e) = r {
+                tracing::warn!(target: "accord", error = %e, "waiting without release notifications");
+            },
+            _ = tokio::time::sleep_until(listening_deadline.into()) => {
+                tracing::warn!(target: "accord", key, "the listening connection is not up yet; waiting without release notifications");
+            }
+            _ = cancel.cancelled() => return Err(Error::cancelled(&format!("acquire of {key:?}"))),
+            _ = self.closed.cancelled() => return Err(Error::closed()),
+        }
+        loop {
+            let notified = waiter.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let (outcome, sent) = self.attempt(&attempt).await?;
+            let remaining = match outcome {
+                AcquireOutcome::Granted(g) => {
+                    let grant = self.adopt(&attempt, g, sent).await?;
+                    if cancel.is_cancelled() {
+                        if grant.mark_released() {
+                            self.keepalive.remove(grant.fence);
+                            self.scope.give_back(&grant.key, grant.fence).await;
+                        }
+                        return Err(Error::cancelled(&format!("acquire of {key:?}")));
+                    }
+                    return Ok(Some(grant));
+                }
+                AcquireOutcome::Done => return Err(Error::done(key)),
+                AcquireOutcome::Held { remaining } => remaining,
+            };
+            let now = Instant::now();
+            let retry_in = remaining
+                .map(|r| r + EXPIRY_SLACK)
+                .unwrap_or(RACE_RETRY)
+                .min(MAX_WAIT_SLICE);
+            let wake_at = match deadline {
+                Some(d) if d <= now => return Err(timeout_error(key, started)),
+                Some(d) => d.min(now + retry_in),
+                None => now + retry_in,
+            };
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep_until(wake_at.into()) => {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Err(timeout_error(key, started));
+                    }
+                }
+                _ = cancel.cancelled() => return Err(Error::cancelled(&format!("acquire of {key:?}"))),
+                _ = self.closed.cancelled() => return Err(Error::closed()),
+            }
+        }
+    }
+
+    /// Sends one acquire statement on a task of its own, so that if the caller's future is
+    /// dropped mid-statement, a grant that arrives anyway is given back instead of left held.
+    async fn attempt(&self, attempt: &Attempt) -> Result<(AcquireOutcome, Instant)> {
+        let scope = self.scope.clone();
+        let request = attempt.clone();
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let sent = Instant::now();
+            let outcome = scope
+                .backend
+                .acquire(&AcquireRequest {
+                    namespace: &scope.namespace,
+                    key: &request.key,
+                    owner: &scope.owner,
+                    ttl: request.ttl,
+                    metadata: request.metadata.as_deref(),
+                    attempt: request.token,
+                })
+                .await;
+            // Unread (the caller is gone, before or after this send), the answer gives back
+            // its grant when dropped.
+            let _ = reply.send(Answer {
+                outcome: Some(outcome.map(|o| (o, sent))),
+                scope,
+                key: request.key,
+            });
+        });
+        let mut answer = answer
+            .await
+            .map_err(|_| Error::internal("the acquire task ended without an answer"))?;
+        answer
+            .outcome
+            .take()
+            .unwrap_or_else(|| Err(Error::internal("an acquire answer was read twice")))
+    }
+
+    /// Hands a grant to the keepalive; a grant that arrives after the session closed is given
+    /// back instead.
+    async fn adopt(&self, attempt: &Attempt, g: Granted, sent: Instant) -> Result<Arc<Grant>> {
+        let grant = Arc::new(Grant::new(
+            attempt.key.clone(),
+            g.fence,
+            attempt.ttl,
+            g.expires_at,
+            g.metadata,
+            sent,
+        ));
+        if !self.keepalive.insert(grant.clone(), &self.closed) {
+            self.scope.give_back(&attempt.key, g.fence).await;
+            return Err(Error::closed());
+        }
+        Ok(grant)
+    }
+}
+
+fn timeout_error(key: &str, started: Instant) -> Error {
+    Error::new(
+        ErrorKind::Timeout,
+        format!(
+            "timed out after {:?} waiting to acquire {key:?}",
+            started.elapsed()
+        ),
+    )
+}
+
+/// The outcome of one acquire statement, on its way to the caller.
+struct Answer {
+    outcome: Option<Result<(AcquireOutcome, Instant)>>,
+    scope: Arc<Scope>,
+    key: String,
+}
+
+impl Drop for Answer {
+    fn drop(&mut self) {
+        if let Some(Ok((AcquireOutcome::Granted(g), _))) = &self.outcome {
+            self.scope
+                .give_back_later(std::mem::take(&mut self.key), g.fence);
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! A session: one connection to a coordinator on behalf of one owner, as etcd's
+//! `concurrency.Session` is. It owns the backend, the keepalive that renews every grant it
+//! holds, the routing of wake-ups and notifications, and the closed and lost machinery.
+//! Handles ([`crate::Client`], [`crate::Lease`], [`crate::Subscription`], and the recipes
+//! built on them) hold an `Arc<Session>` and call down into it; nothing here calls up into
+//! them. The session closes when [`Session::close`] is called or its last handle is dropped.
+
+mod acquire;
+mod dispatch;
+mod grant;
+mod keepalive;
+mod scope;
+mod waiters;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+pub(crate) use self::dispatch::Dispatch;
+pub use self::dispatch::{Event, Message};
+pub(crate) use self::grant::Grant;
+pub use self::grant::{LeaseStatus, LostReason};
+use self::keepalive::Keepalive;
+pub(crate) use self::scope::Scope;
+use crate::backend;
+use crate::error::{Error, ErrorKind, Result};
+use crate::options::ClientOptions;
+
+pub(crate) struct Session {
+    pub scope: Arc<Scope>,
+    /// The ttl of grants that do not name their own.
+    pub ttl: Duration,
+    /// The process that opened the session (G12).
+    pid: u32,
+    pub closed: CancellationToken,
+    pub keepalive: Arc<Keepalive>,
+    pub dispatch: Arc<Dispatch>,
+}
+
+fn default_owner() -> String {
+    let host = gethostname::gethostname().to_string_lossy().into_owned();
+    format!(
+        "{host}-{}-{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    )
+}
+
+impl Session {
+    /// Connects to the coordinator named by `url` and starts the keepalive.
+    pub async fn open(url: &str, options: &ClientOptions) -> Result<Arc<Session>> {
+        options.validate()?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            Error::new(
+                ErrorKind::Unsupported,
+                "accord's Rust API must be called from within a tokio runtime",
+            )
+        })?;
+        let dispatch = Arc::new(Dispatch::new(options.namespace.clone()));
+        let backend = backend::connect(url, options, dispatch.clone()).await?;
+        let session = Arc::new(Session {
+            scope: Arc::new(Scope {
+                backend,
+                namespace: options.namespace.clone(),
+                owner: options.owner.clone().unwrap_or_else(default_owner),
+                runtime,
+            }),
+            ttl: options.ttl,
+            pid: std::process::id(),
+            closed: CancellationToken::new(),
+            keepalive: Arc::new(Keepalive::default()),
+            dispatch,
+        });
+        tokio::spawn(keepalive::run(
+            session.scope.clone(),
+            session.keepalive.clone(),
+            session.closed.clone(),
+        ));
+        Ok(session)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// G12: a session inherited through fork() shares sockets with its parent; using it would
+    /// corrupt both, so it refuses clearly instead.
+    pub fn check_fork(&self) -> Result<()> {
+        let pid = std::process::id();
+        if pid != self.pid {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "this accord client was created in process {} and cannot be used after fork() \
+                     (in process {pid}); create a new client in the child process",
+                    self.pid
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// True in a child process created by fork() after this session was opened.
+    pub fn is_forked(&self) -> bool {
+        std::process::id() != self.pid
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.is_cancelled()
+    }
+
+    /// Not forked, not closed: every call checks this first.
+    pub fn check_usable(&self) -> Result<()> {
+        self.check_fork()?;
+        if self.is_closed() {
+            return Err(Error::closed());
+        }
+        Ok(())
+    }
+
+    /// Ends a grant nobody will use any more (its handle was dropped, or its acquire was
+    /// cancelled after the grant): out of the keepalive, given back in the background.
+    pub fn abandon(&self, grant: &Grant) {
+        if !grant.mark_released() {
+            return;
+        }
+        self.keepalive.remove(grant.fence);
+        if self.check_usable().is_ok() {
+            self.scope.give_back_later(grant.key.clone(), grant.fence);
+        }
+    }
+
+    /// Ends everything now: waiters and subscriptions see `Closed`, the keepalive stops, and
+    /// every grant still held is lost for the reason that the client closed. Returns those
+    /// grants, for [`Session::close`] to release.
+    fn shut(&self) -> Vec<Arc<Grant>> {
+        self.closed.cancel();
+        self.dispatch.close();
+        let held = self.keepalive.take_all();
+        held.into_iter()
+            .filter(|g| g.mark_lost(LostReason::ClientClosed))
+            .collect()
+    }
+
+    /// Closes the session: held grants are released (their lost signals fire), waits and
+    /// subscriptions end with `Closed`, connections close. Idempotent.
+    pub async fn close(&self) {
+        if self.is_closed() {
+            return;
+        }
+        if self.is_forked() {
+            // The connections and leases are the parent's: leave them alone, end this copy.
+            self.closed.cancel();
+            return;
+        }
+        let held = self.shut();
+        let releases = held
+            .iter()
+            .map(|grant| self.scope.give_back(&grant.key, grant.fence));
+        let _ = tokio::time::timeout(
+            Duration::from_secs(5),
+            futures_util::future::join_all(releases),
+        )
+        .await;
+        self.scope.backend.close();
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // The last handle went without close(): nothing can use the grants any more.
+        if !self.is_closed() && !self.is_forked() {
+            self.shut();
+            self.scope.backend.close();
+        }
+    }
+}
