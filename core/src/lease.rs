@@ -10,8 +10,9 @@ use chrono::{DateTime, Utc};
 
 use crate::backend::LeaseRef;
 use crate::error::Result;
-use crate::session::{Grant, LeaseStatus, Session};
-use crate::{validate, Metadata};
+use crate::metadata::Metadata;
+use crate::session::{Grant, LeaseStatus, LostReason, Session};
+use crate::validate;
 
 /// A key held by this client: `key`, `fence`, `owner`, `expires_at`, `metadata`, and the calls
 /// `renew`, `release`, `done`. The keepalive renews it in the background until it is released,
@@ -80,7 +81,7 @@ impl Lease {
     /// the deadline at each call, as [`Lease::is_lost`] is.
     pub fn status(&self) -> LeaseStatus {
         if self.session.is_forked() {
-            return LeaseStatus::Lost(crate::LostReason::Forked);
+            return LeaseStatus::Lost(LostReason::Forked);
         }
         self.grant.check_deadline(Instant::now());
         self.grant.status()
@@ -149,7 +150,7 @@ impl Lease {
                 self.grant.require_held()
             }
             None => {
-                self.grant.mark_lost(crate::LostReason::NotRecorded);
+                self.grant.mark_lost(LostReason::NotRecorded);
                 Err(self.grant.error_for(self.grant.status()))
             }
         }
@@ -261,7 +262,7 @@ impl LostSignal {
     /// keepalive makes on time).
     pub fn status(&self) -> LeaseStatus {
         if self.forked() {
-            return LeaseStatus::Lost(crate::LostReason::Forked);
+            return LeaseStatus::Lost(LostReason::Forked);
         }
         self.grant.status()
     }

@@ -32,11 +32,13 @@
 #![warn(missing_docs)]
 
 // The layers, each using only those listed before it (docs/architecture.md):
-// error, validate, options, rules → backend → session → lease, subscription → client.
+// error, metadata, validate, options, rules → backend → session → lease, subscription →
+// client.
 mod backend;
 mod client;
 mod error;
 mod lease;
+mod metadata;
 mod options;
 mod rules;
 mod session;
@@ -70,8 +72,7 @@ pub use serde_json;
 /// Re-exported: the token type of [`AcquireOptions::cancel`].
 pub use tokio_util::sync::CancellationToken;
 
-/// Lease metadata: a JSON object of at most 64 KiB.
-pub type Metadata = serde_json::Map<String, serde_json::Value>;
+pub use metadata::Metadata;
 
 /// The SQL that creates or upgrades accord's schema, for DBAs who apply it by hand. After it
 /// ran, clients need only DML rights (connect with `ClientOptions::migrate(false)`).

@@ -6,7 +6,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
-use crate::{validate, Metadata};
+use crate::error::{Error, Result};
+use crate::metadata::Metadata;
+use crate::validate;
 
 /// How a [`crate::Client`] connects and behaves. Every field has a default; set the ones you
 /// need with the builder methods.
@@ -55,7 +57,7 @@ impl fmt::Debug for ClientOptions {
 
 impl ClientOptions {
     /// Checks every field (G11), naming the one that is wrong.
-    pub(crate) fn validate(&self) -> crate::Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         validate::name("namespace", &self.namespace)?;
         if let Some(owner) = &self.owner {
             validate::name("owner", owner)?;
@@ -201,13 +203,13 @@ pub enum StateFilter {
 impl StateFilter {
     /// `"held"`, `"free"`, `"done"` or `"all"`, as the bindings take it; an `InvalidArgument`
     /// error naming `field` otherwise.
-    pub fn parse(field: &str, text: &str) -> crate::Result<StateFilter> {
+    pub fn parse(field: &str, text: &str) -> Result<StateFilter> {
         match text {
             "all" => Ok(StateFilter::All),
             "held" => Ok(StateFilter::Only(KeyState::Held)),
             "free" => Ok(StateFilter::Only(KeyState::Free)),
             "done" => Ok(StateFilter::Only(KeyState::Done)),
-            other => Err(crate::Error::invalid(
+            other => Err(Error::invalid(
                 field,
                 format!("{other:?} is not one of \"held\", \"free\", \"done\", \"all\""),
             )),
@@ -276,7 +278,7 @@ impl ListQuery {
 
 impl ListQuery {
     /// Checks every field (G11), naming the one that is wrong.
-    pub(crate) fn validate(&self) -> crate::Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         if let Some(prefix) = &self.prefix {
             if !prefix.is_empty() {
                 validate::name("prefix", prefix)?;
@@ -291,15 +293,12 @@ impl ListQuery {
     }
 
     /// The cursor as the fence it stands for (backends page by fence, newest first).
-    pub(crate) fn cursor_fence(&self) -> crate::Result<Option<i64>> {
+    pub(crate) fn cursor_fence(&self) -> Result<Option<i64>> {
         self.cursor
             .as_deref()
             .map(|c| {
                 c.parse::<i64>().map_err(|_| {
-                    crate::Error::invalid(
-                        "cursor",
-                        format!("{c:?} is not a cursor returned by list"),
-                    )
+                    Error::invalid("cursor", format!("{c:?} is not a cursor returned by list"))
                 })
             })
             .transpose()

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::metadata::Metadata;
 use crate::options::KeyState;
-use crate::Metadata;
 
 /// The columns of a stored key that the rules read.
 #[derive(Clone, Debug)]

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::Metadata;
+use crate::metadata::Metadata;
 
 /// Keys, namespaces and owners: non-empty UTF-8 without NUL, at most this many bytes.
 pub const MAX_NAME_BYTES: usize = 512;

@@ -5,8 +5,11 @@
 //! when to renew, how long to wait, or when a lease counts as lost. Those rules live in the
 //! core so that every backend keeps them the same way.
 
+mod by_url;
 pub(crate) mod postgres;
 pub(crate) mod sqlite;
+
+pub(crate) use by_url::open;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,36 +21,9 @@ pub(crate) const MAX_PAYLOAD: usize = 7999;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use crate::error::{Error, Result};
-use crate::options::{ClientOptions, ListPage, ListQuery};
-use crate::Metadata;
-
-/// Connects the backend a URL names: `postgres://…`, `postgresql://…` or a libpq `key=value`
-/// string for PostgreSQL; `sqlite:///path` or `memory:` for the embedded store.
-pub(crate) async fn connect(
-    url: &str,
-    options: &ClientOptions,
-    sink: Arc<dyn EventSink>,
-) -> Result<DynBackend> {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") || is_libpq_keywords(url)
-    {
-        Ok(Arc::new(
-            postgres::PgBackend::connect(url, options, sink).await?,
-        ))
-    } else if url.starts_with("sqlite:") || url.starts_with("memory:") {
-        Ok(Arc::new(sqlite::SqliteBackend::connect(url, sink).await?))
-    } else {
-        Err(Error::invalid(
-            "url",
-            "expected postgres://…, postgresql://…, a libpq key=value string, sqlite:///path or memory:",
-        ))
-    }
-}
-
-/// libpq's keyword/value form: `host=… dbname=…`.
-fn is_libpq_keywords(url: &str) -> bool {
-    !url.contains("://") && url.contains('=')
-}
+use crate::error::Result;
+use crate::metadata::Metadata;
+use crate::options::{ListPage, ListQuery};
 
 /// Identifies one grant: what every fenced statement matches on (G5).
 #[derive(Clone, Copy, Debug)]

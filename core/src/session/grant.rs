@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
-use crate::Metadata;
+use crate::metadata::Metadata;
 
 /// The local deadline stops this much before the coordinator's expiry could come (G4): room for
 /// clock-rate differences and for the holder to act on the lost signal.

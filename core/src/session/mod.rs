@@ -58,7 +58,7 @@ impl Session {
             )
         })?;
         let dispatch = Arc::new(Dispatch::new(options.namespace.clone()));
-        let backend = backend::connect(url, options, dispatch.clone()).await?;
+        let backend = backend::open(url, options, dispatch.clone()).await?;
         let session = Arc::new(Session {
             scope: Arc::new(Scope {
                 backend,

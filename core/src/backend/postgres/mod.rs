@@ -23,8 +23,9 @@ use super::{
     ResetOutcome,
 };
 use crate::error::{Error, ErrorKind, Result};
+use crate::metadata::Metadata;
+use crate::options::ClientOptions;
 use crate::options::{KeyState, LeaseInfo, ListPage, ListQuery, StateFilter};
-use crate::{ClientOptions, Metadata};
 
 pub(crate) struct PgBackend {
     pool: Pool,

@@ -23,9 +23,9 @@ use super::{
     Renewed, ResetOutcome,
 };
 use crate::error::{Error, Result};
+use crate::metadata::Metadata;
 use crate::options::{KeyState, LeaseInfo, ListPage, ListQuery, StateFilter};
 use crate::rules::{self, Grantable, StoredKey};
-use crate::Metadata;
 
 const WAKEUP_CHANNEL: &str = "accord_wakeup";
 /// How often a listener looks for changes made by other processes.

@@ -1,0 +1,36 @@
+//! Which backend a URL names. Above the backends (it knows them all); the session calls it.
+
+use std::sync::Arc;
+
+use super::{DynBackend, EventSink};
+use crate::error::{Error, Result};
+use crate::options::ClientOptions;
+
+/// Opens the backend a URL names: `postgres://…`, `postgresql://…` or a libpq `key=value`
+/// string for PostgreSQL; `sqlite:///path` or `memory:` for the embedded store.
+pub(crate) async fn open(
+    url: &str,
+    options: &ClientOptions,
+    sink: Arc<dyn EventSink>,
+) -> Result<DynBackend> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") || is_libpq_keywords(url)
+    {
+        Ok(Arc::new(
+            super::postgres::PgBackend::connect(url, options, sink).await?,
+        ))
+    } else if url.starts_with("sqlite:") || url.starts_with("memory:") {
+        Ok(Arc::new(
+            super::sqlite::SqliteBackend::connect(url, sink).await?,
+        ))
+    } else {
+        Err(Error::invalid(
+            "url",
+            "expected postgres://…, postgresql://…, a libpq key=value string, sqlite:///path or memory:",
+        ))
+    }
+}
+
+/// libpq's keyword/value form: `host=… dbname=…`.
+fn is_libpq_keywords(url: &str) -> bool {
+    !url.contains("://") && url.contains('=')
+}
