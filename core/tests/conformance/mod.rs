@@ -36,6 +36,7 @@ macro_rules! conformance_suite {
             leases::l5_done_is_final_until_reset: [],
             leases::l6_release_is_idempotent_and_fenced: [network_faults],
             leases::l7_list_filters_and_pages: [],
+            leases::l7_list_filters_nested_metadata: [],
             leases::l8_waiting_is_woken: [],
             leases::l8_woken_at_expiry: [network_faults],
             leases::l9_cancellation_leaves_nothing_held: [],
