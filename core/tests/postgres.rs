@@ -9,31 +9,8 @@ use std::time::Duration;
 use accord::{AcquireOptions, Client, ClientOptions, ErrorKind};
 use support::Harness;
 
-conformance_suite!(Harness::postgres;
-    leases::l1_acquire_records_everything,
-    leases::l2_not_reentrant,
-    leases::l3_expiry_hands_over_with_a_larger_fence,
-    leases::l4_renew_extends_and_merges,
-    leases::l5_done_is_final_until_reset,
-    leases::l6_release_is_idempotent_and_fenced,
-    leases::l7_list_filters_and_pages,
-    leases::l8_waiting_is_woken,
-    leases::l8_woken_at_expiry,
-    leases::l9_cancellation_leaves_nothing_held,
-    leases::l10_keepalive_is_batched,
-    leases::l11_connection_terminated,
-    leases::l11_stalled_connection,
-    notify::n1_any_source_is_heard,
-    notify::n2_nothing_sent_after_listen_is_missed,
-    notify::n3_bursts_keep_order,
-    notify::n4_limits_and_quoting,
-    notify::n5_listener_reconnects,
-    notify::n6_close_ends_waits,
-    input::g11_bad_input_is_refused,
-    ending::g4_lost_fires_with_a_release_in_flight,
-    ending::g4_lost_fires_with_done_in_flight,
-    ending::close_ends_every_lease,
-);
+// PostgreSQL has every capability: it runs every scenario.
+conformance_suite!(Harness::postgres, has [network_faults, connection_termination]);
 
 /// G10: many workers starting at once on a fresh schema all succeed; the migration ran once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -300,6 +300,92 @@ pub async fn l7_list_filters_and_pages(h: &Harness) {
     assert_eq!(bad.kind(), ErrorKind::InvalidArgument);
 }
 
+/// L7, metadata filters at any depth: a key matches when its metadata contains the filter as
+/// PostgreSQL's jsonb `@>` defines it. Objects match when each of the filter's fields is
+/// contained in the key's field of that name, recursively; an array contains another when each
+/// of the other's elements is contained in one of its own (order and repeats do not matter);
+/// scalars match by equal value (numbers by value: `1` and `1.0` are equal; `"1"` is a string);
+/// an array never matches a scalar, nor a scalar an array; `null` matches only `null`, not a
+/// missing field; the empty filter matches every key.
+pub async fn l7_list_filters_nested_metadata(h: &Harness) {
+    let o1 = h.client("o1").await;
+    let keys = [
+        ("nested", json!({"a": {"b": 1, "c": 2}})),
+        ("deep", json!({"a": {"b": {"c": {"d": true, "e": null}}}})),
+        ("null", json!({"a": null})),
+        ("tags", json!({"tags": ["x", "y"]})),
+        ("tag", json!({"tags": "y"})),
+        ("one-tag", json!({"tags": ["x"]})),
+        ("items", json!({"items": [{"id": 1, "n": "a"}, {"id": 2}]})),
+        ("int", json!({"n": 1})),
+        ("float", json!({"n": 1.0})),
+        ("string", json!({"n": "1"})),
+        ("empty", json!({})),
+    ];
+    for (key, m) in &keys {
+        o1.acquire(key, ttl(60 * SEC).metadata(meta(m.clone())))
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    let all: Vec<&str> = keys.iter().map(|(k, _)| *k).collect();
+    // (filter, the keys it matches). Each row was checked against PostgreSQL's `@>`.
+    let cases: Vec<(serde_json::Value, Vec<&str>)> = vec![
+        (json!({}), all.clone()),
+        // Objects, recursively: a filter field is contained, not equal.
+        (json!({"a": {"b": 1}}), vec!["nested"]),
+        (json!({"a": {"b": 1, "c": 2}}), vec!["nested"]),
+        (json!({"a": {"b": 2}}), vec![]),
+        (json!({"a": {"b": 1, "c": 3}}), vec![]),
+        (json!({"a": {}}), vec!["nested", "deep"]),
+        (json!({"a": {"b": {"c": {"d": true}}}}), vec!["deep"]),
+        // Arrays: each filter element is in the array, in any order, repeats allowed.
+        (json!({"tags": ["y"]}), vec!["tags"]),
+        (json!({"tags": ["x"]}), vec!["tags", "one-tag"]),
+        (json!({"tags": ["y", "x", "y"]}), vec!["tags"]),
+        (json!({"tags": ["x", "z"]}), vec![]),
+        (json!({"tags": []}), vec!["tags", "one-tag"]),
+        (json!({"tags": [["x"]]}), vec![]),
+        // A scalar is not an array's element, nor an array a scalar.
+        (json!({"tags": "y"}), vec!["tag"]),
+        (json!({"tags": "x"}), vec![]),
+        // Arrays of objects: an element is contained in one of the array's elements.
+        (json!({"items": [{"id": 1}]}), vec!["items"]),
+        (json!({"items": [{"id": 2}, {"n": "a"}]}), vec!["items"]),
+        (json!({"items": [{"id": 3}]}), vec![]),
+        (json!({"items": {"id": 1}}), vec![]),
+        // Numbers by value, never as strings.
+        (json!({"n": 1}), vec!["int", "float"]),
+        (json!({"n": 1.0}), vec!["int", "float"]),
+        (json!({"n": "1"}), vec!["string"]),
+        // null is a value: a missing field does not match it.
+        (json!({"a": null}), vec!["null"]),
+    ];
+    let mut wrong = Vec::new();
+    for (filter, expected) in &cases {
+        let page = o1
+            .list(ListQuery::new().metadata(meta(filter.clone())))
+            .await
+            .unwrap();
+        let mut got: Vec<&str> = page.items.iter().map(|i| i.key.as_str()).collect();
+        got.sort_unstable();
+        let mut expected = expected.clone();
+        expected.sort_unstable();
+        if got != expected {
+            wrong.push(format!("{filter}: expected {expected:?}, got {got:?}"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {} metadata filters matched the wrong keys:\n{}",
+        wrong.len(),
+        cases.len(),
+        wrong.join("\n")
+    );
+}
+
 pub async fn l8_waiting_is_woken(h: &Harness) {
     let o1 = h.client("o1").await;
     let o2 = h.client("o2").await;

@@ -1,23 +1,144 @@
-//! The conformance suite: every scenario of docs/semantics.md as a function of a [`Harness`], so
-//! that each backend runs the same code. A backend's test file lists the scenarios it runs
-//! with `conformance_suite!`.
-#![allow(dead_code)]
+//! The conformance suite: every scenario of docs/semantics.md as a function of a [`Harness`],
+//! listed once, in [`conformance_suite!`], with the capabilities it needs beyond accord's API.
+//!
+//! A backend's test file instantiates the suite with its harness and the capabilities that
+//! harness has; every scenario becomes a test of that harness. A scenario that needs a
+//! capability the harness lacks is generated `#[ignore]`d with the reason, so `cargo test`
+//! prints e.g. `memory::l3_expiry_hands_over_with_a_larger_fence ... ignored, lacks network
+//! faults: …` and counts it among the ignored. Run anyway (`--include-ignored`), it prints the
+//! same reason and returns.
+//!
+//! The capabilities (what a harness offers beyond a store accord can connect to):
+//! - `network_faults`: a TCP proxy between a client and the coordinator cuts or stalls the
+//!   client's connections (`support/proxy.rs`); needs a server reached over TCP.
+//! - `connection_termination`: the coordinator ends a client's connections from outside
+//!   (`pg_terminate_backend`) and counts them (`pg_stat_activity`); the client then reconnects.
+//!
+//! [`Harness`]: crate::support::Harness
 
 pub mod ending;
 pub mod input;
 pub mod leases;
 pub mod notify;
 
-/// Expands to one `#[tokio::test]` per scenario, each with a fresh harness from `$harness`.
+/// Expands to one `#[tokio::test]` per scenario, each with a fresh harness from `$harness`:
+/// `conformance_suite!(Harness::sqlite, has []);`. This is the one list of scenarios: add a new
+/// one here, with what it needs.
 #[macro_export]
 macro_rules! conformance_suite {
-    ($harness:path; $($module:ident :: $scenario:ident),* $(,)?) => {
+    ($harness:path, has [$($has:ident),* $(,)?]) => {
+        $( $crate::__conformance_capability!(@known $has); )*
+        $crate::__conformance_scenarios!($harness, [$($has)*],
+            leases::l1_acquire_records_everything: [],
+            leases::l2_not_reentrant: [],
+            leases::l3_expiry_hands_over_with_a_larger_fence: [network_faults],
+            leases::l4_renew_extends_and_merges: [],
+            leases::l5_done_is_final_until_reset: [],
+            leases::l6_release_is_idempotent_and_fenced: [network_faults],
+            leases::l7_list_filters_and_pages: [],
+            leases::l7_list_filters_nested_metadata: [],
+            leases::l8_waiting_is_woken: [],
+            leases::l8_woken_at_expiry: [network_faults],
+            leases::l9_cancellation_leaves_nothing_held: [],
+            leases::l10_keepalive_is_batched: [],
+            leases::l11_connection_terminated: [connection_termination, network_faults],
+            leases::l11_stalled_connection: [network_faults],
+            notify::n1_any_source_is_heard: [],
+            notify::n2_nothing_sent_after_listen_is_missed: [],
+            notify::n3_bursts_keep_order: [],
+            notify::n4_limits_and_quoting: [],
+            notify::n5_listener_reconnects: [connection_termination],
+            notify::n6_close_ends_waits: [],
+            input::g11_bad_input_is_refused: [],
+            ending::g4_lost_fires_with_a_release_in_flight: [network_faults],
+            ending::g4_lost_fires_with_done_in_flight: [network_faults],
+            ending::close_ends_every_lease: [],
+        );
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_scenarios {
+    ($harness:path, $has:tt, $($module:ident::$scenario:ident: [$($need:ident),*]),* $(,)?) => {
         $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $scenario() {
-                let harness = $harness(stringify!($scenario)).await;
-                $crate::conformance::$module::$scenario(&harness).await;
-            }
+            $crate::__conformance_scenario!(@check [$harness, $has, $module::$scenario],
+                [$($need)*], []);
         )*
+    };
+}
+
+/// Checks a scenario's needs one by one against the harness's capabilities (through
+/// `__conformance_capability!`), collecting the reasons of those it lacks, then generates the
+/// test: run, or ignored with the first reason (`#[ignore]` takes a literal only).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_scenario {
+    (@check [$harness:path, $has:tt, $module:ident::$scenario:ident], [], []) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $scenario() {
+            let harness = $harness(stringify!($scenario)).await;
+            $crate::conformance::$module::$scenario(&harness).await;
+        }
+    };
+    (@check [$harness:path, $has:tt, $module:ident::$scenario:ident], [],
+        [$why:literal $($more:literal)*]) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        #[ignore = $why]
+        async fn $scenario() {
+            // Named, not run: the scenario belongs to this harness's suite all the same.
+            let _ = $crate::conformance::$module::$scenario;
+            eprintln!(
+                "skipped: {}: {}",
+                stringify!($harness),
+                [$why $(, $more)*].join("; ")
+            );
+        }
+    };
+    (@check [$harness:path, [$($has:ident)*], $module:ident::$scenario:ident],
+        [$need:ident $($needs:ident)*], $missing:tt) => {
+        $crate::__conformance_capability!($need in [$($has)*],
+            [$harness, [$($has)*], $module::$scenario], [$($needs)*], $missing);
+    };
+    (@has $test:tt, $needs:tt, $missing:tt) => {
+        $crate::__conformance_scenario!(@check $test, $needs, $missing);
+    };
+    (@lacks $why:literal, $test:tt, $needs:tt, [$($missing:literal)*]) => {
+        $crate::__conformance_scenario!(@check $test, $needs, [$($missing)* $why]);
+    };
+}
+
+/// `$need in [$has…]`: continues the scenario's check with the need met, or with the reason it
+/// is not. Each capability has a rule for each case; an unknown name does not compile.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_capability {
+    (@known network_faults) => {};
+    (@known connection_termination) => {};
+    (@known $other:ident) => {
+        compile_error!(concat!("unknown capability: ", stringify!($other)));
+    };
+
+    (network_faults in [network_faults $($rest:ident)*], $($k:tt)*) => {
+        $crate::__conformance_scenario!(@has $($k)*);
+    };
+    (connection_termination in [connection_termination $($rest:ident)*], $($k:tt)*) => {
+        $crate::__conformance_scenario!(@has $($k)*);
+    };
+    ($need:ident in [$other:ident $($rest:ident)*], $($k:tt)*) => {
+        $crate::__conformance_capability!($need in [$($rest)*], $($k)*);
+    };
+    (network_faults in [], $($k:tt)*) => {
+        $crate::__conformance_scenario!(@lacks
+            "lacks network faults: a proxy that cuts or stalls a client's connections to a server",
+            $($k)*);
+    };
+    (connection_termination in [], $($k:tt)*) => {
+        $crate::__conformance_scenario!(@lacks
+            "lacks connection termination: server connections ended from outside (pg_terminate_backend)",
+            $($k)*);
+    };
+    ($need:ident in [], $($k:tt)*) => {
+        compile_error!(concat!("unknown capability: ", stringify!($need)));
     };
 }
