@@ -104,6 +104,36 @@ typedef enum {
 } accord_client_event_kind;
 
 /**
+ * Where a lease stands (the core keeps it; every binding reads the same).
+ */
+typedef enum {
+  /**
+   * NULL was passed.
+   */
+  ACCORD_LEASE_STATUS_UNKNOWN = 0,
+  /**
+   * Held and renewed in the background.
+   */
+  ACCORD_LEASE_STATUS_HELD = 1,
+  /**
+   * A release or done is in flight, or failed on the way: not renewed, still watched.
+   */
+  ACCORD_LEASE_STATUS_ENDING = 2,
+  /**
+   * Released (by accord_lease_release or by freeing the handle).
+   */
+  ACCORD_LEASE_STATUS_RELEASED = 3,
+  /**
+   * Marked done.
+   */
+  ACCORD_LEASE_STATUS_DONE = 4,
+  /**
+   * Lost: see accord_lease_lost_reason().
+   */
+  ACCORD_LEASE_STATUS_LOST = 5,
+} accord_lease_status_code;
+
+/**
  * The state of a key.
  */
 typedef enum {
@@ -441,6 +471,17 @@ char *accord_lease_metadata_json(const accord_lease *lease);
  * Whether the lease is lost (exact: checked against its deadline at each call).
  */
 bool accord_lease_is_lost(const accord_lease *lease);
+
+/**
+ * The lease's status (checked against its deadline at each call, like accord_lease_is_lost).
+ */
+accord_lease_status_code accord_lease_status(const accord_lease *lease);
+
+/**
+ * Why the lease was lost: "not_renewed", "not_recorded", "client_closed" or "forked" (static
+ * strings, never freed); NULL while it is not lost, or for NULL.
+ */
+const char *accord_lease_lost_reason(const accord_lease *lease);
 
 /**
  * Waits up to `timeout_ms` (negative: without limit) for the lease to be lost. ACCORD_OK once

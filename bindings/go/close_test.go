@@ -19,6 +19,9 @@ func TestCloseEndsEveryLease(t *testing.T) {
 	if err := released.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if held.Status() != LeaseHeld || released.Status() != LeaseReleased {
+		t.Errorf("before the close: %s and %s, want held and released", held.Status(), released.Status())
+	}
 	o1.Close()
 	select {
 	case <-held.Lost():
@@ -30,6 +33,13 @@ func TestCloseEndsEveryLease(t *testing.T) {
 	}
 	if released.IsLost() {
 		t.Error("a lease released before the close was lost")
+	}
+	// The core says how each ended.
+	if held.Status() != LeaseLost || held.LostReason() != "client_closed" {
+		t.Errorf("held at the close: %s (%q), want lost (client_closed)", held.Status(), held.LostReason())
+	}
+	if released.Status() != LeaseReleased || released.LostReason() != "" {
+		t.Errorf("released before the close: %s (%q), want released", released.Status(), released.LostReason())
 	}
 	for _, lease := range []*Lease{held, released} {
 		for name, err := range map[string]error{

@@ -101,10 +101,10 @@ func metadataJSON(m map[string]any) (*C.char, error) {
 }
 
 // call runs f on the handle, which lives until the lease is garbage: every answer after the
-// lease ended (release again, done after done, anything after loss) is the core's. A lease that
-// ended normally (endsOnSuccess) can no longer be lost, so its Lost channel leaves the client's
-// table; a lost one stays there until the client's event loop closes it.
-func (l *Lease) call(ctx context.Context, f func(*C.accord_lease, **C.accord_error) C.accord_status, endsOnSuccess bool) error {
+// lease ended (release again, done after done, anything after loss) is the core's. The core
+// says when a lease ended: one released or done can no longer be lost, so its Lost channel
+// leaves the client's table; a lost one stays there until the client's event loop closes it.
+func (l *Lease) call(ctx context.Context, f func(*C.accord_lease, **C.accord_error) C.accord_status) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -112,10 +112,53 @@ func (l *Lease) call(ctx context.Context, f func(*C.accord_lease, **C.accord_err
 	defer l.mu.Unlock()
 	var cerr *C.accord_error
 	err := takeError(f(l.ptr, &cerr), cerr)
-	if err == nil && endsOnSuccess {
+	switch C.accord_lease_status(l.ptr) {
+	case C.ACCORD_LEASE_STATUS_RELEASED, C.ACCORD_LEASE_STATUS_DONE:
 		l.client.forgetLost(l.fence)
 	}
 	return err
+}
+
+// LeaseStatus is where a lease stands, as the core keeps it.
+type LeaseStatus string
+
+// The statuses of a lease.
+const (
+	LeaseHeld     LeaseStatus = "held"     // held and renewed in the background
+	LeaseEnding   LeaseStatus = "ending"   // a Release or Done in flight (or failed on the way)
+	LeaseReleased LeaseStatus = "released" // released
+	LeaseDone     LeaseStatus = "done"     // marked done
+	LeaseLost     LeaseStatus = "lost"     // lost: see LostReason
+)
+
+// Status is where the lease stands now (checked against its deadline, as IsLost is).
+func (l *Lease) Status() LeaseStatus {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch C.accord_lease_status(l.ptr) {
+	case C.ACCORD_LEASE_STATUS_HELD:
+		return LeaseHeld
+	case C.ACCORD_LEASE_STATUS_ENDING:
+		return LeaseEnding
+	case C.ACCORD_LEASE_STATUS_RELEASED:
+		return LeaseReleased
+	case C.ACCORD_LEASE_STATUS_DONE:
+		return LeaseDone
+	default:
+		return LeaseLost
+	}
+}
+
+// LostReason says why the lease was lost ("not_renewed", "not_recorded", "client_closed",
+// "forked"), or "" while it is not lost.
+func (l *Lease) LostReason() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	why := C.accord_lease_lost_reason(l.ptr)
+	if why == nil {
+		return ""
+	}
+	return C.GoString(why)
 }
 
 // Renew extends the lease now and merges metadata (may be nil) into the key's metadata. The
@@ -128,7 +171,7 @@ func (l *Lease) Renew(ctx context.Context, metadata map[string]any) error {
 	defer C.free(unsafe.Pointer(cm))
 	return l.call(ctx, func(p *C.accord_lease, e **C.accord_error) C.accord_status {
 		return C.accord_lease_renew(p, cm, e)
-	}, false)
+	})
 }
 
 // Release frees the key and wakes its waiters. Releasing again, or after Done, is harmless;
@@ -136,7 +179,7 @@ func (l *Lease) Renew(ctx context.Context, metadata map[string]any) error {
 func (l *Lease) Release(ctx context.Context) error {
 	return l.call(ctx, func(p *C.accord_lease, e **C.accord_error) C.accord_status {
 		return C.accord_lease_release(p, e)
-	}, true)
+	})
 }
 
 // Done marks the key done (never granted again until Reset), merging metadata (may be nil),
@@ -149,7 +192,7 @@ func (l *Lease) Done(ctx context.Context, metadata map[string]any) error {
 	defer C.free(unsafe.Pointer(cm))
 	return l.call(ctx, func(p *C.accord_lease, e **C.accord_error) C.accord_status {
 		return C.accord_lease_done(p, cm, e)
-	}, true)
+	})
 }
 
 func (l *Lease) free() {

@@ -166,3 +166,30 @@ impl Error {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_is_listed_once_with_its_own_code() {
+        let codes: std::collections::HashSet<_> = ErrorKind::ALL.iter().map(|k| k.code()).collect();
+        assert_eq!(codes.len(), ErrorKind::ALL.len());
+        // A kind added to the enum but not to ALL fails to compile here.
+        for kind in ErrorKind::ALL {
+            match kind {
+                ErrorKind::InvalidArgument
+                | ErrorKind::Held
+                | ErrorKind::Done
+                | ErrorKind::Timeout
+                | ErrorKind::Cancelled
+                | ErrorKind::LeaseLost
+                | ErrorKind::Connection
+                | ErrorKind::Database
+                | ErrorKind::Closed
+                | ErrorKind::Unsupported
+                | ErrorKind::Internal => {}
+            }
+        }
+    }
+}

@@ -1,7 +1,8 @@
 //! The lease handle: accessors, renew, release, done, and the lost signal (queried, waited
 //! for, and reported to the client's event queue).
 
-use std::ffi::{c_char, CString};
+use std::ffi::{c_char, CStr, CString};
+use std::sync::Mutex;
 
 use accord_core::{Error, ErrorKind, Lease, LeaseStatus, LostReason};
 
@@ -99,6 +100,68 @@ pub extern "C" fn accord_lease_is_lost(lease: *const accord_lease) -> bool {
     run_or(false, || {
         lease_or_null(lease).is_some_and(|l| l.lease.is_lost())
     })
+}
+
+/// Where a lease stands (the core keeps it; every binding reads the same).
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum accord_lease_status_code {
+    /// NULL was passed.
+    ACCORD_LEASE_STATUS_UNKNOWN = 0,
+    /// Held and renewed in the background.
+    ACCORD_LEASE_STATUS_HELD = 1,
+    /// A release or done is in flight, or failed on the way: not renewed, still watched.
+    ACCORD_LEASE_STATUS_ENDING = 2,
+    /// Released (by accord_lease_release or by freeing the handle).
+    ACCORD_LEASE_STATUS_RELEASED = 3,
+    /// Marked done.
+    ACCORD_LEASE_STATUS_DONE = 4,
+    /// Lost: see accord_lease_lost_reason().
+    ACCORD_LEASE_STATUS_LOST = 5,
+}
+
+/// The lease's status (checked against its deadline at each call, like accord_lease_is_lost).
+#[no_mangle]
+pub extern "C" fn accord_lease_status(lease: *const accord_lease) -> accord_lease_status_code {
+    run_or(
+        accord_lease_status_code::ACCORD_LEASE_STATUS_UNKNOWN,
+        || {
+            lease_or_null(lease).map_or(
+                accord_lease_status_code::ACCORD_LEASE_STATUS_UNKNOWN,
+                |l| match l.lease.status() {
+                    LeaseStatus::Held => accord_lease_status_code::ACCORD_LEASE_STATUS_HELD,
+                    LeaseStatus::Ending => accord_lease_status_code::ACCORD_LEASE_STATUS_ENDING,
+                    LeaseStatus::Released => accord_lease_status_code::ACCORD_LEASE_STATUS_RELEASED,
+                    LeaseStatus::Done => accord_lease_status_code::ACCORD_LEASE_STATUS_DONE,
+                    _ => accord_lease_status_code::ACCORD_LEASE_STATUS_LOST,
+                },
+            )
+        },
+    )
+}
+
+/// Why the lease was lost: "not_renewed", "not_recorded", "client_closed" or "forked" (static
+/// strings, never freed); NULL while it is not lost, or for NULL.
+#[no_mangle]
+pub extern "C" fn accord_lease_lost_reason(lease: *const accord_lease) -> *const c_char {
+    run_or(std::ptr::null(), || {
+        lease_or_null(lease)
+            .and_then(|l| l.lease.status().lost_reason())
+            .map_or(std::ptr::null(), |why| static_c_str(why.as_str()))
+    })
+}
+
+/// The core's static names as C strings that live as long as the process (a handful, made once).
+fn static_c_str(name: &'static str) -> *const c_char {
+    static MADE: Mutex<Vec<(&str, &CStr)>> = Mutex::new(Vec::new());
+    let mut made = MADE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, c)) = made.iter().find(|(n, _)| *n == name) {
+        return c.as_ptr();
+    }
+    let c: &'static CStr = Box::leak(c_string(name).into_boxed_c_str());
+    made.push((name, c));
+    c.as_ptr()
 }
 
 /// Waits up to `timeout_ms` (negative: without limit) for the lease to be lost. ACCORD_OK once

@@ -266,6 +266,8 @@ static void test_l1_l2_l4(void) {
   CHECK(!strcmp(meta, "{\"k\":\"v\"}"));
   accord_string_free(meta);
   CHECK(!accord_lease_is_lost(lease));
+  CHECK(accord_lease_status(lease) == ACCORD_LEASE_STATUS_HELD && accord_lease_lost_reason(lease) == NULL);
+  CHECK(accord_lease_status(NULL) == ACCORD_LEASE_STATUS_UNKNOWN && accord_lease_lost_reason(NULL) == NULL);
 
   accord_list_page *page = NULL;
   MUST(accord_client_list(o1, NULL, &page, &err));
@@ -297,6 +299,7 @@ static void test_l1_l2_l4(void) {
 
   /* L6: releasing twice is harmless. */
   MUST(accord_lease_release(lease, &err));
+  CHECK(accord_lease_status(lease) == ACCORD_LEASE_STATUS_RELEASED);
   MUST(accord_lease_release(lease, &err));
   MUST(accord_client_try_acquire(o2, "a", NULL, &other, &err));
   CHECK(accord_lease_fence(other) > accord_lease_fence(lease));
@@ -313,6 +316,7 @@ static void test_l5_done(void) {
   accord_client *c = client("l5", "o1");
   accord_lease *lease = acquire(c, "a", 60000);
   MUST(accord_lease_done(lease, "{\"l\":\"w\"}", &err));
+  CHECK(accord_lease_status(lease) == ACCORD_LEASE_STATUS_DONE);
   accord_lease *again = NULL;
   EXPECT(ACCORD_DONE, accord_client_try_acquire(c, "a", NULL, &again, &err));
   accord_acquire_options *o = acquire_opts(0, 1000, NULL);
@@ -735,6 +739,11 @@ static void test_close_ends_leases(void) {
   accord_client_close(o1);
   CHECK(accord_lease_is_lost(held));
   CHECK(!accord_lease_is_lost(released));
+  /* The core says how each ended. */
+  CHECK(accord_lease_status(held) == ACCORD_LEASE_STATUS_LOST);
+  CHECK(accord_lease_lost_reason(held) && !strcmp(accord_lease_lost_reason(held), "client_closed"));
+  CHECK(accord_lease_status(released) == ACCORD_LEASE_STATUS_RELEASED);
+  CHECK(accord_lease_lost_reason(released) == NULL);
   /* Lost because the client closed: the wait says so. */
   EXPECT(ACCORD_CLOSED, accord_lease_wait_lost(held, 20000, &err));
   accord_lease *leases[] = {held, released};

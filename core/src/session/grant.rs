@@ -34,6 +34,19 @@ pub enum LostReason {
     Forked,
 }
 
+impl LostReason {
+    /// The stable name every binding uses: `not_renewed`, `not_recorded`, `client_closed`,
+    /// `forked`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LostReason::NotRenewed => "not_renewed",
+            LostReason::NotRecorded => "not_recorded",
+            LostReason::ClientClosed => "client_closed",
+            LostReason::Forked => "forked",
+        }
+    }
+}
+
 impl fmt::Display for LostReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -64,6 +77,25 @@ pub enum LeaseStatus {
 }
 
 impl LeaseStatus {
+    /// The stable name every binding uses: `held`, `ending`, `released`, `done`, `lost`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseStatus::Held => "held",
+            LeaseStatus::Ending => "ending",
+            LeaseStatus::Released => "released",
+            LeaseStatus::Done => "done",
+            LeaseStatus::Lost(_) => "lost",
+        }
+    }
+
+    /// Why the lease was lost, if it was.
+    pub fn lost_reason(self) -> Option<LostReason> {
+        match self {
+            LeaseStatus::Lost(why) => Some(why),
+            _ => None,
+        }
+    }
+
     /// Held, or ending with a statement in flight: the deadline still applies.
     pub fn is_live(self) -> bool {
         matches!(self, LeaseStatus::Held | LeaseStatus::Ending)
