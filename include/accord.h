@@ -159,7 +159,7 @@ typedef struct accord_client accord_client;
 
 /**
  * Options of accord_client_connect(). Defaults: namespace "default", owner host-pid-random,
- * ttl 30 s, schema "accord", pool size 2, migrations on.
+ * ttl 30 s, schema "accord", pool size 2, connect and statement timeouts 10 s, migrations on.
  */
 typedef struct accord_client_options accord_client_options;
 
@@ -542,11 +542,21 @@ accord_status accord_client_options_set_pool_size(accord_client_options *options
                                                   accord_error **err);
 
 /**
- * How long to wait for a connection, in milliseconds.
+ * How long to wait for a connection, in milliseconds (default 10000; negative is refused).
  */
 accord_status accord_client_options_set_connect_timeout_ms(accord_client_options *options,
                                                            int64_t timeout_ms,
                                                            accord_error **err);
+
+/**
+ * How long one statement may take, in milliseconds, before its connection is considered
+ * broken (default 10000; negative is refused). A call whose statement gets no answer in time
+ * fails with ACCORD_CONNECTION (a statement that is safe to repeat is first tried once more on
+ * a fresh connection). PostgreSQL only: the embedded store ignores it.
+ */
+accord_status accord_client_options_set_statement_timeout_ms(accord_client_options *options,
+                                                             int64_t timeout_ms,
+                                                             accord_error **err);
 
 /**
  * Whether connect applies pending schema migrations (default true).

@@ -1,7 +1,8 @@
 /*
  * The scenarios of docs/semantics.md that reach C (L1-L9, N1-N6), bad input, the client event
- * queue, and fork detection, through the installed header and library, against the PostgreSQL
- * named by ACCORD_TEST_DATABASE_URL. Exit status 0 when every check passed.
+ * queue, fork detection and the client options' timeouts, through the installed header and
+ * library, against the PostgreSQL named by ACCORD_TEST_DATABASE_URL. Exit status 0 when every
+ * check passed.
  *
  * Run as `test_accord stall-child <url> <namespace>` it is the child of the L3 check; as
  * `test_accord hold <url> <namespace> <key>` it holds a key for other languages' tests: it
@@ -103,6 +104,8 @@ static accord_client *client(const char *test, const char *owner) {
   MUST(accord_client_options_set_namespace(o, ns, &err));
   MUST(accord_client_options_set_owner(o, owner, &err));
   MUST(accord_client_options_set_application_name(o, app, &err));
+  /* SCRAM's key derivation alone takes seconds under valgrind on a busy machine. */
+  MUST(accord_client_options_set_connect_timeout_ms(o, 10000 * slow, &err));
   accord_client *c = NULL;
   MUST(accord_client_connect(url, o, &c, &err));
   accord_client_options_free(o);
@@ -200,6 +203,13 @@ static void test_bad_input(void) {
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "ttl", accord_client_connect(url, o, &c, &err));
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "namespace", accord_client_options_set_namespace(o, NULL, &err));
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "options", accord_client_options_set_owner(NULL, "x", &err));
+  /* Timeouts of the client options have no "without limit": negative is refused at once. */
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "statement_timeout",
+                accord_client_options_set_statement_timeout_ms(o, -1, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "connect_timeout",
+                accord_client_options_set_connect_timeout_ms(o, -1, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "options",
+                accord_client_options_set_statement_timeout_ms(NULL, 1000, &err));
   accord_client_options_free(o);
 
   c = client("bad", "o1");
@@ -785,6 +795,92 @@ static void test_embedded_stores(void) {
   unlink(path);
 }
 
+/* A psql session of its own (standard input and output piped): a transaction that stays open
+ * across accord calls, for as long as the test wants. */
+struct psql_session {
+  pid_t pid;
+  FILE *in, *out;
+};
+
+static struct psql_session psql_open(void) {
+  const char *bindir = getenv("ACCORD_TEST_PG_BINDIR");
+  char bin[512];
+  fmt(bin, sizeof bin, "%s%spsql", bindir ? bindir : "", bindir ? "/" : "");
+  int to[2], from[2];
+  CHECK(pipe(to) == 0 && pipe(from) == 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(to[0], 0);
+    dup2(from[1], 1);
+    close(to[0]), close(to[1]), close(from[0]), close(from[1]);
+    execlp(bin, bin, "-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1", url, (char *)NULL);
+    _exit(127);
+  }
+  close(to[0]), close(from[1]);
+  struct psql_session p = {pid, fdopen(to[1], "w"), fdopen(from[0], "r")};
+  return p;
+}
+
+/* Sends `sql` to the session, then waits until psql has run it (it echoes a marker after). */
+static void psql_run(struct psql_session *p, const char *sql) {
+  fprintf(p->in, "%s\n\\echo accord-test-ran\n", sql);
+  fflush(p->in);
+  char line[256];
+  while (fgets(line, sizeof line, p->out))
+    if (!strcmp(line, "accord-test-ran\n")) return;
+  FAIL("psql ended before running: %s", sql);
+}
+
+static void psql_close(struct psql_session *p) {
+  fclose(p->in); /* psql ends at the end of its input */
+  fclose(p->out);
+  int status = 0;
+  waitpid(p->pid, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* The statement timeout takes effect: with the key's row locked by another transaction, a
+ * try_acquire can only end by its statement timing out, which breaks the connection
+ * (ACCORD_CONNECTION) after the timeout set here, not the default 10 s; the message says which. */
+static void test_statement_timeout(void) {
+  char ns[128], app[160], within[64];
+  fmt(ns, sizeof ns, "%s-stmt", ns_prefix);
+  fmt(app, sizeof app, "%s:o1", ns);
+  int64_t timeout_ms = 500 * slow;
+  /* How the core prints the Duration (Debug): "500ms", or "5s" under valgrind. */
+  if (timeout_ms % 1000) fmt(within, sizeof within, "within %lldms", (long long)timeout_ms);
+  else fmt(within, sizeof within, "within %llds", (long long)(timeout_ms / 1000));
+  accord_client_options *o = accord_client_options_new();
+  MUST(accord_client_options_set_namespace(o, ns, &err));
+  MUST(accord_client_options_set_owner(o, "o1", &err));
+  MUST(accord_client_options_set_application_name(o, app, &err));
+  MUST(accord_client_options_set_statement_timeout_ms(o, timeout_ms, &err));
+  accord_client *c = NULL;
+  MUST(accord_client_connect(url, o, &c, &err));
+  accord_client_options_free(o);
+  /* The key's row exists and is free. */
+  accord_lease *lease = acquire(c, "a", 60000);
+  MUST(accord_lease_release(lease, &err));
+  accord_lease_free(lease);
+
+  struct psql_session locker = psql_open();
+  char sql[512];
+  fmt(sql, sizeof sql,
+      "BEGIN; SELECT 1 FROM accord.leases WHERE namespace = '%s' AND key = 'a' FOR UPDATE;", ns);
+  psql_run(&locker, sql);
+  int64_t started = mono_ms();
+  lease = NULL;
+  EXPECT_NAMING(ACCORD_CONNECTION, within, accord_client_try_acquire(c, "a", NULL, &lease, &err));
+  CHECK(mono_ms() - started >= timeout_ms);
+  CHECK(lease == NULL);
+  psql_run(&locker, "ROLLBACK;");
+  psql_close(&locker);
+  /* The statement that timed out may still have granted the key once the lock went (its
+   * connection was dropped, not the statement): no check on "a" here. */
+  accord_client_close(c);
+  accord_client_free(c);
+}
+
 static void test_migration_sql(void) {
   char *sql = NULL;
   MUST(accord_migration_sql("accord", &sql, &err));
@@ -847,6 +943,7 @@ int main(int argc, char **argv) {
   test_n6_close();
   test_close_ends_leases();
   test_embedded_stores();
+  test_statement_timeout();
 
   accord_shutdown();
   printf("C tests: %d checks passed\n", checks);
