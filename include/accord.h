@@ -3,7 +3,8 @@
  * coordinated through PostgreSQL.  https://github.com/ (see README.md)
  *
  * Conventions
- * - Calls that can fail return an accord_status (ACCORD_OK = 0) and take a last argument
+ * - Calls that can fail return an accord_status (ACCORD_OK = 0; accord_status_name() names
+ *   it, with the name every other language gives the error kind) and take a last argument
  *   `accord_error **err`: pass NULL to ignore details, or the address of a pointer that is then
  *   set to NULL on success and to an error object on failure (free it with accord_error_free()).
  * - Handles (accord_client, accord_lease, accord_subscription, accord_list_page, option objects,
@@ -385,6 +386,13 @@ void accord_client_close(const accord_client *client);
  * the handle during or after this call. NULL is accepted.
  */
 void accord_client_free(accord_client *client);
+
+/**
+ * The name of a status, the same as its enumerator ("ACCORD_OK", "ACCORD_HELD", …) and as the
+ * error kind's code in the other languages (Node's `err.code`, Python's `AccordError.code`);
+ * static storage. NULL for a value that is not an accord_status.
+ */
+const char *accord_status_name(int32_t status);
 
 /**
  * The status code of an error (ACCORD_OK for NULL).
