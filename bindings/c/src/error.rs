@@ -195,6 +195,13 @@ pub(crate) fn run_or<T>(fallback: T, body: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(body)).unwrap_or(fallback)
 }
 
+/// `Closed`, for a call on a closed client: the core's error, message included. The one place
+/// the C binding makes a `Closed` error for the client; once the core's `Error::closed()` is
+/// public, this body becomes that call.
+pub(crate) fn closed() -> Error {
+    Error::new(ErrorKind::Closed, "the accord client is closed")
+}
+
 pub(crate) fn invalid(field: &str, why: &str) -> Error {
     Error::new(
         ErrorKind::InvalidArgument,
