@@ -7,7 +7,7 @@
 // test-go` puts it there). Elsewhere, install libaccord (`make install PREFIX=…`) and build with
 // `-tags accord_pkgconfig`, which takes the flags from pkg-config.
 //
-//	client, err := accord.Connect(ctx, "postgres://localhost/app", &accord.Options{Namespace: "reports"})
+//	client, err := accord.Connect(ctx, "postgres://localhost/app", &accord.ClientOptions{Namespace: "reports"})
 //	lease, err := client.Acquire(ctx, "daily", nil)
 //	defer lease.Release(ctx)
 //	select {
@@ -35,9 +35,9 @@ import (
 	"unsafe"
 )
 
-// Options of Connect. The zero value means every default: namespace "default", owner
+// ClientOptions of Connect. The zero value means every default: namespace "default", owner
 // host-pid-random, ttl 30 s, schema "accord", two command connections, migrations applied.
-type Options struct {
+type ClientOptions struct {
 	Namespace         string
 	Owner             string
 	TTL               time.Duration
@@ -66,12 +66,12 @@ func millis(d time.Duration) C.int64_t { return C.int64_t(d / time.Millisecond) 
 
 // Connect opens a client on the coordinator at url (postgres://user:password@host:port/db?…).
 // The context's deadline bounds the connection attempt.
-func Connect(ctx context.Context, url string, opts *Options) (*Client, error) {
+func Connect(ctx context.Context, url string, opts *ClientOptions) (*Client, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if opts == nil {
-		opts = &Options{}
+		opts = &ClientOptions{}
 	}
 	o := C.accord_client_options_new()
 	defer C.accord_client_options_free(o)
