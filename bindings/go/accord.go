@@ -35,16 +35,23 @@ import (
 	"unsafe"
 )
 
-// ClientOptions of Connect. The zero value means every default: namespace "default", owner
-// host-pid-random, ttl 30 s, schema "accord", two command connections, migrations applied.
+// ClientOptions of Connect. The zero value of each field means its default: namespace
+// "default", owner host-pid-random, ttl 30 s, schema "accord", two command connections,
+// connect and statement timeouts 10 s (or less, for the connection, when the context's
+// deadline is sooner), migrations applied. Durations have millisecond resolution; negative
+// ones are refused with ErrInvalidArgument.
 type ClientOptions struct {
-	Namespace         string
-	Owner             string
-	TTL               time.Duration
-	Schema            string
-	PoolSize          int
-	ApplicationName   string
-	ConnectTimeout    time.Duration
+	Namespace string
+	Owner     string
+	TTL       time.Duration
+	Schema    string
+	PoolSize  int
+	// ApplicationName is shown in pg_stat_activity.
+	ApplicationName string
+	ConnectTimeout  time.Duration
+	// StatementTimeout bounds each statement: one that gets no answer in time breaks its
+	// connection, and the call fails with ErrConnection. PostgreSQL only.
+	StatementTimeout  time.Duration
 	DisableMigrations bool
 }
 
@@ -113,6 +120,11 @@ func Connect(ctx context.Context, url string, opts *ClientOptions) (*Client, err
 	}
 	if timeout != 0 {
 		if err := set(C.accord_client_options_set_connect_timeout_ms(o, millis(timeout), &cerr)); err != nil {
+			return nil, err
+		}
+	}
+	if opts.StatementTimeout != 0 {
+		if err := set(C.accord_client_options_set_statement_timeout_ms(o, millis(opts.StatementTimeout), &cerr)); err != nil {
 			return nil, err
 		}
 	}
