@@ -30,6 +30,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 	"unsafe"
@@ -57,8 +58,7 @@ type ClientOptions struct {
 
 // Client is a connection to a coordinator. Its methods may be called from any goroutine.
 type Client struct {
-	mu      sync.RWMutex // held for reading by every call; for writing to free the handle
-	ptr     *C.accord_client
+	ptr     *C.accord_client // freed when the Client is garbage, so that calls after Close get the core's answer
 	owner   string
 	ns      string
 	lostMu  sync.Mutex
@@ -146,6 +146,7 @@ func Connect(ctx context.Context, url string, opts *ClientOptions) (*Client, err
 		lost:   map[int64]chan struct{}{},
 		events: make(chan struct{}),
 	}
+	runtime.SetFinalizer(c, (*Client).free)
 	go c.eventLoop(ptr)
 	if err := ctx.Err(); err != nil {
 		c.Close()
@@ -189,13 +190,10 @@ func (c *Client) Owner() string { return c.owner }
 // Namespace is the namespace of this client's keys.
 func (c *Client) Namespace() string { return c.ns }
 
-// use runs f with the live handle, or returns ErrClosed once the client was closed.
+// use runs f with the client's handle, which stays valid until the Client is garbage: after
+// Close, every call is answered by the core (ErrClosed).
 func (c *Client) use(f func(*C.accord_client) error) error {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if c.ptr == nil {
-		return &Error{Kind: ErrClosed, Message: "the accord client is closed"}
-	}
+	defer runtime.KeepAlive(c) // the finalizer must not free the handle while f uses it
 	return f(c.ptr)
 }
 
@@ -349,18 +347,20 @@ func (c *Client) Notify(ctx context.Context, channel, payload string) error {
 }
 
 // Close releases the client's leases (their Lost channels close), ends waiting acquires and
-// subscriptions with ErrClosed, and closes the connections. Afterwards Renew, Release and Done
-// of any of its leases give ErrClosed. Idempotent.
+// subscriptions with ErrClosed, and closes the connections. Afterwards every call of the
+// client, and Renew, Release and Done of any of its leases, give ErrClosed. Idempotent.
 func (c *Client) Close() error {
 	c.closing.Do(func() {
-		c.mu.RLock()
 		C.accord_client_close(c.ptr) // wakes every blocked call
-		c.mu.RUnlock()
 		<-c.events
-		c.mu.Lock()
-		C.accord_client_free(c.ptr)
-		c.ptr = nil
-		c.mu.Unlock()
 	})
+	runtime.KeepAlive(c)
 	return nil
+}
+
+// free gives the handle back to libaccord once nothing can use it (the Client is garbage). A
+// client that was never closed is still reachable from its event loop, so it is not freed.
+func (c *Client) free() {
+	C.accord_client_free(c.ptr)
+	c.ptr = nil
 }
