@@ -232,18 +232,17 @@ mod tests {
         (!name.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(name) }.to_str().unwrap())
     }
 
-    /// The error kinds docs/semantics.md lists (its "Errors" section), which the core's
-    /// ErrorKind documents as its kinds: the only list of them outside the (non-exhaustive)
-    /// enum itself.
+    /// The error kinds docs/semantics.md lists (the first paragraph of its "Errors" section),
+    /// which the core's ErrorKind documents as its kinds: the only list of them outside the
+    /// (non-exhaustive) enum itself.
     fn documented_kinds() -> std::collections::BTreeSet<String> {
         let docs = include_str!("../../../docs/semantics.md");
-        let section = docs
+        let list = docs
             .split("\n## Errors\n")
             .nth(1)
-            .and_then(|rest| rest.split("\n## ").next())
+            .and_then(|rest| rest.trim_start().split("\n\n").next())
             .expect("docs/semantics.md has an Errors section");
-        section
-            .split('`')
+        list.split('`')
             .skip(1)
             .step_by(2)
             .filter(|t| t.starts_with(char::is_uppercase) && t.chars().all(char::is_alphanumeric))
