@@ -3,7 +3,8 @@
  * coordinated through PostgreSQL.  https://github.com/ (see README.md)
  *
  * Conventions
- * - Calls that can fail return an accord_status (ACCORD_OK = 0) and take a last argument
+ * - Calls that can fail return an accord_status (ACCORD_OK = 0; accord_status_name() names
+ *   it, with the name every other language gives the error kind) and take a last argument
  *   `accord_error **err`: pass NULL to ignore details, or the address of a pointer that is then
  *   set to NULL on success and to an error object on failure (free it with accord_error_free()).
  * - Handles (accord_client, accord_lease, accord_subscription, accord_list_page, option objects,
@@ -189,7 +190,7 @@ typedef struct accord_client accord_client;
 
 /**
  * Options of accord_client_connect(). Defaults: namespace "default", owner host-pid-random,
- * ttl 30 s, schema "accord", pool size 2, migrations on.
+ * ttl 30 s, schema "accord", pool size 2, connect and statement timeouts 10 s, migrations on.
  */
 typedef struct accord_client_options accord_client_options;
 
@@ -417,6 +418,13 @@ void accord_client_close(const accord_client *client);
 void accord_client_free(accord_client *client);
 
 /**
+ * The name of a status, the same as its enumerator ("ACCORD_OK", "ACCORD_HELD", …) and as the
+ * error kind's code in the other languages (Node's `err.code`, Python's `AccordError.code`);
+ * static storage. NULL for a value that is not an accord_status.
+ */
+const char *accord_status_name(int32_t status);
+
+/**
  * The status code of an error (ACCORD_OK for NULL).
  */
 accord_status accord_error_code(const accord_error *error);
@@ -583,11 +591,21 @@ accord_status accord_client_options_set_pool_size(accord_client_options *options
                                                   accord_error **err);
 
 /**
- * How long to wait for a connection, in milliseconds.
+ * How long to wait for a connection, in milliseconds (default 10000; negative is refused).
  */
 accord_status accord_client_options_set_connect_timeout_ms(accord_client_options *options,
                                                            int64_t timeout_ms,
                                                            accord_error **err);
+
+/**
+ * How long one statement may take, in milliseconds, before its connection is considered
+ * broken (default 10000; negative is refused). A call whose statement gets no answer in time
+ * fails with ACCORD_CONNECTION (a statement that is safe to repeat is first tried once more on
+ * a fresh connection). PostgreSQL only: the embedded store ignores it.
+ */
+accord_status accord_client_options_set_statement_timeout_ms(accord_client_options *options,
+                                                             int64_t timeout_ms,
+                                                             accord_error **err);
 
 /**
  * Whether connect applies pending schema migrations (default true).

@@ -116,7 +116,7 @@ func main() {
 
 	ctx := context.Background()
 	connectStart := time.Now()
-	client, err := accord.Connect(ctx, url, &accord.Options{
+	client, err := accord.Connect(ctx, url, &accord.ClientOptions{
 		Schema: "accord_bench", PoolSize: 1, ApplicationName: "accord-bench-go",
 	})
 	if err != nil {

@@ -7,7 +7,7 @@
 // test-go` puts it there). Elsewhere, install libaccord (`make install PREFIX=…`) and build with
 // `-tags accord_pkgconfig`, which takes the flags from pkg-config.
 //
-//	client, err := accord.Connect(ctx, "postgres://localhost/app", &accord.Options{Namespace: "reports"})
+//	client, err := accord.Connect(ctx, "postgres://localhost/app", &accord.ClientOptions{Namespace: "reports"})
 //	lease, err := client.Acquire(ctx, "daily", nil)
 //	defer lease.Release(ctx)
 //	select {
@@ -30,28 +30,35 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 	"unsafe"
 )
 
-// Options of Connect. The zero value means every default: namespace "default", owner
-// host-pid-random, ttl 30 s, schema "accord", two command connections, migrations applied.
-type Options struct {
-	Namespace         string
-	Owner             string
-	TTL               time.Duration
-	Schema            string
-	PoolSize          int
-	ApplicationName   string
-	ConnectTimeout    time.Duration
+// ClientOptions of Connect. The zero value of each field means its default: namespace
+// "default", owner host-pid-random, ttl 30 s, schema "accord", two command connections,
+// connect and statement timeouts 10 s (or less, for the connection, when the context's
+// deadline is sooner), migrations applied. Durations have millisecond resolution; negative
+// ones are refused with ErrInvalidArgument.
+type ClientOptions struct {
+	Namespace string
+	Owner     string
+	TTL       time.Duration
+	Schema    string
+	PoolSize  int
+	// ApplicationName is shown in pg_stat_activity.
+	ApplicationName string
+	ConnectTimeout  time.Duration
+	// StatementTimeout bounds each statement: one that gets no answer in time breaks its
+	// connection, and the call fails with ErrConnection. PostgreSQL only.
+	StatementTimeout  time.Duration
 	DisableMigrations bool
 }
 
 // Client is a connection to a coordinator. Its methods may be called from any goroutine.
 type Client struct {
-	mu      sync.RWMutex // held for reading by every call; for writing to free the handle
-	ptr     *C.accord_client
+	ptr     *C.accord_client // freed when the Client is garbage, so that calls after Close get the core's answer
 	owner   string
 	ns      string
 	lostMu  sync.Mutex
@@ -66,12 +73,12 @@ func millis(d time.Duration) C.int64_t { return C.int64_t(d / time.Millisecond) 
 
 // Connect opens a client on the coordinator at url (postgres://user:password@host:port/db?…).
 // The context's deadline bounds the connection attempt.
-func Connect(ctx context.Context, url string, opts *Options) (*Client, error) {
+func Connect(ctx context.Context, url string, opts *ClientOptions) (*Client, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if opts == nil {
-		opts = &Options{}
+		opts = &ClientOptions{}
 	}
 	o := C.accord_client_options_new()
 	defer C.accord_client_options_free(o)
@@ -116,6 +123,11 @@ func Connect(ctx context.Context, url string, opts *Options) (*Client, error) {
 			return nil, err
 		}
 	}
+	if opts.StatementTimeout != 0 {
+		if err := set(C.accord_client_options_set_statement_timeout_ms(o, millis(opts.StatementTimeout), &cerr)); err != nil {
+			return nil, err
+		}
+	}
 	if opts.DisableMigrations {
 		if err := set(C.accord_client_options_set_migrate(o, false, &cerr)); err != nil {
 			return nil, err
@@ -134,6 +146,7 @@ func Connect(ctx context.Context, url string, opts *Options) (*Client, error) {
 		lost:   map[int64]chan struct{}{},
 		events: make(chan struct{}),
 	}
+	runtime.SetFinalizer(c, (*Client).free)
 	go c.eventLoop(ptr)
 	if err := ctx.Err(); err != nil {
 		c.Close()
@@ -177,13 +190,10 @@ func (c *Client) Owner() string { return c.owner }
 // Namespace is the namespace of this client's keys.
 func (c *Client) Namespace() string { return c.ns }
 
-// use runs f with the live handle, or returns ErrClosed once the client was closed.
+// use runs f with the client's handle, which stays valid until the Client is garbage: after
+// Close, every call is answered by the core (ErrClosed).
 func (c *Client) use(f func(*C.accord_client) error) error {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if c.ptr == nil {
-		return &Error{Kind: ErrClosed, Message: "the accord client is closed"}
-	}
+	defer runtime.KeepAlive(c) // the finalizer must not free the handle while f uses it
 	return f(c.ptr)
 }
 
@@ -337,18 +347,20 @@ func (c *Client) Notify(ctx context.Context, channel, payload string) error {
 }
 
 // Close releases the client's leases (their Lost channels close), ends waiting acquires and
-// subscriptions with ErrClosed, and closes the connections. Afterwards Renew, Release and Done
-// of any of its leases give ErrClosed. Idempotent.
+// subscriptions with ErrClosed, and closes the connections. Afterwards every call of the
+// client, and Renew, Release and Done of any of its leases, give ErrClosed. Idempotent.
 func (c *Client) Close() error {
 	c.closing.Do(func() {
-		c.mu.RLock()
 		C.accord_client_close(c.ptr) // wakes every blocked call
-		c.mu.RUnlock()
 		<-c.events
-		c.mu.Lock()
-		C.accord_client_free(c.ptr)
-		c.ptr = nil
-		c.mu.Unlock()
 	})
+	runtime.KeepAlive(c)
 	return nil
+}
+
+// free gives the handle back to libaccord once nothing can use it (the Client is garbage). A
+// client that was never closed is still reachable from its event loop, so it is not freed.
+func (c *Client) free() {
+	C.accord_client_free(c.ptr)
+	c.ptr = nil
 }

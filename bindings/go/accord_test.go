@@ -29,7 +29,7 @@ func namespace(t *testing.T) string {
 
 func connect(t *testing.T, ns, owner string) *Client {
 	t.Helper()
-	c, err := Connect(context.Background(), databaseURL(t), &Options{
+	c, err := Connect(context.Background(), databaseURL(t), &ClientOptions{
 		Namespace: ns, Owner: owner, ApplicationName: ns + ":" + owner,
 	})
 	if err != nil {
@@ -123,7 +123,7 @@ func TestRenewDoneReset(t *testing.T) { // L4, L5, L6
 	if err := lease.Release(ctx); err != nil {
 		t.Fatalf("release after done: %v", err)
 	}
-	done := must(c.List(ctx, &ListOptions{State: StateDone}))
+	done := must(c.List(ctx, &ListQuery{State: StateDone}))
 	if len(done.Items) != 1 || done.Items[0].Metadata["l"] != "w" {
 		t.Fatalf("done keys %+v", done)
 	}
@@ -157,22 +157,22 @@ func TestListFiltersAndPages(t *testing.T) { // L7
 			t.Fatal(err)
 		}
 	}
-	count := func(o *ListOptions) int { return len(must(c.List(ctx, o)).Items) }
-	if n := count(&ListOptions{Prefix: "a/b"}); n != 2 {
+	count := func(o *ListQuery) int { return len(must(c.List(ctx, o)).Items) }
+	if n := count(&ListQuery{Prefix: "a/b"}); n != 2 {
 		t.Fatalf("prefix a/b: %d", n)
 	}
-	if n := count(&ListOptions{Prefix: "p%"}); n != 1 {
+	if n := count(&ListQuery{Prefix: "p%"}); n != 1 {
 		t.Fatalf("prefix p%%: %d", n)
 	}
-	if n := count(&ListOptions{Metadata: map[string]any{"n": 3}}); n != 4 {
+	if n := count(&ListQuery{Metadata: map[string]any{"n": 3}}); n != 4 {
 		t.Fatalf("metadata n=3: %d", n)
 	}
-	if n := count(&ListOptions{State: StateFree}); n != 5 {
+	if n := count(&ListQuery{State: StateFree}); n != 5 {
 		t.Fatalf("free: %d", n)
 	}
 	seen, cursor, last := 0, "", int64(1<<62)
 	for pages := 1; ; pages++ {
-		page := must(c.List(ctx, &ListOptions{Limit: 2, Cursor: cursor}))
+		page := must(c.List(ctx, &ListQuery{Limit: 2, Cursor: cursor}))
 		for _, it := range page.Items {
 			if it.Fence >= last {
 				t.Fatal("not newest first")
@@ -187,7 +187,7 @@ func TestListFiltersAndPages(t *testing.T) { // L7
 			break
 		}
 	}
-	if _, err := c.List(ctx, &ListOptions{Limit: 5000}); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := c.List(ctx, &ListQuery{Limit: 5000}); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("limit 5000: %v", err)
 	}
 }
@@ -236,7 +236,7 @@ func TestWaitingIsWokenAndTimesOut(t *testing.T) { // L8
 
 func assertNotHeldBy(t *testing.T, c *Client, key, owner string) {
 	t.Helper()
-	page := must(c.List(context.Background(), &ListOptions{Prefix: key, State: StateHeld}))
+	page := must(c.List(context.Background(), &ListQuery{Prefix: key, State: StateHeld}))
 	for _, it := range page.Items {
 		if it.Key == key && it.Owner == owner {
 			t.Fatalf("%s is held by %s", key, owner)

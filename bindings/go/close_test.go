@@ -3,6 +3,7 @@ package accord
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -55,5 +56,31 @@ func TestCloseEndsEveryLease(t *testing.T) {
 	o2 := connect(t, ns, "o2")
 	if lease, err := o2.TryAcquire(ctx, "held", &AcquireOptions{TTL: time.Minute}); err != nil || lease == nil {
 		t.Fatalf("the close did not give the key back: %v %v", lease, err)
+	}
+}
+
+// After Close every call of the client is answered by libaccord (the core's ErrClosed and its
+// message), not by the Go package; the handle is freed once the Client is garbage.
+func TestCallsAfterCloseAreAnsweredByTheCore(t *testing.T) {
+	ctx := context.Background()
+	c := must(Connect(ctx, databaseURL(t), &ClientOptions{Namespace: namespace(t)}))
+	c.Close()
+	c.Close() // idempotent
+	_, acquireErr := c.Acquire(ctx, "k", nil)
+	_, tryErr := c.TryAcquire(ctx, "k", nil)
+	_, resetErr := c.Reset(ctx, "k")
+	_, listErr := c.List(ctx, nil)
+	_, listenErr := c.Listen(ctx, "ch")
+	for name, err := range map[string]error{
+		"Acquire": acquireErr, "TryAcquire": tryErr, "Reset": resetErr, "List": listErr,
+		"Notify": c.Notify(ctx, "ch", "x"), "Listen": listenErr,
+	} {
+		if !errors.Is(err, ErrClosed) || err.Error() == ErrClosed.Error() {
+			t.Errorf("%s after Close: %v, want ErrClosed with libaccord's message", name, err)
+		}
+	}
+	c = nil
+	for i := 0; i < 3; i++ {
+		runtime.GC() // runs the finalizer that frees the handle
 	}
 }

@@ -25,7 +25,8 @@ var (
 	ErrInternal        = errors.New("accord: internal")
 )
 
-var sentinels = map[C.accord_status]error{
+// sentinels is indexed by libaccord's status values (ACCORD_OK, 0, has none).
+var sentinels = [...]error{
 	C.ACCORD_INVALID_ARGUMENT: ErrInvalidArgument,
 	C.ACCORD_HELD:             ErrHeld,
 	C.ACCORD_DONE:             ErrDone,
@@ -56,15 +57,29 @@ func takeError(status C.accord_status, cerr *C.accord_error) error {
 	if status == C.ACCORD_OK {
 		return nil
 	}
-	kind, ok := sentinels[status]
-	if !ok {
-		kind = ErrInternal
+	return errorOf(int(status), C.GoString(C.accord_error_message(cerr)))
+}
+
+// errorOf is the error of a (failure) status with libaccord's message: its kind is the status's
+// sentinel (ErrInternal for a status this package does not know).
+func errorOf(status int, msg string) error {
+	var kind error = ErrInternal
+	if status > 0 && status < len(sentinels) && sentinels[status] != nil {
+		kind = sentinels[status]
 	}
-	msg := C.GoString(C.accord_error_message(cerr))
 	if msg == "" {
 		msg = kind.Error()
 	}
 	return &Error{Kind: kind, Message: msg}
+}
+
+// statusName is libaccord's name of a status ("ACCORD_HELD"), "" for a value that is none.
+func statusName(status int) string {
+	name := C.accord_status_name(C.int32_t(status))
+	if name == nil {
+		return ""
+	}
+	return C.GoString(name)
 }
 
 // withContext makes an error caused by the context match the context's error too.

@@ -11,18 +11,19 @@ import (
 	"unsafe"
 )
 
-// State is the state of a key.
-type State int
+// KeyState is the state of a key.
+type KeyState int
 
-// Key states; StateAny as a List filter means every state.
+// Key states; StateAll as a List filter means every state.
 const (
-	StateAny  State = C.ACCORD_KEY_ANY
-	StateHeld State = C.ACCORD_KEY_HELD
-	StateFree State = C.ACCORD_KEY_FREE
-	StateDone State = C.ACCORD_KEY_DONE
+	StateAll  KeyState = C.ACCORD_KEY_ANY
+	StateHeld KeyState = C.ACCORD_KEY_HELD
+	StateFree KeyState = C.ACCORD_KEY_FREE
+	StateDone KeyState = C.ACCORD_KEY_DONE
 )
 
-func (s State) String() string {
+// String is "held", "free", "done" or "all", as the other languages spell the states.
+func (s KeyState) String() string {
 	switch s {
 	case StateHeld:
 		return "held"
@@ -31,13 +32,13 @@ func (s State) String() string {
 	case StateDone:
 		return "done"
 	}
-	return "any"
+	return "all"
 }
 
-// ListOptions filter and page List. The zero value lists every key, 100 per page.
-type ListOptions struct {
+// ListQuery filters and pages List. The zero value lists every key, 100 per page.
+type ListQuery struct {
 	Prefix   string         // keys starting with this, compared literally
-	State    State          // StateAny, StateHeld, StateFree or StateDone
+	State    KeyState       // StateAll, StateHeld, StateFree or StateDone
 	Metadata map[string]any // keys whose metadata contains this object
 	Limit    int            // page size, 1..1000 (0: 100)
 	Cursor   string         // from the previous page's NextCursor
@@ -46,7 +47,7 @@ type ListOptions struct {
 // LeaseInfo is one key as the coordinator knows it.
 type LeaseInfo struct {
 	Key       string
-	State     State
+	State     KeyState
 	Owner     string // the holder while held, who finished it when done; "" when free
 	Fence     int64
 	ExpiresAt time.Time // zero unless held
@@ -54,19 +55,19 @@ type LeaseInfo struct {
 	UpdatedAt time.Time
 }
 
-// Page is one page of List, newest grant first.
-type Page struct {
+// ListPage is one page of List, newest grant first.
+type ListPage struct {
 	Items      []LeaseInfo
 	NextCursor string // "" on the last page
 }
 
 // List returns a page of keys of the client's namespace.
-func (c *Client) List(ctx context.Context, opts *ListOptions) (*Page, error) {
+func (c *Client) List(ctx context.Context, query *ListQuery) (*ListPage, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if opts == nil {
-		opts = &ListOptions{}
+	if query == nil {
+		query = &ListQuery{}
 	}
 	q := C.accord_list_query_new()
 	defer C.accord_list_query_free(q)
@@ -79,14 +80,14 @@ func (c *Client) List(ctx context.Context, opts *ListOptions) (*Page, error) {
 		defer C.free(unsafe.Pointer(cs))
 		return takeError(set(cs), cerr)
 	}
-	if err := withString(opts.Prefix, func(s *C.char) C.accord_status { return C.accord_list_query_set_prefix(q, s, &cerr) }); err != nil {
+	if err := withString(query.Prefix, func(s *C.char) C.accord_status { return C.accord_list_query_set_prefix(q, s, &cerr) }); err != nil {
 		return nil, err
 	}
-	if err := withString(opts.Cursor, func(s *C.char) C.accord_status { return C.accord_list_query_set_cursor(q, s, &cerr) }); err != nil {
+	if err := withString(query.Cursor, func(s *C.char) C.accord_status { return C.accord_list_query_set_cursor(q, s, &cerr) }); err != nil {
 		return nil, err
 	}
-	if opts.Metadata != nil {
-		text, err := json.Marshal(opts.Metadata)
+	if query.Metadata != nil {
+		text, err := json.Marshal(query.Metadata)
 		if err != nil {
 			return nil, &Error{Kind: ErrInvalidArgument, Message: "invalid metadata: " + err.Error()}
 		}
@@ -94,11 +95,11 @@ func (c *Client) List(ctx context.Context, opts *ListOptions) (*Page, error) {
 			return nil, err
 		}
 	}
-	if err := takeError(C.accord_list_query_set_state(q, C.int32_t(opts.State), &cerr), cerr); err != nil {
+	if err := takeError(C.accord_list_query_set_state(q, C.int32_t(query.State), &cerr), cerr); err != nil {
 		return nil, err
 	}
-	if opts.Limit != 0 {
-		if err := takeError(C.accord_list_query_set_limit(q, C.uint32_t(opts.Limit), &cerr), cerr); err != nil {
+	if query.Limit != 0 {
+		if err := takeError(C.accord_list_query_set_limit(q, C.uint32_t(query.Limit), &cerr), cerr); err != nil {
 			return nil, err
 		}
 	}
@@ -112,12 +113,12 @@ func (c *Client) List(ctx context.Context, opts *ListOptions) (*Page, error) {
 	defer C.accord_list_page_free(page)
 	var n C.size_t
 	first := C.accord_list_page_items(page, &n)
-	out := &Page{Items: make([]LeaseInfo, 0, int(n))}
+	out := &ListPage{Items: make([]LeaseInfo, 0, int(n))}
 	if n > 0 {
 		for _, it := range unsafe.Slice(first, int(n)) {
 			info := LeaseInfo{
 				Key:       C.GoString(it.key),
-				State:     State(it.state),
+				State:     KeyState(it.state),
 				Fence:     int64(it.fence),
 				UpdatedAt: time.UnixMilli(int64(it.updated_at_ms)),
 			}

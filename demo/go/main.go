@@ -50,7 +50,7 @@ func run(url, namespace, name string, tasks int) error {
 	rand.Shuffle(len(remaining), func(i, j int) { remaining[i], remaining[j] = remaining[j], remaining[i] })
 	announced := map[int]bool{}
 	completed := 0
-	client, err := accord.Connect(ctx, url, &accord.Options{Namespace: namespace, Owner: name, TTL: ttl})
+	client, err := accord.Connect(ctx, url, &accord.ClientOptions{Namespace: namespace, Owner: name, TTL: ttl})
 	if err != nil {
 		return err
 	}
@@ -103,7 +103,7 @@ func run(url, namespace, name string, tasks int) error {
 
 // announce: every `batch` completions, one worker (whoever gets the batch's key first) notifies.
 func announce(ctx context.Context, client *accord.Client, name string, announced map[int]bool) error {
-	page, err := client.List(ctx, &accord.ListOptions{Prefix: "task/", State: accord.StateDone, Limit: 1000})
+	page, err := client.List(ctx, &accord.ListQuery{Prefix: "task/", State: accord.StateDone, Limit: 1000})
 	if err != nil {
 		return err
 	}

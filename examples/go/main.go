@@ -20,7 +20,7 @@ func main() {
 	if url == "" {
 		url = "postgres://localhost/postgres"
 	}
-	client, err := accord.Connect(ctx, url, &accord.Options{Namespace: "quickstart"})
+	client, err := accord.Connect(ctx, url, &accord.ClientOptions{Namespace: "quickstart"})
 	if err != nil {
 		log.Fatal(err)
 	}

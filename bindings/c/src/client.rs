@@ -261,7 +261,7 @@ pub extern "C" fn accord_client_next_event(
                     *out_event = event;
                     Ok(())
                 }
-                _ = closed => Err(Error::new(ErrorKind::Closed, "the accord client is closed")),
+                _ = closed => Err(crate::error::closed()),
                 _ = elapse(timeout_ms) => Err(Error::new(ErrorKind::Timeout, "no event within the timeout")),
             }
         })

@@ -4,6 +4,7 @@
 use std::ffi::{c_char, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
+use std::sync::OnceLock;
 
 use accord_core::{Error, ErrorKind};
 
@@ -38,6 +39,43 @@ pub enum accord_status {
     ACCORD_INTERNAL = 11,
 }
 
+/// Every status but ACCORD_OK, in value order: one per error kind of the core.
+pub(crate) const ERROR_STATUSES: [accord_status; 11] = {
+    use accord_status::*;
+    [
+        ACCORD_INVALID_ARGUMENT,
+        ACCORD_HELD,
+        ACCORD_DONE,
+        ACCORD_TIMEOUT,
+        ACCORD_CANCELLED,
+        ACCORD_LEASE_LOST,
+        ACCORD_CONNECTION,
+        ACCORD_DATABASE,
+        ACCORD_CLOSED,
+        ACCORD_UNSUPPORTED,
+        ACCORD_INTERNAL,
+    ]
+};
+
+/// The core's kind of an error status (`None` for ACCORD_OK): the inverse of [`status_of`].
+pub(crate) fn kind_of(status: accord_status) -> Option<ErrorKind> {
+    use accord_status::*;
+    Some(match status {
+        ACCORD_OK => return None,
+        ACCORD_INVALID_ARGUMENT => ErrorKind::InvalidArgument,
+        ACCORD_HELD => ErrorKind::Held,
+        ACCORD_DONE => ErrorKind::Done,
+        ACCORD_TIMEOUT => ErrorKind::Timeout,
+        ACCORD_CANCELLED => ErrorKind::Cancelled,
+        ACCORD_LEASE_LOST => ErrorKind::LeaseLost,
+        ACCORD_CONNECTION => ErrorKind::Connection,
+        ACCORD_DATABASE => ErrorKind::Database,
+        ACCORD_CLOSED => ErrorKind::Closed,
+        ACCORD_UNSUPPORTED => ErrorKind::Unsupported,
+        ACCORD_INTERNAL => ErrorKind::Internal,
+    })
+}
+
 pub(crate) fn status_of(kind: ErrorKind) -> accord_status {
     use accord_status::*;
     match kind {
@@ -53,6 +91,30 @@ pub(crate) fn status_of(kind: ErrorKind) -> accord_status {
         ErrorKind::Unsupported => ACCORD_UNSUPPORTED,
         _ => ACCORD_INTERNAL,
     }
+}
+
+/// The name of a status, the same as its enumerator ("ACCORD_OK", "ACCORD_HELD", …) and as the
+/// error kind's code in the other languages (Node's `err.code`, Python's `AccordError.code`);
+/// static storage. NULL for a value that is not an accord_status.
+#[no_mangle]
+pub extern "C" fn accord_status_name(status: i32) -> *const c_char {
+    // Indexed by status value: "ACCORD_OK", then the core's code of each error status's kind.
+    static NAMES: OnceLock<Vec<CString>> = OnceLock::new();
+    run_or(ptr::null(), || {
+        let names = NAMES.get_or_init(|| {
+            std::iter::once(c"ACCORD_OK".to_owned())
+                .chain(
+                    ERROR_STATUSES
+                        .iter()
+                        .map(|s| crate::ffi::c_string(kind_of(*s).map_or("", |kind| kind.code()))),
+                )
+                .collect()
+        });
+        usize::try_from(status)
+            .ok()
+            .and_then(|i| names.get(i))
+            .map_or(ptr::null(), |name| name.as_ptr())
+    })
 }
 
 /// An error: a status code and a message. Created by accord, freed by the caller with
@@ -133,11 +195,14 @@ pub(crate) fn run_or<T>(fallback: T, body: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(body)).unwrap_or(fallback)
 }
 
+/// `Closed`, for a call on a closed client: the core's error, message included.
+pub(crate) fn closed() -> Error {
+    Error::closed()
+}
+
+/// `InvalidArgument` naming `field`, worded as the core words its own checks.
 pub(crate) fn invalid(field: &str, why: &str) -> Error {
-    Error::new(
-        ErrorKind::InvalidArgument,
-        format!("invalid {field}: {why}"),
-    )
+    Error::invalid(field, why)
 }
 
 #[cfg(test)]
@@ -155,6 +220,63 @@ mod tests {
         assert!(message.to_str().unwrap().contains("boom"));
         accord_error_free(err);
         assert_eq!(run_or(7, || panic!("again")), 7);
+    }
+
+    fn name(status: i32) -> Option<&'static str> {
+        let name = accord_status_name(status);
+        // SAFETY: NULL or a NUL-terminated string of static storage.
+        (!name.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(name) }.to_str().unwrap())
+    }
+
+    /// The error kinds docs/semantics.md lists (the first paragraph of its "Errors" section), so
+    /// that the docs cannot fall behind the core's `ErrorKind::ALL`.
+    fn documented_kinds() -> std::collections::BTreeSet<String> {
+        let docs = include_str!("../../../docs/semantics.md");
+        let list = docs
+            .split("\n## Errors\n")
+            .nth(1)
+            .and_then(|rest| rest.trim_start().split("\n\n").next())
+            .expect("docs/semantics.md has an Errors section");
+        list.split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|t| t.starts_with(char::is_uppercase) && t.chars().all(char::is_alphanumeric))
+            .filter(|t| *t != "ErrorKind")
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn statuses_and_kinds_are_one_to_one() {
+        let mut kinds = std::collections::BTreeSet::new();
+        for (i, &status) in ERROR_STATUSES.iter().enumerate() {
+            assert_eq!(
+                status as usize,
+                i + 1,
+                "ERROR_STATUSES is in value order, no gap"
+            );
+            let kind = kind_of(status).expect("an error status has a kind");
+            assert!(
+                kinds.insert(format!("{kind:?}")),
+                "{status:?}: kind {kind:?} twice"
+            );
+            assert_eq!(status_of(kind), status, "{kind:?} maps back to {status:?}");
+            // The enumerator, its name at run time and the kind's code are one name.
+            assert_eq!(format!("{status:?}"), kind.code());
+            assert_eq!(name(status as i32), Some(kind.code()));
+        }
+        assert_eq!(kind_of(accord_status::ACCORD_OK), None);
+        assert_eq!(name(0), Some("ACCORD_OK"));
+        assert_eq!(name(ERROR_STATUSES.len() as i32 + 1), None);
+        assert_eq!(name(-1), None);
+        assert_eq!(
+            kinds,
+            documented_kinds(),
+            "every documented kind has its status"
+        );
+        // The core's own list, in status order: a kind added there needs its status here.
+        let from_core: Vec<accord_status> = ErrorKind::ALL.iter().map(|&k| status_of(k)).collect();
+        assert_eq!(from_core, ERROR_STATUSES.to_vec());
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::error::{accord_error, accord_status, run};
 use crate::ffi::{free_box, metadata, opt_text, text};
 
 /// Options of accord_client_connect(). Defaults: namespace "default", owner host-pid-random,
-/// ttl 30 s, schema "accord", pool size 2, migrations on.
+/// ttl 30 s, schema "accord", pool size 2, connect and statement timeouts 10 s, migrations on.
 pub struct accord_client_options(pub(crate) ClientOptions);
 
 /// Options of an acquire. Defaults: the client's ttl, no metadata, no timeout, no cancel token.
@@ -114,6 +114,14 @@ fn millis(ms: i64) -> Duration {
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 
+/// A duration of the client options in milliseconds, which has no "without limit": negative is
+/// refused, naming `field`.
+fn duration_ms(field: &str, ms: i64) -> Result<Duration, accord_core::Error> {
+    u64::try_from(ms)
+        .map(Duration::from_millis)
+        .map_err(|_| crate::error::invalid(field, &format!("{ms} ms is negative")))
+}
+
 /// Applies `change` to the options behind `options`, checking `options` is not NULL.
 fn set<T>(
     options: *mut T,
@@ -205,7 +213,7 @@ pub extern "C" fn accord_client_options_set_pool_size(
     })
 }
 
-/// How long to wait for a connection, in milliseconds.
+/// How long to wait for a connection, in milliseconds (default 10000; negative is refused).
 #[no_mangle]
 pub extern "C" fn accord_client_options_set_connect_timeout_ms(
     options: *mut accord_client_options,
@@ -213,7 +221,27 @@ pub extern "C" fn accord_client_options_set_connect_timeout_ms(
     err: *mut *mut accord_error,
 ) -> accord_status {
     set(options, err, |o| {
-        o.0 = o.0.clone().connect_timeout(millis(timeout_ms));
+        o.0 =
+            o.0.clone()
+                .connect_timeout(duration_ms("connect_timeout", timeout_ms)?);
+        Ok(())
+    })
+}
+
+/// How long one statement may take, in milliseconds, before its connection is considered
+/// broken (default 10000; negative is refused). A call whose statement gets no answer in time
+/// fails with ACCORD_CONNECTION (a statement that is safe to repeat is first tried once more on
+/// a fresh connection). PostgreSQL only: the embedded store ignores it.
+#[no_mangle]
+pub extern "C" fn accord_client_options_set_statement_timeout_ms(
+    options: *mut accord_client_options,
+    timeout_ms: i64,
+    err: *mut *mut accord_error,
+) -> accord_status {
+    set(options, err, |o| {
+        o.0 =
+            o.0.clone()
+                .statement_timeout(duration_ms("statement_timeout", timeout_ms)?);
         Ok(())
     })
 }

@@ -66,6 +66,9 @@ pub extern "C" fn accord_subscription_next(
                 _ = elapse(timeout_ms) => Err(Error::new(ErrorKind::Timeout, "no notification within the timeout")),
             }
         })?;
+        // The core answers Ok(None) for a subscription closed by accord_subscription_close():
+        // C says that with ACCORD_CLOSED and a message of its own, since the core has none for
+        // it. A closed client is the core's Err(Closed), passed on above as it is.
         let event =
             event.ok_or_else(|| Error::new(ErrorKind::Closed, "the subscription is closed"))?;
         let boxed = match event {
