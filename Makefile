@@ -22,7 +22,7 @@ PY_VENV := .venv
 TEST_SUITES := test-rust
 LINTS := lint-rust
 
-.PHONY: all build test lint test-suites test-rust lint-rust fmt migrate-sql clean help
+.PHONY: all build test lint test-suites test-rust lint-rust fmt migrate-sql clean help develop
 
 all: build ## the default: `make` alone is `make build`
 
@@ -30,6 +30,11 @@ all: build ## the default: `make` alone is `make build`
 
 build: ## cargo build of every crate of the workspace (debug)
 	$(CARGO) build --workspace
+
+# The debug builds to work with: the Python package editable in .venv (mk/python.mk) and the Node
+# addon in node/ (mk/node.mk). Much quicker to rebuild after a change in core/ than the release
+# builds that `make test-python`, `make demo` and `npm pack` use.
+develop: develop-python develop-node ## debug builds for a quick edit-run loop: develop-python + develop-node
 
 # Lists the targets documented with `## ` (see the top of this file).
 help: ## this list
@@ -67,5 +72,6 @@ SCHEMA ?= accord
 migrate-sql: ## print the schema SQL for applying migrations by hand (SCHEMA=accord)
 	@$(CARGO) run --quiet -p accord --example migration_sql -- $(SCHEMA)
 
-clean: ## cargo clean (target/); .venv and node/node_modules stay
+clean: ## cargo clean, and the module develop-python put in python/accord; .venv, node_modules stay
 	$(CARGO) clean
+	rm -f python/accord/_accord.*.so

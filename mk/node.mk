@@ -7,12 +7,14 @@
 #                     the generated index.js/index.d.ts fresh, npm pack + install of the tarball
 #   make lint-node    the examples and the committed index.d.ts pass `tsc --strict` (no database)
 #   make build-node   the release addon in node/ (what `npm pack` then ships)
+#   make develop-node the debug addon in node/ (build-node-debug), for `require` from node/ while
+#                     changing the code: much quicker to rebuild than build-node
 
 NPM ?= npm
 NODE_STAMP := node/node_modules/.accord-npm-ci
 NAPI := node_modules/.bin/napi
 
-.PHONY: node-deps build-node build-node-debug lint-node test-node
+.PHONY: node-deps build-node build-node-debug develop-node lint-node test-node
 
 TEST_SUITES += test-node
 LINTS += lint-node
@@ -33,6 +35,8 @@ build-node: node-deps ## the release addon in node/ (what npm pack ships); regen
 # the test that checks them fresh; only the addon is copied next to them.
 build-node-debug: node-deps ## the debug addon, copied into node/ (what test-node uses)
 	cd node && rm -rf build/napi && $(NAPI) build --platform -o build/napi && cp build/napi/accord.*.node .
+
+develop-node: build-node-debug ## debug addon in node/ for require('./node') while changing the code
 
 lint-node: node-deps ## tsc --strict on the examples and the committed index.d.ts
 	cd node && node_modules/.bin/tsc -p tsconfig.json
