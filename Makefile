@@ -2,9 +2,15 @@
 #   make test   - lint, then every test suite against a throwaway PostgreSQL
 #   make demo   - the polyglot demo (mk/demo.mk): five languages, one store, a summary
 #   make bench  - benchmarks against raw SQL and the libraries users pick today (mk/bench.mk)
+#   make help   - every target people use, one line each
 #
 # Each binding adds its own targets in mk/<binding>.mk and appends them to TEST_SUITES (run
 # with the throwaway PostgreSQL) and LINTS.
+#
+# `make help` documents itself: a rule line whose target is followed by `## text` is listed, with
+# that text, under the name of its file (this Makefile first, then mk/*.mk in name order). Put
+# the `##` on the rule line only, never after a variable assignment (the spaces before it would
+# end up in the value).
 
 CARGO ?= cargo
 WITH_PG := scripts/with-postgres.sh
@@ -16,40 +22,56 @@ PY_VENV := .venv
 TEST_SUITES := test-rust
 LINTS := lint-rust
 
-.PHONY: all build test lint test-suites test-rust lint-rust fmt migrate-sql clean
+.PHONY: all build test lint test-suites test-rust lint-rust fmt migrate-sql clean help develop
 
-all: build
+all: build ## the default: `make` alone is `make build`
 
 -include $(sort $(wildcard mk/*.mk))
 
-build:
+build: ## cargo build of every crate of the workspace (debug)
 	$(CARGO) build --workspace
+
+# The debug builds to work with: the Python package editable in .venv (mk/python.mk) and the Node
+# addon in node/ (mk/node.mk). Much quicker to rebuild after a change in core/ than the release
+# builds that `make test-python`, `make demo` and `npm pack` use.
+develop: develop-python develop-node ## debug builds for a quick edit-run loop: develop-python + develop-node
+
+# Lists the targets documented with `## ` (see the top of this file).
+help: ## this list
+	@awk 'BEGIN { print "make TARGET, one of these. (db): needs a PostgreSQL: scripts/with-postgres.sh make TARGET,"; \
+	    print "or ACCORD_TEST_DATABASE_URL set to one. `make test` and `make bench` start their own.\n" } \
+	  FNR == 1 { file = FILENAME } \
+	  /^[A-Za-z0-9_.-]+:([^=]|$$).*## / { \
+	    if (file != shown) { printf "%s%s:\n", (shown == "" ? "" : "\n"), file; shown = file } \
+	    target = $$0; sub(/:.*/, "", target); text = $$0; sub(/^[^#]*## /, "", text); \
+	    printf "  %-19s %s\n", target, text }' $(firstword $(MAKEFILE_LIST)) $(sort $(wildcard mk/*.mk))
 
 # The test command of README.md, and what CI runs. Starts its own PostgreSQL (see
 # scripts/with-postgres.sh) unless ACCORD_TEST_DATABASE_URL names one, and stops it even when
 # tests fail.
-test: lint
+test: lint ## lint, then every test suite against a throwaway PostgreSQL (what CI runs)
 	$(WITH_PG) $(MAKE) --no-print-directory test-suites
 
-test-suites: $(TEST_SUITES)
+test-suites: $(TEST_SUITES) ## every test suite, without the lints (db)
 
-test-rust:
+test-rust: ## the core's tests and doc tests (db)
 	$(CARGO) test -p accord --all-targets
 	$(CARGO) test -p accord --doc
 
-lint: $(LINTS)
+lint: $(LINTS) ## every lint: rustfmt, clippy, ruff, mypy, tsc, gofmt (no database)
 
-lint-rust:
+lint-rust: ## cargo fmt --check and clippy -D warnings
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-fmt:
+fmt: ## cargo fmt of every crate
 	$(CARGO) fmt --all
 
 # The schema SQL for DBAs who apply migrations by hand (SCHEMA=accord by default).
 SCHEMA ?= accord
-migrate-sql:
+migrate-sql: ## print the schema SQL for applying migrations by hand (SCHEMA=accord)
 	@$(CARGO) run --quiet -p accord --example migration_sql -- $(SCHEMA)
 
-clean:
+clean: ## cargo clean, and the module develop-python put in python/accord; .venv, node_modules stay
 	$(CARGO) clean
+	rm -f python/accord/_accord.*.so

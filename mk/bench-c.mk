@@ -48,10 +48,10 @@ bench-out-dir:
 	@[ -n "$$ACCORD_TEST_DATABASE_URL" ] || { \
 	  echo "ACCORD_TEST_DATABASE_URL is not set: run through scripts/with-postgres.sh" >&2; exit 1; }
 
-bench-c: bench-out-dir build-bench-c
+bench-c: bench-out-dir build-bench-c ## the C bench program, release libaccord → target/bench/c.json (db)
 	ACCORD_BENCH_URL="$${ACCORD_BENCH_URL:-$$ACCORD_TEST_DATABASE_URL}" ACCORD_BENCH_OUT=$(BENCH_OUT_DIR)/c.json \
 	  $(BENCH_BIN)/bench_accord_c
 
-bench-go: bench-out-dir build-bench-go
+bench-go: bench-out-dir build-bench-go ## the Go bench program, release libaccord → target/bench/go.json (db)
 	ACCORD_BENCH_URL="$${ACCORD_BENCH_URL:-$$ACCORD_TEST_DATABASE_URL}" ACCORD_BENCH_OUT=$(BENCH_OUT_DIR)/go.json \
 	  $(BENCH_BIN)/bench_accord_go

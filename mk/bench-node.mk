@@ -21,7 +21,7 @@ $(BENCH_NODE_STAMP): node/bench/package.json node/bench/package-lock.json
 	cd node/bench && $(NPM) install --no-audit --no-fund --loglevel=error
 	@touch $@
 
-bench-node: build-node $(BENCH_NODE_STAMP)
+bench-node: build-node $(BENCH_NODE_STAMP) ## the Node bench program, release addon → target/bench/node.json (db)
 	@test -n "$$ACCORD_TEST_DATABASE_URL" || { echo "bench-node: ACCORD_TEST_DATABASE_URL is not set; run it as scripts/with-postgres.sh $(MAKE) bench-node" >&2; exit 1; }
 	@mkdir -p $(BENCH_OUT_DIR)
 	ACCORD_BENCH_URL="$${ACCORD_BENCH_URL:-$$ACCORD_TEST_DATABASE_URL}" ACCORD_BENCH_OUT=$(BENCH_OUT_DIR)/node.json \

@@ -25,9 +25,9 @@ $(BENCH_PY_STAMP): $(BENCH_PY_REQUIREMENTS)
 	  -r $(BENCH_PY_REQUIREMENTS)
 	@touch $@
 
-bench-python-venv: $(BENCH_PY_STAMP)
+bench-python-venv: $(BENCH_PY_STAMP) ## the bench venv .venv-bench: the Python peers, matplotlib
 
-bench-python: bench-python-venv wheel-python
+bench-python: bench-python-venv wheel-python ## the Python bench program, release wheel → target/bench/python.json (db)
 	@test -n "$$ACCORD_TEST_DATABASE_URL" || { \
 	  echo "bench-python: no database; run it as scripts/with-postgres.sh make bench-python" >&2; \
 	  exit 1; }

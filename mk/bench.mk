@@ -18,7 +18,7 @@ BENCH_PLOT := docs/benchmarks.png
 
 .PHONY: bench bench-all bench-build bench-rust bench-report
 
-bench:
+bench: ## the whole benchmark (own PostgreSQL): docs/benchmarks.md and .png
 	$(WITH_PG) $(MAKE) --no-print-directory bench-all
 
 # Everything is built before anything is measured, so that no compiler competes with a run.
@@ -32,13 +32,13 @@ bench-all: bench-build
 	  $(MAKE) --no-print-directory bench-rust bench-c bench-go bench-python bench-node
 	$(MAKE) --no-print-directory bench-report
 
-bench-rust:
+bench-rust: ## the Rust bench program alone, scenarios 1-5 → target/bench/rust.json (db)
 	@mkdir -p $(BENCH_OUT_DIR)
 	$(CARGO) build --release -p accord-bench
 	ACCORD_BENCH_URL="$${ACCORD_BENCH_URL:-$$ACCORD_TEST_DATABASE_URL}" ACCORD_BENCH_OUT=$(BENCH_OUT_DIR)/rust.json \
 	  ACCORD_BENCH_TLS_ROOT_CERT="$$ACCORD_TEST_SSL_ROOT_CERT" target/release/accord-bench
 
-bench-report: bench-python-venv
+bench-report: bench-python-venv ## the report from whatever target/bench holds
 	$(BENCH_PY) bench/report.py $(BENCH_OUT_DIR) $(BENCH_DOC) $(BENCH_PLOT)
 
 # `make test` runs the Rust bench program and the report at a tiny size, so that neither rots
@@ -49,12 +49,12 @@ bench-report: bench-python-venv
 TEST_SUITES += test-bench
 LINTS += lint-bench
 
-test-bench: python-venv
+test-bench: python-venv ## the Rust bench and the report at a tiny size, so they do not rot (db)
 	$(CARGO) build -p accord-bench
 	rm -rf target/bench-smoke && mkdir -p target/bench-smoke
 	ACCORD_BENCH_URL="$$ACCORD_TEST_DATABASE_URL" ACCORD_BENCH_OUT=target/bench-smoke/rust.json \
 	  ACCORD_BENCH_TLS_ROOT_CERT="$$ACCORD_TEST_SSL_ROOT_CERT" target/debug/accord-bench --pairs 40 --warmup 4 --keepalive-seconds 3 --keepalive-leases 300
 	$(PY) bench/report.py target/bench-smoke target/bench-smoke/benchmarks.md - --expect 1,2,3,4,5
 
-lint-bench: python-venv
+lint-bench: python-venv ## ruff on bench/
 	$(PY_VENV)/bin/ruff check bench && $(PY_VENV)/bin/ruff format --check bench

@@ -26,10 +26,10 @@ demo-build: $(DEMO_PY_STAMP) build-node-debug
 	  target/debug/libaccord.a -lpthread -ldl -lm
 	cd demo/go && go vet ./... && go build -o ../../$(DEMO_BIN)/worker_go .
 
-demo: demo-run
+demo: demo-run ## the polyglot demo: ten workers, five languages, one store (SQLite unless ACCORD_URL)
 
 demo-run: demo-build
 	$(PY) demo/run.py
 
-test-demo: demo-build
+test-demo: demo-build ## the demo with 60 tasks and plain output, on PostgreSQL (db)
 	ACCORD_URL="$$ACCORD_TEST_DATABASE_URL" DEMO_TASKS=60 DEMO_PLAIN=1 DEMO_DEADLINE=60 $(PY) demo/run.py

@@ -7,12 +7,14 @@
 #                     the generated index.js/index.d.ts fresh, npm pack + install of the tarball
 #   make lint-node    the examples and the committed index.d.ts pass `tsc --strict` (no database)
 #   make build-node   the release addon in node/ (what `npm pack` then ships)
+#   make develop-node the debug addon in node/ (build-node-debug), for `require` from node/ while
+#                     changing the code: much quicker to rebuild than build-node
 
 NPM ?= npm
 NODE_STAMP := node/node_modules/.accord-npm-ci
 NAPI := node_modules/.bin/napi
 
-.PHONY: node-deps build-node build-node-debug lint-node test-node
+.PHONY: node-deps build-node build-node-debug develop-node lint-node test-node
 
 TEST_SUITES += test-node
 LINTS += lint-node
@@ -24,19 +26,21 @@ $(NODE_STAMP): node/package.json node/package-lock.json
 	cd node && $(NPM) install --no-audit --no-fund --loglevel=error
 	@touch $@
 
-node-deps: $(NODE_STAMP)
+node-deps: $(NODE_STAMP) ## npm install in node/ (from the committed lock)
 
-build-node: node-deps
+build-node: node-deps ## the release addon in node/ (what npm pack ships); regenerates index.js/.d.ts
 	cd node && $(NAPI) build --platform --release
 
 # Built into node/build/ so that the committed loader and index.d.ts are left as they are for
 # the test that checks them fresh; only the addon is copied next to them.
-build-node-debug: node-deps
+build-node-debug: node-deps ## the debug addon, copied into node/ (what test-node uses)
 	cd node && rm -rf build/napi && $(NAPI) build --platform -o build/napi && cp build/napi/accord.*.node .
 
-lint-node: node-deps
+develop-node: build-node-debug ## debug addon in node/ for require('./node') while changing the code
+
+lint-node: node-deps ## tsc --strict on the examples and the committed index.d.ts
 	cd node && node_modules/.bin/tsc -p tsconfig.json
 
-test-node: lint-node build-node-debug
+test-node: lint-node build-node-debug ## lint-node, the debug addon, then node --test (db)
 	$(CARGO) build -p accord --example contend
 	cd node && node --test --test-timeout=180000 test/*.test.js

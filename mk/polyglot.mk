@@ -8,11 +8,11 @@
 
 TEST_SUITES += test-polyglot
 
-test-polyglot: $(DEMO_PY_STAMP) build-node-debug
+test-polyglot: $(DEMO_PY_STAMP) build-node-debug ## the grant audit: Rust, Python and Node workers on one key (db)
 	$(CARGO) build -p accord --example contend
 	$(PY) tests/polyglot/run.py
 
 LINTS += lint-polyglot
 
-lint-polyglot: python-venv
+lint-polyglot: python-venv ## ruff on tests/polyglot
 	$(PY_VENV)/bin/ruff check tests/polyglot && $(PY_VENV)/bin/ruff format --check tests/polyglot

@@ -8,6 +8,8 @@
 #   make lint-python        ruff + mypy --strict on the package, its stubs, examples and tests
 #   make wheel-python       maturin build --release → target/python-wheels
 #   make test-python-wheel  the wheel installs into a clean venv and works there
+#   make develop-python     a debug build installed editable into .venv (maturin develop): the
+#                           quick loop while changing the code; not what the tests use
 
 PYTHON ?= python3
 PY_VENV := .venv
@@ -19,7 +21,7 @@ PY_TOOLS_STAMP := $(PY_VENV)/.accord-python-tools
 PY_WHEELS := target/python-wheels
 PY_CLEAN_VENV := target/python-clean-venv
 
-.PHONY: python-venv python-install test-python lint-python wheel-python test-python-wheel
+.PHONY: python-venv python-install develop-python test-python lint-python wheel-python test-python-wheel
 
 TEST_SUITES += test-python
 LINTS += lint-python
@@ -30,15 +32,25 @@ $(PY_TOOLS_STAMP): mk/python.mk
 	$(PY) -m pip install --quiet --disable-pip-version-check $(PY_TOOLS)
 	@touch $@
 
-python-venv: $(PY_TOOLS_STAMP)
+python-venv: $(PY_TOOLS_STAMP) ## .venv with maturin, pytest, mypy, ruff, psycopg
 
 # The package as users install it: PEP 517 through maturin (a release build). The tools are in
 # the venv already, so without build isolation.
-python-install: python-venv
+python-install: python-venv ## the package into .venv as users get it: pip install ./python (release)
 	PATH="$(CURDIR)/$(PY_VENV)/bin:$$PATH" $(PY) -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps \
 	  --force-reinstall ./python
 
-lint-python: python-venv
+# For working on the code: `maturin develop` builds the extension in debug (target/debug, shared
+# with `cargo build`) and installs the package editable into .venv: the compiled module goes into
+# python/accord/ (git-ignored) and the venv points at python/, so a change to the Python sources
+# needs no rebuild, and one to the Rust sources this target again. This replaces the release
+# install of python-install; test-python (and the demo, whose stamp is dropped here) put that back.
+develop-python: python-venv ## debug build of the Python package, installed editable into .venv
+	VIRTUAL_ENV=$(CURDIR)/$(PY_VENV) PATH="$(CURDIR)/$(PY_VENV)/bin:$$PATH" \
+	  $(PY_VENV)/bin/maturin develop --quiet -m python/Cargo.toml
+	@rm -f $(DEMO_PY_STAMP)
+
+lint-python: python-venv ## ruff and mypy --strict on python/
 	cd python && ../$(PY_VENV)/bin/ruff check . && ../$(PY_VENV)/bin/ruff format --check .
 	cd python && ../$(PY_VENV)/bin/mypy --strict
 
@@ -46,17 +58,17 @@ lint-python: python-venv
 # python/ through the venv's script (not `python -m`), so that `accord` is the installed package,
 # not the source folder; stubtest (from target/, for the same reason) checks that the stubs
 # match the compiled module.
-test-python: python-install lint-python
+test-python: python-install lint-python ## release install, stubtest, pytest, then the clean-venv wheel check (db)
 	mkdir -p target && cd target && $(CURDIR)/$(PY) -m mypy.stubtest accord
 	$(CARGO) build -p accord --example contend
 	cd python && ../$(PY_VENV)/bin/pytest -p no:cacheprovider -q -ra
 	$(MAKE) --no-print-directory test-python-wheel
 
-wheel-python: python-venv
+wheel-python: python-venv ## maturin build --release → target/python-wheels
 	$(PY_VENV)/bin/maturin build --release --quiet -m python/Cargo.toml --out $(PY_WHEELS)
 
 # A venv with nothing but the wheel: import, connect, try_acquire, release.
-test-python-wheel: wheel-python
+test-python-wheel: wheel-python ## the wheel installs into a clean venv and works there
 	rm -rf $(PY_CLEAN_VENV)
 	$(PYTHON) -m venv $(PY_CLEAN_VENV)
 	$(PY_CLEAN_VENV)/bin/pip install --quiet --disable-pip-version-check --no-index \
