@@ -8,7 +8,9 @@ database: they take leases on named keys, mark units of work done, and notify ea
   ``reset``, ``list``, ``notify``, ``listen``, ``close``.
 - A ``Lease`` (``AsyncLease``) is renewed in the background until released; use it as a
   context manager. Its ``fence`` grows with every grant: pass it to what you write. Its
-  ``lost`` signal fires before the coordinator could grant the key to anyone else.
+  ``lost`` signal fires before the coordinator could grant the key to anyone else (sync: a
+  ``LostSignal``, like a ``threading.Event``; async: an awaitable); ``status`` and
+  ``lost_reason`` say where it stands.
 - Errors are subclasses of ``AccordError``, one per kind.
 
 Durations (``ttl``, ``timeout``) are in seconds.
@@ -31,6 +33,7 @@ from ._accord import (
     Lease,
     LeaseInfo,
     ListPage,
+    LostSignal,
     Message,
     Reconnected,
     Subscription,
@@ -80,6 +83,7 @@ __all__ = [
     "LeaseInfo",
     "LeaseLost",
     "ListPage",
+    "LostSignal",
     "Message",
     "Opening",
     "Reconnected",

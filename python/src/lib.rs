@@ -29,6 +29,7 @@ fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<client::AsyncClient>()?;
     m.add_class::<lease::Lease>()?;
     m.add_class::<lease::AsyncLease>()?;
+    m.add_class::<lease::LostSignal>()?;
     m.add_class::<subscription::Subscription>()?;
     m.add_class::<subscription::AsyncSubscription>()?;
     m.add_class::<types::Message>()?;
