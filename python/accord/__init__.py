@@ -11,7 +11,7 @@ database: they take leases on named keys, mark units of work done, and notify ea
   ``lost`` signal fires before the coordinator could grant the key to anyone else (sync: a
   ``LostSignal``, like a ``threading.Event``; async: an awaitable); ``status`` and
   ``lost_reason`` say where it stands.
-- Errors are subclasses of ``AccordError``, one per kind.
+- Errors are subclasses of ``AccordError``, one per kind (``ERROR_CODES`` lists their codes).
 
 Durations (``ttl``, ``timeout``) are in seconds.
 """
@@ -21,9 +21,12 @@ from __future__ import annotations
 from typing import Union
 
 from ._accord import (
+    ERROR_CODES,
     MAX_CHANNEL_BYTES,
+    MAX_LIST_LIMIT,
     MAX_METADATA_BYTES,
     MAX_NAME_BYTES,
+    MAX_POOL_SIZE,
     MAX_TTL,
     MIN_TTL,
     AsyncClient,
@@ -60,9 +63,12 @@ Event = Union[Message, Reconnected]
 """What a subscription yields."""
 
 __all__ = [
+    "ERROR_CODES",
     "MAX_CHANNEL_BYTES",
+    "MAX_LIST_LIMIT",
     "MAX_METADATA_BYTES",
     "MAX_NAME_BYTES",
+    "MAX_POOL_SIZE",
     "MAX_TTL",
     "MIN_TTL",
     "AccordError",

@@ -18,11 +18,18 @@ MAX_CHANNEL_BYTES: int
 MAX_METADATA_BYTES: int
 MIN_TTL: float
 MAX_TTL: float
+MAX_POOL_SIZE: int
+MAX_LIST_LIMIT: int
+ERROR_CODES: tuple[str, ...]
+"""The ``code`` of every error kind of the core, in its order: each has its exception class."""
 
 __all__ = [
+    "ERROR_CODES",
     "MAX_CHANNEL_BYTES",
+    "MAX_LIST_LIMIT",
     "MAX_METADATA_BYTES",
     "MAX_NAME_BYTES",
+    "MAX_POOL_SIZE",
     "MAX_TTL",
     "MIN_TTL",
     "AsyncClient",
@@ -38,6 +45,7 @@ __all__ = [
     "Reconnected",
     "Subscription",
     "__version__",
+    "_error_for_code",
     "migration_sql",
 ]
 
@@ -49,6 +57,9 @@ _LostReason = Literal["not_renewed", "not_recorded", "client_closed", "forked"]
 
 def migration_sql(schema: str = "accord") -> str:
     """The SQL that creates or upgrades accord's schema, for DBAs who apply it by hand."""
+
+def _error_for_code(code: str, message: str) -> BaseException:
+    """The exception the module raises for a core error of the kind ``code`` (for tests)."""
 
 @final
 class Completer:
