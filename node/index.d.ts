@@ -217,6 +217,14 @@ export interface ClientOptions {
  */
 export declare function connect(url: string, options?: ClientOptions | null): Promise<Client>
 
+/**
+ * Every `code` an accord error can carry, one per error kind of the core, in its order
+ * (`ErrorKind::ALL`): `ACCORD_INVALID_ARGUMENT`, `ACCORD_HELD`, `ACCORD_DONE`,
+ * `ACCORD_TIMEOUT`, `ACCORD_CANCELLED`, `ACCORD_LEASE_LOST`, `ACCORD_CONNECTION`,
+ * `ACCORD_DATABASE`, `ACCORD_CLOSED`, `ACCORD_UNSUPPORTED`, `ACCORD_INTERNAL`. Frozen.
+ */
+export declare const ERROR_CODES: ReadonlyArray<string>
+
 /** One key as the coordinator knows it. */
 export interface LeaseInfo {
   key: string
