@@ -68,8 +68,8 @@ export declare class Client {
  * `lost`: once it resolves, stop writing with this lease's fence.
  *
  * A lease does not keep the Node process alive by itself (a process that ends while holding
- * one leaves it to expire at its ttl). Waiting on `lost` does, until the lease is released,
- * done or lost.
+ * one leaves it to expire at its ttl). Waiting on `lost` does, until the lease ends: released,
+ * done, lost, or collected (which releases it).
  */
 export declare class Lease {
   /** The key held. */
@@ -92,8 +92,22 @@ export declare class Lease {
   /** True once the lease is lost (checked against its deadline at each read). */
   get isLost(): boolean
   /**
+   * Where the lease stands: `'held'`; `'ending'` (a release or done is in flight, or failed
+   * on the way: no longer renewed, lost at its deadline unless a retry succeeds);
+   * `'released'`; `'done'`; or `'lost'`. Checked against its deadline at each read.
+   */
+  get status(): 'held' | 'ending' | 'released' | 'done' | 'lost'
+  /**
+   * Why the lease was lost: `'not_renewed'` (no renewal confirmed before its deadline),
+   * `'not_recorded'` (the coordinator no longer records this grant), `'client_closed'` (its
+   * client was closed while holding it) or `'forked'`; `null` unless lost.
+   */
+  get lostReason(): 'not_renewed' | 'not_recorded' | 'client_closed' | 'forked' | null
+  /**
    * Resolves when the lease is lost: not renewed in time, taken over, or its client closed
-   * while holding it. Never resolves for a lease released or done normally.
+   * while holding it. Never resolves for a lease that ends otherwise (released, done, or
+   * collected); a release or done that failed on the way leaves the lease watched, so it
+   * resolves at the lease's deadline unless a retry succeeds first.
    */
   get lost(): Promise<void>
   /**
@@ -103,7 +117,9 @@ export declare class Lease {
   renew(metadata?: Record<string, unknown> | null): Promise<void>
   /**
    * Releases the key and wakes its waiters. Releasing again, or after `done`, is harmless;
-   * after the lease was lost this fails with `ACCORD_LEASE_LOST`.
+   * after the lease was lost this fails with `ACCORD_LEASE_LOST`. A release that fails on
+   * the way (`ACCORD_CONNECTION`) leaves the lease `'ending'`: retry it, or `lost` resolves
+   * at the lease's deadline.
    */
   release(): Promise<void>
   /**
@@ -200,6 +216,14 @@ export interface ClientOptions {
  * `migrate: false`.
  */
 export declare function connect(url: string, options?: ClientOptions | null): Promise<Client>
+
+/**
+ * Every `code` an accord error can carry, one per error kind of the core, in its order
+ * (`ErrorKind::ALL`): `ACCORD_INVALID_ARGUMENT`, `ACCORD_HELD`, `ACCORD_DONE`,
+ * `ACCORD_TIMEOUT`, `ACCORD_CANCELLED`, `ACCORD_LEASE_LOST`, `ACCORD_CONNECTION`,
+ * `ACCORD_DATABASE`, `ACCORD_CLOSED`, `ACCORD_UNSUPPORTED`, `ACCORD_INTERNAL`. Frozen.
+ */
+export declare const ERROR_CODES: ReadonlyArray<string>
 
 /** One key as the coordinator knows it. */
 export interface LeaseInfo {

@@ -839,4 +839,5 @@ module.exports.Client = nativeBinding.Client
 module.exports.Lease = nativeBinding.Lease
 module.exports.Subscription = nativeBinding.Subscription
 module.exports.connect = nativeBinding.connect
+module.exports.ERROR_CODES = nativeBinding.ERROR_CODES
 module.exports.migrationSql = nativeBinding.migrationSql

@@ -5,7 +5,7 @@ use napi_derive::napi;
 use tokio_util::sync::CancellationToken;
 
 use crate::convert::{
-    call_method, opt_bool, opt_count, opt_metadata, opt_millis, opt_object, opt_string, property,
+    call_method, opt_bool, opt_integer, opt_metadata, opt_millis, opt_object, opt_string, property,
     settle, settle_map, settle_ok, string,
 };
 use crate::error::{Failure, Outcome};
@@ -177,8 +177,8 @@ fn parse_connect(
         if let Some(v) = opt_string("options.schema", &property(&o, "schema")?)? {
             parsed = parsed.schema(v);
         }
-        if let Some(v) = opt_count("options.poolSize", &property(&o, "poolSize")?)? {
-            parsed = parsed.pool_size(v);
+        if let Some(v) = opt_integer("options.poolSize", &property(&o, "poolSize")?)? {
+            parsed = parsed.pool_size(accord::limits::pool_size(v)?);
         }
         if let Some(v) = opt_millis(
             "options.connectTimeout",
@@ -227,10 +227,8 @@ impl AbortWatch {
             return Err(not_a_signal());
         }
         if unsafe { aborted.cast::<bool>() }? {
-            return Err(Failure::new(
-                accord::ErrorKind::Cancelled,
-                format!("acquire of {key:?} was cancelled: its AbortSignal was already aborted"),
-            ));
+            // As the core says when the signal aborts during the wait.
+            return Err(accord::Error::cancelled(&format!("acquire of {key:?}")).into());
         }
         let listener = env.create_function_from_closure::<(), (), _>("accordAbort", move |_| {
             token.cancel();
@@ -513,8 +511,8 @@ fn parse_list(env: &Env, query: Option<Unknown>) -> Outcome<accord::ListQuery> {
     if let Some(m) = opt_metadata(env, "query.metadata", &property(&q, "metadata")?)? {
         parsed = parsed.metadata(m);
     }
-    if let Some(limit) = opt_count("query.limit", &property(&q, "limit")?)? {
-        parsed = parsed.limit(limit);
+    if let Some(limit) = opt_integer("query.limit", &property(&q, "limit")?)? {
+        parsed = parsed.limit(accord::limits::list_limit(limit)?);
     }
     if let Some(cursor) = opt_string("query.cursor", &property(&q, "cursor")?)? {
         parsed = parsed.cursor(cursor);

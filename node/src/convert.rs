@@ -96,15 +96,14 @@ fn opt_number(field: &str, value: &Unknown) -> Outcome<Option<f64>> {
     }
 }
 
-/// An optional count (a non-negative integer).
-pub(crate) fn opt_count(field: &str, value: &Unknown) -> Outcome<Option<usize>> {
+/// An optional integer (a safe one: exactly representable). Ranges are the core's to check
+/// (`accord::limits`).
+pub(crate) fn opt_integer(field: &str, value: &Unknown) -> Outcome<Option<i64>> {
+    const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
     match opt_number(field, value)? {
         None => Ok(None),
-        Some(n) if n >= 0.0 && n.fract() == 0.0 && n <= u32::MAX as f64 => Ok(Some(n as usize)),
-        Some(n) => Err(Failure::invalid(
-            field,
-            format!("{n} is not a non-negative integer"),
-        )),
+        Some(n) if n.fract() == 0.0 && n.abs() <= MAX_SAFE_INTEGER => Ok(Some(n as i64)),
+        Some(n) => Err(Failure::invalid(field, format!("{n} is not an integer"))),
     }
 }
 

@@ -2,7 +2,7 @@
 //! (`ACCORD_HELD`, `ACCORD_TIMEOUT`, …), built on the JavaScript thread.
 
 use napi::bindgen_prelude::*;
-use napi::{JsError, JsTypeError};
+use napi::{sys, JsError, JsTypeError};
 
 /// A failure on its way to JavaScript: the code of an error kind (docs/semantics.md) and a message. Wrong JavaScript
 /// types become `TypeError`s (code `ACCORD_INVALID_ARGUMENT`), everything else `Error`s.
@@ -14,41 +14,27 @@ pub(crate) struct Failure {
 }
 
 impl Failure {
-    /// A value of the wrong JavaScript type: `field` names the argument or option.
+    /// A value of the wrong JavaScript type: `field` names the argument or option. Worded as
+    /// the core's `InvalidArgument` errors (`accord::Error::invalid`), thrown as a `TypeError`.
     pub fn wrong_type(field: &str, expected: &str, got: ValueType) -> Self {
+        let e = accord::Error::invalid(
+            field,
+            format!("expected {expected}, got {}", type_name(got)),
+        );
         Failure {
-            code: accord::ErrorKind::InvalidArgument.code(),
-            message: format!(
-                "invalid {field}: expected {expected}, got {}",
-                type_name(got)
-            ),
             type_error: true,
+            ..Failure::from(e)
         }
     }
 
-    /// A value of the right type that is still unusable.
+    /// A value of the right type that is still unusable (`accord::Error::invalid`).
     pub fn invalid(field: &str, why: impl std::fmt::Display) -> Self {
-        Failure {
-            code: accord::ErrorKind::InvalidArgument.code(),
-            message: format!("invalid {field}: {why}"),
-            type_error: false,
-        }
+        accord::Error::invalid(field, why).into()
     }
 
-    pub fn new(kind: accord::ErrorKind, message: impl Into<String>) -> Self {
-        Failure {
-            code: kind.code(),
-            message: message.into(),
-            type_error: false,
-        }
-    }
-
-    /// A failure of napi itself on the JavaScript thread.
+    /// A failure of napi itself on the JavaScript thread (`accord::Error::internal`).
     pub fn internal(e: Error) -> Self {
-        Failure::new(
-            accord::ErrorKind::Internal,
-            format!("internal error in accord's Node binding: {}", e.reason),
-        )
+        accord::Error::internal(format!("{} (in the Node binding)", e.reason)).into()
     }
 
     /// The JavaScript error object, wrapped so that napi throws or rejects with it as is.
@@ -63,9 +49,14 @@ impl Failure {
     }
 }
 
+/// The one way a core error becomes a JavaScript one: its kind's code and its message.
 impl From<accord::Error> for Failure {
     fn from(e: accord::Error) -> Self {
-        Failure::new(e.kind(), e.message())
+        Failure {
+            code: e.kind().code(),
+            message: e.message().to_string(),
+            type_error: false,
+        }
     }
 }
 
@@ -95,5 +86,30 @@ fn type_name(t: ValueType) -> &'static str {
         ValueType::External => "an external value",
         ValueType::BigInt => "a bigint",
         _ => "an unknown value",
+    }
+}
+
+/// Every `code` an accord error can carry, one per error kind of the core, in its order
+/// (`ErrorKind::ALL`): `ACCORD_INVALID_ARGUMENT`, `ACCORD_HELD`, `ACCORD_DONE`,
+/// `ACCORD_TIMEOUT`, `ACCORD_CANCELLED`, `ACCORD_LEASE_LOST`, `ACCORD_CONNECTION`,
+/// `ACCORD_DATABASE`, `ACCORD_CLOSED`, `ACCORD_UNSUPPORTED`, `ACCORD_INTERNAL`. Frozen.
+#[napi_derive::napi]
+pub const ERROR_CODES: ReadonlyArray<String> = ReadonlyArray(std::marker::PhantomData);
+
+/// The error codes as a frozen JavaScript array (the only constant of this type). napi
+/// declares a constant's type by its Rust name, so this one reads `ReadonlyArray<string>`.
+pub struct ReadonlyArray<T>(std::marker::PhantomData<T>);
+
+impl ToNapiValue for ReadonlyArray<String> {
+    unsafe fn to_napi_value(raw: sys::napi_env, _: Self) -> Result<sys::napi_value> {
+        let env = Env::from_raw(raw);
+        let mut codes = env.create_array(accord::ErrorKind::ALL.len() as u32)?;
+        for (i, kind) in accord::ErrorKind::ALL.iter().enumerate() {
+            codes.set(i as u32, kind.code())?;
+        }
+        let mut codes = codes.coerce_to_object()?;
+        codes.freeze()?;
+        // SAFETY: on the JavaScript thread with its env, as napi registers constants.
+        unsafe { ToNapiValue::to_napi_value(raw, codes) }
     }
 }

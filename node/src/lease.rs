@@ -1,14 +1,17 @@
-//! `Lease`: a held key, with its `lost` Promise and `Symbol.asyncDispose`.
+//! `Lease`: a held key, with its `lost` Promise, its `status` and `Symbol.asyncDispose`.
+//! Whether and how a lease ended is the core's answer (`accord::LeaseStatus`): the wait behind
+//! `lost` ends when the core says the lease ended, and resolves only if it ended lost.
 
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use accord::{LeaseStatus, LostReason};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
-use tokio_util::sync::CancellationToken;
 
 use crate::convert::{millis, opt_metadata, settle_ok};
+use crate::error::{Failure, Outcome};
 
 /// A key held by this client, renewed in the background until it is released, done or lost.
 ///
@@ -16,14 +19,13 @@ use crate::convert::{millis, opt_metadata, settle_ok};
 /// `lost`: once it resolves, stop writing with this lease's fence.
 ///
 /// A lease does not keep the Node process alive by itself (a process that ends while holding
-/// one leaves it to expire at its ttl). Waiting on `lost` does, until the lease is released,
-/// done or lost.
+/// one leaves it to expire at its ttl). Waiting on `lost` does, until the lease ends: released,
+/// done, lost, or collected (which releases it).
 #[napi(custom_finalize)]
 pub struct Lease {
+    /// The only strong handle of the core's lease but for calls in flight: when the object is
+    /// collected, the core releases the lease, which ends the wait behind `lost`.
     inner: Arc<accord::Lease>,
-    /// Cancelled once the lease is no longer held by choice (released, done, collected): ends
-    /// the task that waits for the lost signal, which holds the reference on the event loop.
-    finished: CancellationToken,
     /// The `lost` Promise, made at its first read.
     lost: Option<ObjectRef<false>>,
 }
@@ -33,20 +35,50 @@ impl Lease {
     pub(crate) fn adopt(lease: accord::Lease) -> Lease {
         Lease {
             inner: Arc::new(lease),
-            finished: CancellationToken::new(),
             lost: None,
         }
     }
 }
 
-/// A Promise that resolves when `signal` fires. Until then, or until `finished`, the wait is
-/// pending on the bridge, which keeps the event loop alive while someone may be waiting for the
-/// loss of a held lease; nothing keeps it alive afterwards.
-fn lost_promise<'e>(
-    env: &'e Env,
-    signal: accord::LostSignal,
-    finished: CancellationToken,
-) -> Result<Object<'e>> {
+/// `lease.status`: the core's status by name.
+fn status_name(status: LeaseStatus) -> Outcome<&'static str> {
+    Ok(match status {
+        LeaseStatus::Held => "held",
+        LeaseStatus::Ending => "ending",
+        LeaseStatus::Released => "released",
+        LeaseStatus::Done => "done",
+        LeaseStatus::Lost(_) => "lost",
+        other => return Err(unknown("lease status", other)),
+    })
+}
+
+/// `lease.lostReason`: why the core says the lease was lost, by name; `null` unless lost.
+fn lost_reason_name(status: LeaseStatus) -> Outcome<Option<&'static str>> {
+    let LeaseStatus::Lost(why) = status else {
+        return Ok(None);
+    };
+    Ok(Some(match why {
+        LostReason::NotRenewed => "not_renewed",
+        LostReason::NotRecorded => "not_recorded",
+        LostReason::ClientClosed => "client_closed",
+        LostReason::Forked => "forked",
+        other => return Err(unknown("lost reason", other)),
+    }))
+}
+
+/// A value of the core's that this binding was not built to name (a newer core).
+fn unknown(what: &str, value: impl std::fmt::Debug) -> Failure {
+    accord::Error::internal(format!(
+        "the Node binding has no name for the {what} {value:?}"
+    ))
+    .into()
+}
+
+/// A Promise that resolves if the lease ends lost. Until the lease ends (as the core says:
+/// released, done, lost, or dropped with its last handle), the wait is pending on the bridge,
+/// which keeps the event loop alive while someone may be waiting for the loss of a held lease;
+/// nothing keeps it alive afterwards, and a lease that ended otherwise leaves it pending.
+fn lost_promise<'e>(env: &'e Env, signal: accord::LostSignal) -> Result<Object<'e>> {
     let slot: Rc<RefCell<Option<FunctionRef<(), ()>>>> = Rc::default();
     let filled = slot.clone();
     let executor =
@@ -65,13 +97,12 @@ fn lost_promise<'e>(
     crate::bridge::later(
         env,
         async move {
-            tokio::select! {
-                biased;
-                _ = signal.wait() => Some(()),
-                _ = finished.cancelled() => None,
+            match signal.ended().await {
+                LeaseStatus::Lost(_) => Some(()),
+                _ => None,
             }
         },
-        // Never resolved once finished: the reference to `resolve` is simply dropped.
+        // Never resolved if it ended otherwise: the reference to `resolve` is simply dropped.
         move |env, fired| {
             if fired.is_some() {
                 if let Ok(resolve) = resolve.borrow_back(env) {
@@ -85,11 +116,11 @@ fn lost_promise<'e>(
 
 impl ObjectFinalize for Lease {
     fn finalize(mut self, env: Env) -> Result<()> {
-        self.finished.cancel();
         if let Some(lost) = self.lost.take() {
             lost.unref(&env)?;
         }
-        // Dropping the last handle of a held lease releases it in the background (core).
+        // Dropping the last handle of a held lease releases it in the background (core), which
+        // ends the wait behind `lost`.
         Ok(())
     }
 }
@@ -145,14 +176,38 @@ impl Lease {
         self.inner.is_lost()
     }
 
+    /// Where the lease stands: `'held'`; `'ending'` (a release or done is in flight, or failed
+    /// on the way: no longer renewed, lost at its deadline unless a retry succeeds);
+    /// `'released'`; `'done'`; or `'lost'`. Checked against its deadline at each read.
+    #[napi(
+        getter,
+        ts_return_type = "'held' | 'ending' | 'released' | 'done' | 'lost'"
+    )]
+    pub fn status(&self, env: &Env) -> Result<&'static str> {
+        status_name(self.inner.status()).map_err(|f| f.into_napi(env))
+    }
+
+    /// Why the lease was lost: `'not_renewed'` (no renewal confirmed before its deadline),
+    /// `'not_recorded'` (the coordinator no longer records this grant), `'client_closed'` (its
+    /// client was closed while holding it) or `'forked'`; `null` unless lost.
+    #[napi(
+        getter,
+        ts_return_type = "'not_renewed' | 'not_recorded' | 'client_closed' | 'forked' | null"
+    )]
+    pub fn lost_reason(&self, env: &Env) -> Result<Option<&'static str>> {
+        lost_reason_name(self.inner.status()).map_err(|f| f.into_napi(env))
+    }
+
     /// Resolves when the lease is lost: not renewed in time, taken over, or its client closed
-    /// while holding it. Never resolves for a lease released or done normally.
+    /// while holding it. Never resolves for a lease that ends otherwise (released, done, or
+    /// collected); a release or done that failed on the way leaves the lease watched, so it
+    /// resolves at the lease's deadline unless a retry succeeds first.
     #[napi(getter, ts_return_type = "Promise<void>")]
     pub fn lost<'e>(&mut self, env: &'e Env) -> Result<Object<'e>> {
         if let Some(lost) = &self.lost {
             return lost.get_value(env);
         }
-        let promise = lost_promise(env, self.inner.lost_signal(), self.finished.clone())?;
+        let promise = lost_promise(env, self.inner.lost_signal())?;
         self.lost = Some(promise.create_ref()?);
         Ok(promise)
     }
@@ -179,17 +234,13 @@ impl Lease {
     }
 
     /// Releases the key and wakes its waiters. Releasing again, or after `done`, is harmless;
-    /// after the lease was lost this fails with `ACCORD_LEASE_LOST`.
+    /// after the lease was lost this fails with `ACCORD_LEASE_LOST`. A release that fails on
+    /// the way (`ACCORD_CONNECTION`) leaves the lease `'ending'`: retry it, or `lost` resolves
+    /// at the lease's deadline.
     #[napi(ts_return_type = "Promise<void>")]
     pub fn release<'e>(&self, env: &'e Env) -> Result<PromiseRaw<'e, ()>> {
         let lease = self.inner.clone();
-        let finished = self.finished.clone();
-        settle_ok(env, async move {
-            let released = lease.release().await;
-            // Released or not, the core no longer renews it.
-            finished.cancel();
-            Ok(released?)
-        })
+        settle_ok(env, async move { Ok(lease.release().await?) })
     }
 
     /// Marks the key done (never granted again until `client.reset(key)`), merging `metadata`
@@ -205,12 +256,7 @@ impl Lease {
             None => Ok(None),
         };
         let lease = self.inner.clone();
-        let finished = self.finished.clone();
-        settle_ok(env, async move {
-            lease.done(metadata?).await?;
-            finished.cancel();
-            Ok(())
-        })
+        settle_ok(env, async move { Ok(lease.done(metadata?).await?) })
     }
 
     /// `await using lease = await client.acquire(key)` releases the lease at the end of the

@@ -17,6 +17,7 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
 pub use client::{connect, Client};
+pub use error::{ReadonlyArray, ERROR_CODES};
 pub use lease::Lease;
 pub use subscription::Subscription;
 

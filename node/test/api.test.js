@@ -3,24 +3,63 @@
 // classes cannot be built by hand, and the ESM entry exports what the CommonJS one does.
 
 const assert = require('node:assert/strict')
+const fs = require('node:fs')
 const path = require('node:path')
 const { test } = require('node:test')
 const { pathToFileURL } = require('node:url')
 const { accord, databaseUrl, PACKAGE_DIR, rejectsWith, scenario } = require('./support')
 
-const CODES = [
-  'ACCORD_INVALID_ARGUMENT',
-  'ACCORD_HELD',
-  'ACCORD_DONE',
-  'ACCORD_TIMEOUT',
-  'ACCORD_CANCELLED',
-  'ACCORD_LEASE_LOST',
-  'ACCORD_CONNECTION',
-  'ACCORD_DATABASE',
-  'ACCORD_CLOSED',
-  'ACCORD_UNSUPPORTED',
-  'ACCORD_INTERNAL',
-]
+// The core's error kinds (ErrorKind::ALL), as the addon exports their codes.
+const CODES = accord.ERROR_CODES
+
+test('ERROR_CODES lists every kind of the core once, frozen, and each is documented', () => {
+  assert.ok(Array.isArray(CODES))
+  assert.ok(Object.isFrozen(CODES))
+  assert.equal(new Set(CODES).size, CODES.length)
+  assert.ok(CODES.length >= 11)
+  for (const code of CODES) assert.match(code, /^ACCORD_[A-Z_]+$/)
+  const typings = fs.readFileSync(path.join(PACKAGE_DIR, 'index.d.ts'), 'utf8')
+  const readme = fs.readFileSync(path.join(PACKAGE_DIR, 'README.md'), 'utf8')
+  for (const code of CODES) {
+    assert.ok(typings.includes(code), `index.d.ts documents ${code}`)
+    assert.ok(readme.includes(code), `README.md documents ${code}`)
+  }
+  assert.throws(() => CODES.push('ACCORD_MORE'), TypeError)
+})
+
+scenario('every error kind but ACCORD_INTERNAL can be provoked from JavaScript', async (h) => {
+  const o1 = await h.client('o1')
+  const o2 = await h.client('o2')
+  const held = await o1.acquire('held', { ttl: 60000 })
+  const finished = await o1.acquire('done', { ttl: 60000 })
+  await finished.done()
+  const closed = await h.client('closed')
+  await closed.close()
+  const withClientCert = new URL(h.url)
+  withClientCert.searchParams.set('sslkey', '/nonexistent/client.key')
+  const provoke = {
+    ACCORD_INVALID_ARGUMENT: () => o1.acquire(''),
+    ACCORD_HELD: () => o2.reset('held'),
+    ACCORD_DONE: () => o2.tryAcquire('done'),
+    ACCORD_TIMEOUT: () => o2.acquire('held', { timeout: 100 }),
+    ACCORD_CANCELLED: () => o2.acquire('held', { signal: AbortSignal.abort() }),
+    ACCORD_LEASE_LOST: () => finished.done(),
+    ACCORD_CONNECTION: () =>
+      accord.connect('postgres://nobody:wrong@127.0.0.1:1/x', { connectTimeout: 2000 }),
+    ACCORD_DATABASE: () =>
+      accord.connect(h.url, { schema: `absent_${h.tag}`.slice(0, 63), migrate: false }),
+    ACCORD_CLOSED: () => closed.tryAcquire('k'),
+    ACCORD_UNSUPPORTED: () => accord.connect(withClientCert.toString()),
+  }
+  // A bug in accord: nothing a caller does provokes it.
+  const unprovokable = ['ACCORD_INTERNAL']
+  assert.deepEqual([...Object.keys(provoke), ...unprovokable].sort(), [...CODES].sort())
+  for (const [code, call] of Object.entries(provoke)) {
+    const e = await rejectsWith(call(), code)
+    assert.ok(e instanceof Error, code)
+  }
+  await held.release()
+})
 
 test('connect refuses bad URLs and options with clear errors', async () => {
   const url = databaseUrl()
@@ -41,7 +80,9 @@ test('connect refuses bad URLs and options with clear errors', async () => {
   await bad([url, { ttl: -1 }], 'ACCORD_INVALID_ARGUMENT', /options\.ttl: -1 ms is negative/)
   await bad([url, { ttl: NaN }], 'ACCORD_INVALID_ARGUMENT', /options\.ttl/)
   await bad([url, { poolSize: 0 }], 'ACCORD_INVALID_ARGUMENT', /pool_size/)
-  await bad([url, { poolSize: 1.5 }], 'ACCORD_INVALID_ARGUMENT', /options\.poolSize/)
+  // Ranges are the core's (accord::limits), and so are their messages.
+  await bad([url, { poolSize: -1 }], 'ACCORD_INVALID_ARGUMENT', /^invalid pool_size: -1 is outside 1\.\.=64$/)
+  await bad([url, { poolSize: 1.5 }], 'ACCORD_INVALID_ARGUMENT', /invalid options\.poolSize: 1\.5 is not an integer/)
   await bad([url, { migrate: 'yes' }], 'ACCORD_INVALID_ARGUMENT', /options\.migrate: expected a boolean/)
   await bad(
     ['postgres://nobody:wrong@127.0.0.1:1/x', { connectTimeout: 2000 }],
@@ -84,7 +125,7 @@ scenario('calls refuse bad arguments with ACCORD_INVALID_ARGUMENT, leaving nothi
   await bad(c.listen('ok', 3), /channel \(argument 2\): expected a string, got a number/, TypeError)
   await bad(c.list('a/'), /invalid query: expected an object/, TypeError)
   await bad(c.list({ prefix: 3 }), /query\.prefix/, TypeError)
-  await bad(c.list({ limit: 1001 }), /limit/)
+  await bad(c.list({ limit: 1001 }), /^invalid limit: 1001 is outside 1\.\.=1000$/)
   await bad(c.list({ state: 'busy' }), /invalid query\.state: "busy" is not one of/)
   const lease = await c.acquire('a', { ttl: 60000, metadata: { ok: true } })
   await bad(lease.renew('x'), /invalid metadata: expected an object/, TypeError)

@@ -12,8 +12,11 @@ const { accord, databaseUrl, PACKAGE_DIR, SEC } = require('./support')
 
 const namespace = `process_${process.pid}`
 
-/** Starts `body` (an async function body with `accord`, `url`, `ns` and `say` in scope). */
-function child(body) {
+/**
+ * Starts `body` (an async function body with `accord`, `url`, `ns` and `say` in scope), with
+ * `flags` for node.
+ */
+function child(body, flags = []) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'accord-node-process-'))
   const script = path.join(dir, 'child.js')
   fs.writeFileSync(
@@ -28,7 +31,7 @@ ${body}
 })().catch((e) => { console.error(e); process.exit(3) })
 `,
   )
-  const proc = spawn(process.execPath, [script], { stdio: ['ignore', 'pipe', 'pipe'] })
+  const proc = spawn(process.execPath, [...flags, script], { stdio: ['ignore', 'pipe', 'pipe'] })
   const lines = []
   const waiters = []
   let stderr = ''
@@ -150,6 +153,25 @@ test('waiting on lost keeps the process alive while held; losing it at close end
   assert.equal(await c.aliveAfter(2500), true, 'a held lease keeps the process alive')
   c.proc.kill('SIGUSR2')
   await exitsSoonAfter(c, 'LOST')
+})
+
+test('a collected lease ends the wait on its lost Promise: the process exits', async () => {
+  // Collecting the handle releases the lease (the core does, when its last handle goes), which
+  // ends the lease, and with it the wait behind lost.
+  const c = child(
+    `
+  const client = await accord.connect(url, { namespace: ns })
+  let lease = await client.acquire('collected/' + process.pid, { ttl: 60000 })
+  void lease.lost
+  lease = null
+  for (let i = 0; i < 3; i++) {
+    global.gc()
+    await new Promise((r) => setImmediate(r))
+  }
+  say('DROPPED')`,
+    ['--expose-gc'],
+  )
+  await exitsSoonAfter(c, 'DROPPED')
 })
 
 test('an open subscription keeps the process alive until it is closed', async () => {

@@ -8,8 +8,10 @@ database: they take leases on named keys, mark units of work done, and notify ea
   ``reset``, ``list``, ``notify``, ``listen``, ``close``.
 - A ``Lease`` (``AsyncLease``) is renewed in the background until released; use it as a
   context manager. Its ``fence`` grows with every grant: pass it to what you write. Its
-  ``lost`` signal fires before the coordinator could grant the key to anyone else.
-- Errors are subclasses of ``AccordError``, one per kind.
+  ``lost`` signal fires before the coordinator could grant the key to anyone else (sync: a
+  ``LostSignal``, like a ``threading.Event``; async: an awaitable); ``status`` and
+  ``lost_reason`` say where it stands.
+- Errors are subclasses of ``AccordError``, one per kind (``ERROR_CODES`` lists their codes).
 
 Durations (``ttl``, ``timeout``) are in seconds.
 """
@@ -19,9 +21,12 @@ from __future__ import annotations
 from typing import Union
 
 from ._accord import (
+    ERROR_CODES,
     MAX_CHANNEL_BYTES,
+    MAX_LIST_LIMIT,
     MAX_METADATA_BYTES,
     MAX_NAME_BYTES,
+    MAX_POOL_SIZE,
     MAX_TTL,
     MIN_TTL,
     AsyncClient,
@@ -31,6 +36,7 @@ from ._accord import (
     Lease,
     LeaseInfo,
     ListPage,
+    LostSignal,
     Message,
     Reconnected,
     Subscription,
@@ -57,9 +63,12 @@ Event = Union[Message, Reconnected]
 """What a subscription yields."""
 
 __all__ = [
+    "ERROR_CODES",
     "MAX_CHANNEL_BYTES",
+    "MAX_LIST_LIMIT",
     "MAX_METADATA_BYTES",
     "MAX_NAME_BYTES",
+    "MAX_POOL_SIZE",
     "MAX_TTL",
     "MIN_TTL",
     "AccordError",
@@ -80,6 +89,7 @@ __all__ = [
     "LeaseInfo",
     "LeaseLost",
     "ListPage",
+    "LostSignal",
     "Message",
     "Opening",
     "Reconnected",

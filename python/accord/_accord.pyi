@@ -18,11 +18,18 @@ MAX_CHANNEL_BYTES: int
 MAX_METADATA_BYTES: int
 MIN_TTL: float
 MAX_TTL: float
+MAX_POOL_SIZE: int
+MAX_LIST_LIMIT: int
+ERROR_CODES: tuple[str, ...]
+"""The ``code`` of every error kind of the core, in its order: each has its exception class."""
 
 __all__ = [
+    "ERROR_CODES",
     "MAX_CHANNEL_BYTES",
+    "MAX_LIST_LIMIT",
     "MAX_METADATA_BYTES",
     "MAX_NAME_BYTES",
+    "MAX_POOL_SIZE",
     "MAX_TTL",
     "MIN_TTL",
     "AsyncClient",
@@ -33,19 +40,26 @@ __all__ = [
     "Lease",
     "LeaseInfo",
     "ListPage",
+    "LostSignal",
     "Message",
     "Reconnected",
     "Subscription",
     "__version__",
+    "_error_for_code",
     "migration_sql",
 ]
 
 _Metadata = dict[str, Any]
 """A JSON object (at most 64 KiB as JSON): values are dict, list, str, int, float, bool, None."""
 _State = Literal["held", "free", "done", "all"]
+_LeaseStatus = Literal["held", "ending", "released", "done", "lost"]
+_LostReason = Literal["not_renewed", "not_recorded", "client_closed", "forked"]
 
 def migration_sql(schema: str = "accord") -> str:
     """The SQL that creates or upgrades accord's schema, for DBAs who apply it by hand."""
+
+def _error_for_code(code: str, message: str) -> BaseException:
+    """The exception the module raises for a core error of the kind ``code`` (for tests)."""
 
 @final
 class Completer:
@@ -115,6 +129,17 @@ class ListPage:
     def __getitem__(self, index: int, /) -> LeaseInfo: ...
 
 @final
+class LostSignal:
+    """The lost signal of a ``Lease``, in the style of ``threading.Event``."""
+
+    def is_set(self) -> bool:
+        """True once the lease is lost (exact: checked against its deadline)."""
+    def __bool__(self) -> bool: ...
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Blocks until the lease is lost (True), ends otherwise (released, done, dropped:
+        False) or ``timeout`` seconds passed (whether it is lost then)."""
+
+@final
 class Lease:
     """A held key (sync API), renewed in the background until released, done or lost."""
 
@@ -137,10 +162,16 @@ class Lease:
     @property
     def is_lost(self) -> bool: ...
     @property
-    def lost(self) -> bool:
-        """True once the lease is lost: stop acting on what it protects."""
+    def status(self) -> _LeaseStatus:
+        """Where the lease stands (exact: checked against its deadline)."""
+    @property
+    def lost_reason(self) -> Optional[_LostReason]:
+        """Why the lease was lost; None unless lost."""
+    @property
+    def lost(self) -> LostSignal:
+        """The lost signal: ``is_set()`` (and ``bool()``), ``wait(timeout)``."""
     def wait_lost(self, timeout: Optional[float] = None) -> bool:
-        """Blocks until the lease is lost or ``timeout`` seconds passed; True if lost."""
+        """The same as ``lease.lost.wait(timeout)``."""
     def renew(self, metadata: Optional[_Metadata] = None) -> None: ...
     def release(self) -> None: ...
     def done(self, metadata: Optional[_Metadata] = None) -> None: ...
@@ -173,8 +204,15 @@ class AsyncLease:
     @property
     def is_lost(self) -> bool: ...
     @property
+    def status(self) -> _LeaseStatus:
+        """Where the lease stands (exact: checked against its deadline)."""
+    @property
+    def lost_reason(self) -> Optional[_LostReason]:
+        """Why the lease was lost; None unless lost."""
+    @property
     def lost(self) -> asyncio.Future[None]:
-        """Completes when the lease is lost; never for a lease released or done normally."""
+        """Completes when the lease is lost; never for a lease that ends otherwise (released,
+        done, or dropped)."""
     async def renew(self, metadata: Optional[_Metadata] = None) -> None: ...
     async def release(self) -> None: ...
     async def done(self, metadata: Optional[_Metadata] = None) -> None: ...

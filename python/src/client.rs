@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyCFunction, PyTuple};
 
 use crate::convert;
-use crate::errors::{invalid, IntoPyResult};
+use crate::errors::IntoPyResult;
 use crate::lease::{AsyncLease, Lease};
 use crate::runtime::{self, aio, block_on, block_on_settled, finish, GRACE};
 use crate::subscription::{AsyncSubscription, Subscription};
@@ -39,9 +39,7 @@ fn client_options(
         options = options.schema(schema);
     }
     if let Some(size) = pool_size {
-        let size = usize::try_from(size)
-            .map_err(|_| invalid("pool_size", format!("{size} is outside 1..=64")))?;
-        options = options.pool_size(size);
+        options = options.pool_size(accord::limits::pool_size(size).py()?);
     }
     if let Some(t) = convert::timeout("connect_timeout", connect_timeout)? {
         options = options.connect_timeout(t);

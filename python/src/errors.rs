@@ -1,6 +1,10 @@
-//! The core's error kinds as the exception classes of `accord/_errors.py`.
+//! The core's error kinds as the exception classes of `accord/_errors.py`. Every error the
+//! binding raises for accord goes through [`to_py`], its own argument checks included: they
+//! build the core's error first, so that a message reads the same in every language.
 
 use accord::ErrorKind;
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 use pyo3::PyErr;
 
 pyo3::import_exception!(accord._errors, AccordError);
@@ -35,9 +39,10 @@ pub fn to_py(e: accord::Error) -> PyErr {
     }
 }
 
-/// `InvalidArgument` for a field the binding checks itself, worded as the core words its own.
+/// `InvalidArgument` for a field the binding checks itself (a conversion from Python), as the
+/// core words its own (`accord::Error::invalid`).
 pub fn invalid(field: &str, why: impl std::fmt::Display) -> PyErr {
-    InvalidArgument::new_err(format!("invalid {field}: {why}"))
+    to_py(accord::Error::invalid(field, why))
 }
 
 /// `Result<T, accord::Error>` → `PyResult<T>`.
@@ -49,4 +54,28 @@ impl<T> IntoPyResult<T> for accord::Result<T> {
     fn py(self) -> pyo3::PyResult<T> {
         self.map_err(to_py)
     }
+}
+
+/// `ERROR_CODES`: the code of every error kind of the core (`accord::ErrorKind::ALL`), in its
+/// order, so that tests can check that each has its exception class.
+pub fn codes(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+    PyTuple::new(py, ErrorKind::ALL.iter().map(|k| k.code()))
+}
+
+/// The exception [`to_py`] makes for a core error of the kind whose code is `code` (for the
+/// tests that walk every kind, Internal included, which no call can provoke).
+#[pyfunction]
+pub fn _error_for_code<'py>(
+    py: Python<'py>,
+    code: &str,
+    message: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    let kind = ErrorKind::ALL
+        .into_iter()
+        .find(|k| k.code() == code)
+        .ok_or_else(|| invalid("code", format!("{code:?} is not the code of an error kind")))?;
+    Ok(to_py(accord::Error::new(kind, message))
+        .into_value(py)
+        .into_bound(py)
+        .into_any())
 }

@@ -1,17 +1,70 @@
 //! `Lease` (sync) and `AsyncLease` (asyncio): a held key, renewed in the background by the
-//! core until released, done or lost.
+//! core until released, done or lost; and `LostSignal`, the sync lease's lost signal. Whether
+//! and how a lease ended is the core's answer (`accord::LeaseStatus`): the waits here end when
+//! the core says the lease ended, and report a loss only if it ended lost.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
-use accord::CancellationToken;
+use accord::{LeaseStatus, LostReason};
 use chrono::{DateTime, Utc};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::PyDict;
 
 use crate::convert;
 use crate::errors::{to_py, IntoPyResult};
 use crate::runtime::{self, aio, block_on, block_on_settled};
 use crate::types::py_str_repr;
+
+/// `lease.status`: the core's status by name.
+fn status_name(status: LeaseStatus) -> PyResult<&'static str> {
+    Ok(match status {
+        LeaseStatus::Held => "held",
+        LeaseStatus::Ending => "ending",
+        LeaseStatus::Released => "released",
+        LeaseStatus::Done => "done",
+        LeaseStatus::Lost(_) => "lost",
+        other => return Err(unknown("lease status", other)),
+    })
+}
+
+/// `lease.lost_reason`: why the core says the lease was lost, by name; None unless lost.
+fn lost_reason_name(status: LeaseStatus) -> PyResult<Option<&'static str>> {
+    let LeaseStatus::Lost(why) = status else {
+        return Ok(None);
+    };
+    Ok(Some(match why {
+        LostReason::NotRenewed => "not_renewed",
+        LostReason::NotRecorded => "not_recorded",
+        LostReason::ClientClosed => "client_closed",
+        LostReason::Forked => "forked",
+        other => return Err(unknown("lost reason", other)),
+    }))
+}
+
+/// A value of the core's that this binding was not built to name (a newer core).
+fn unknown(what: &str, value: impl std::fmt::Debug) -> PyErr {
+    to_py(accord::Error::internal(format!(
+        "the Python binding has no name for the {what} {value:?}"
+    )))
+}
+
+/// Waits, with the GIL released, until the lease ends or `timeout` passes; true if it ended
+/// lost. A lease released, done or dropped ends the wait too (false), as the core says.
+fn wait_for_end(
+    py: Python<'_>,
+    signal: &accord::LostSignal,
+    timeout: Option<Duration>,
+) -> PyResult<bool> {
+    let ended = block_on(py, async {
+        match timeout {
+            Some(t) => tokio::time::timeout(t, signal.ended()).await.ok(),
+            None => Some(signal.ended().await),
+        }
+    })?;
+    Ok(matches!(ended, Some(LeaseStatus::Lost(_))))
+}
 
 /// The attributes both lease classes share.
 macro_rules! lease_class {
@@ -56,14 +109,30 @@ macro_rules! lease_class {
             fn is_lost(&self) -> bool {
                 self.inner.is_lost()
             }
+            /// Where the lease stands: "held"; "ending" (a release or done is in flight, or
+            /// failed on the way: no longer renewed, lost at its deadline unless a retry
+            /// succeeds); "released"; "done"; or "lost". Exact: checked against its deadline.
+            #[getter]
+            fn status(&self) -> PyResult<&'static str> {
+                status_name(self.inner.status())
+            }
+            /// Why the lease was lost: "not_renewed" (no renewal confirmed before its
+            /// deadline), "not_recorded" (the coordinator no longer records this grant),
+            /// "client_closed" (its client was closed while holding it) or "forked" (asked in a
+            /// child process after fork()); None unless lost.
+            #[getter]
+            fn lost_reason(&self) -> PyResult<Option<&'static str>> {
+                lost_reason_name(self.inner.status())
+            }
             fn __repr__(&self) -> String {
+                let status = status_name(self.inner.status()).unwrap_or("?");
                 format!(
                     "<accord.{} key={} fence={} owner={}{}>",
                     stringify!($name),
                     py_str_repr(self.inner.key()),
                     self.inner.fence(),
                     py_str_repr(self.inner.owner()),
-                    if self.inner.is_lost() { " lost" } else { "" },
+                    if status == "held" { String::new() } else { format!(" {status}") },
                 )
             }
 
@@ -78,26 +147,40 @@ macro_rules! lease_class {
 #[pyclass(module = "accord", frozen)]
 pub struct Lease {
     inner: Arc<accord::Lease>,
+    /// The `lost` signal object, made at its first read.
+    lost: PyOnceLock<Py<LostSignal>>,
 }
 
 impl Lease {
     pub fn new(inner: accord::Lease) -> Self {
         Lease {
             inner: Arc::new(inner),
+            lost: PyOnceLock::new(),
         }
     }
 }
 
 lease_class! {
     Lease,
-    /// True once the lease is lost: stop acting on what it protects.
+    /// The lost signal, in the style of `threading.Event`: `lease.lost.is_set()` (also
+    /// `bool(lease.lost)`, so `if lease.lost:` reads as before) and `lease.lost.wait(timeout)`.
+    /// Once set, stop acting on what the lease protects.
     #[getter]
-    fn lost(&self) -> bool {
-        self.inner.is_lost()
+    fn lost(&self, py: Python<'_>) -> PyResult<Py<LostSignal>> {
+        let signal = self.lost.get_or_try_init(py, || {
+            Py::new(
+                py,
+                LostSignal {
+                    signal: self.inner.lost_signal(),
+                    lease: Arc::downgrade(&self.inner),
+                },
+            )
+        })?;
+        Ok(signal.clone_ref(py))
     }
 
-    /// Blocks until the lease is lost or `timeout` seconds passed; returns whether it is lost.
-    /// A lease released or done normally is never lost.
+    /// The same as `lease.lost.wait(timeout)`: blocks until the lease is lost (True), ends
+    /// otherwise (released, done: False) or `timeout` seconds pass (whether it is lost then).
     #[pyo3(signature = (timeout=None))]
     fn wait_lost(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
         let timeout = convert::timeout("timeout", timeout)?;
@@ -105,17 +188,8 @@ lease_class! {
         if self.inner.is_lost() {
             return Ok(true);
         }
-        let signal = self.inner.lost_signal();
-        let fired = block_on(py, async {
-            match timeout {
-                Some(t) => tokio::time::timeout(t, signal.wait()).await.is_ok(),
-                None => {
-                    signal.wait().await;
-                    true
-                }
-            }
-        })?;
-        Ok(fired || self.inner.is_lost())
+        let lost = wait_for_end(py, &self.inner.lost_signal(), timeout)?;
+        Ok(lost || self.inner.is_lost())
     }
 
     /// Extends the lease by its ttl now, merging `metadata` into the key's metadata.
@@ -168,48 +242,94 @@ lease_class! {
     }
 }
 
+/// The lost signal of a sync `Lease` (`lease.lost`), in the style of `threading.Event`.
+/// Holding it does not keep the lease held.
+#[pyclass(module = "accord", frozen)]
+pub struct LostSignal {
+    signal: accord::LostSignal,
+    /// The lease while its object lives: for the exact check against its deadline, and for
+    /// G12 (a wait in a child process after fork() raises `Unsupported`).
+    lease: Weak<accord::Lease>,
+}
+
+impl LostSignal {
+    fn lost(&self) -> bool {
+        match self.lease.upgrade() {
+            Some(lease) => lease.is_lost(),
+            None => self.signal.fired(),
+        }
+    }
+}
+
+#[pymethods]
+impl LostSignal {
+    /// True once the lease is lost (exact: checked against its deadline).
+    fn is_set(&self) -> bool {
+        self.lost()
+    }
+
+    fn __bool__(&self) -> bool {
+        self.lost()
+    }
+
+    /// Blocks until the lease is lost or `timeout` seconds passed, and returns whether it is
+    /// lost, as `threading.Event.wait` does. Unlike an event that may never be set, the wait
+    /// also ends (False) once the lease ended otherwise: released, done, or its `Lease`
+    /// dropped.
+    #[pyo3(signature = (timeout=None))]
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+        let timeout = convert::timeout("timeout", timeout)?;
+        if let Some(lease) = self.lease.upgrade() {
+            lease.check_process().py()?;
+        }
+        if self.lost() {
+            return Ok(true);
+        }
+        let lost = wait_for_end(py, &self.signal, timeout)?;
+        Ok(lost || self.lost())
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<accord.LostSignal {}>",
+            if self.lost() { "set" } else { "unset" }
+        )
+    }
+}
+
 /// A held key (asyncio API), renewed in the background until released, done or lost. Use it
 /// with `async with` to release it at the end of a block; a lease dropped without release is
 /// released in the background.
 #[pyclass(module = "accord", frozen)]
 pub struct AsyncLease {
     inner: Arc<accord::Lease>,
-    /// Ends the `lost` waits when this object goes away.
-    gone: CancellationToken,
 }
 
 impl AsyncLease {
     pub fn new(inner: accord::Lease) -> Self {
         AsyncLease {
             inner: Arc::new(inner),
-            gone: CancellationToken::new(),
         }
-    }
-}
-
-impl Drop for AsyncLease {
-    fn drop(&mut self) {
-        self.gone.cancel();
     }
 }
 
 lease_class! {
     AsyncLease,
     /// An awaitable that completes when the lease is lost (or the client closes while
-    /// holding it); it never completes for a lease released or done normally. Use it with
-    /// `asyncio.wait`, or await it in a task that stops the work.
+    /// holding it); it never completes for a lease that ends otherwise (released, done, or
+    /// this object dropped). Use it with `asyncio.wait`, or await it in a task that stops
+    /// the work.
     #[getter]
     fn lost<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.inner.check_process().py()?;
         let signal = self.inner.lost_signal();
-        let gone = self.gone.clone();
-        // Never settled if the lease object goes away first (the task then ends).
+        // The core says when the lease ended; left pending unless it ended lost.
         crate::completion::future_into_py_unless(
             py,
             async move {
-                tokio::select! {
-                    _ = signal.wait() => Some(Ok(())),
-                    _ = gone.cancelled() => None,
+                match signal.ended().await {
+                    LeaseStatus::Lost(_) => Some(Ok(())),
+                    _ => None,
                 }
             },
             true,

@@ -29,6 +29,7 @@ fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<client::AsyncClient>()?;
     m.add_class::<lease::Lease>()?;
     m.add_class::<lease::AsyncLease>()?;
+    m.add_class::<lease::LostSignal>()?;
     m.add_class::<subscription::Subscription>()?;
     m.add_class::<subscription::AsyncSubscription>()?;
     m.add_class::<types::Message>()?;
@@ -37,6 +38,8 @@ fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<types::ListPage>()?;
     m.add_class::<completion::Completer>()?;
     m.add_function(wrap_pyfunction!(migration_sql, m)?)?;
+    m.add_function(wrap_pyfunction!(errors::_error_for_code, m)?)?;
+    m.add("ERROR_CODES", errors::codes(m.py())?)?;
     let at_exit = wrap_pyfunction!(runtime::_at_exit, m)?;
     m.py()
         .import("atexit")?
@@ -52,5 +55,7 @@ fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_METADATA_BYTES", accord::MAX_METADATA_BYTES)?;
     m.add("MIN_TTL", accord::MIN_TTL.as_secs_f64())?;
     m.add("MAX_TTL", accord::MAX_TTL.as_secs_f64())?;
+    m.add("MAX_POOL_SIZE", accord::limits::MAX_POOL_SIZE)?;
+    m.add("MAX_LIST_LIMIT", accord::limits::MAX_LIST_LIMIT)?;
     Ok(())
 }

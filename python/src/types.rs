@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::convert;
-use crate::errors::{invalid, IntoPyResult};
+use crate::errors::IntoPyResult;
 
 /// A notification: what was sent on `channel`.
 #[pyclass(module = "accord", frozen, eq, hash, from_py_object)]
@@ -194,9 +194,7 @@ pub fn list_query(
     if let Some(m) = convert::metadata("metadata", metadata)? {
         query = query.metadata(m);
     }
-    let limit = usize::try_from(limit)
-        .map_err(|_| invalid("limit", format!("{limit} is outside 1..=1000")))?;
-    query = query.limit(limit);
+    query = query.limit(accord::limits::list_limit(limit).py()?);
     if let Some(cursor) = cursor {
         query = query.cursor(cursor);
     }

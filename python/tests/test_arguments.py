@@ -42,6 +42,36 @@ def test_exception_classes() -> None:
     assert not issubclass(accord.AccordError, ValueError)
 
 
+def test_every_error_kind_of_the_core_has_its_class() -> None:
+    """The core's kinds (``ERROR_CODES``, from ``ErrorKind::ALL``) and the exception classes
+    map one to one, and the module raises each kind as its class, Internal included (which no
+    call can provoke)."""
+    codes = accord.ERROR_CODES
+    assert isinstance(codes, tuple)
+    assert len(set(codes)) == len(codes)
+    assert set(codes) == set(KINDS.values())
+    classes = {cls.code: cls for cls in accord.AccordError.__subclasses__()}
+    assert set(classes) == set(codes), "one class per kind, and no other"
+    for code in codes:
+        e = accord._accord._error_for_code(code, f"a {code} error")
+        assert type(e) is classes[code], code
+        assert str(e) == f"a {code} error"
+    with pytest.raises(accord.InvalidArgument, match="invalid code"):
+        accord._accord._error_for_code("ACCORD_NOPE", "")
+
+
+def test_ranges_are_the_cores() -> None:
+    """Counts are checked by the core, so the message is the core's in every language."""
+    with pytest.raises(accord.InvalidArgument) as e:
+        accord.Client.connect("memory:py-ranges", pool_size=accord.MAX_POOL_SIZE + 1)
+    assert str(e.value) == f"invalid pool_size: 65 is outside 1..={accord.MAX_POOL_SIZE}"
+    with accord.Client.connect("memory:py-ranges") as c:
+        with pytest.raises(accord.InvalidArgument) as e:
+            c.list(limit=accord.MAX_LIST_LIMIT + 1)
+        assert str(e.value) == f"invalid limit: 1001 is outside 1..={accord.MAX_LIST_LIMIT}"
+        assert len(c.list(limit=accord.MAX_LIST_LIMIT)) == 0
+
+
 def test_bad_keys(clients: Clients) -> None:
     c = clients("o1")
     with pytest.raises(TypeError):

@@ -157,6 +157,7 @@ def test_a_forked_child_refuses_the_parents_client(clients: Clients, sc: Scenari
                 "renew": lambda: lease.renew(),
                 "release": lambda: lease.release(),
                 "wait_lost": lambda: lease.wait_lost(1),
+                "lost.wait": lambda: lease.lost.wait(1),
                 "recv": lambda: sub.recv(timeout=1),
             }
             for name, call in calls.items():
@@ -165,6 +166,8 @@ def test_a_forked_child_refuses_the_parents_client(clients: Clients, sc: Scenari
                     report[name] = "no error"
                 except accord.AccordError as e:
                     report[name] = f"{type(e).__name__}: {e}"
+            # The lease is the parent's: lost here, saying why.
+            report["status"] = f"{lease.status} {lease.lost_reason} {bool(lease.lost)}"
             parent.close()  # the parent's: does nothing here
             with accord.Client.connect(sc.url, namespace=sc.namespace, owner="child") as c:
                 report["own client, held key"] = repr(c.try_acquire("a"))
@@ -189,14 +192,17 @@ def test_a_forked_child_refuses_the_parents_client(clients: Clients, sc: Scenari
         "renew",
         "release",
         "wait_lost",
+        "lost.wait",
         "recv",
     ):
         assert report[name].startswith("Unsupported: "), (name, report[name])
         assert "fork()" in report[name]
+    assert report["status"] == "lost forked True"
     assert report["own client, held key"] == "None"
     assert report["own client, free key"] == "granted"
     # The parent's client, lease and subscription are intact.
     assert not lease.lost
+    assert (lease.status, lease.lost_reason) == ("held", None)
     lease.renew()
     parent.notify(sc.channel("ch"), "still here")
     assert sub.recv(timeout=5) == accord.Message(sc.channel("ch"), "still here")
