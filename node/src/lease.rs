@@ -6,12 +6,12 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use accord::{LeaseStatus, LostReason};
+use accord::LeaseStatus;
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
 use crate::convert::{millis, opt_metadata, settle_ok};
-use crate::error::{Failure, Outcome};
+use crate::error::Outcome;
 
 /// A key held by this client, renewed in the background until it is released, done or lost.
 ///
@@ -40,38 +40,14 @@ impl Lease {
     }
 }
 
-/// `lease.status`: the core's status by name.
+/// `lease.status`: the core's name for the status.
 fn status_name(status: LeaseStatus) -> Outcome<&'static str> {
-    Ok(match status {
-        LeaseStatus::Held => "held",
-        LeaseStatus::Ending => "ending",
-        LeaseStatus::Released => "released",
-        LeaseStatus::Done => "done",
-        LeaseStatus::Lost(_) => "lost",
-        other => return Err(unknown("lease status", other)),
-    })
+    Ok(status.as_str())
 }
 
-/// `lease.lostReason`: why the core says the lease was lost, by name; `null` unless lost.
+/// The lost reason: the core's name for it; none unless lost.
 fn lost_reason_name(status: LeaseStatus) -> Outcome<Option<&'static str>> {
-    let LeaseStatus::Lost(why) = status else {
-        return Ok(None);
-    };
-    Ok(Some(match why {
-        LostReason::NotRenewed => "not_renewed",
-        LostReason::NotRecorded => "not_recorded",
-        LostReason::ClientClosed => "client_closed",
-        LostReason::Forked => "forked",
-        other => return Err(unknown("lost reason", other)),
-    }))
-}
-
-/// A value of the core's that this binding was not built to name (a newer core).
-fn unknown(what: &str, value: impl std::fmt::Debug) -> Failure {
-    accord::Error::internal(format!(
-        "the Node binding has no name for the {what} {value:?}"
-    ))
-    .into()
+    Ok(status.lost_reason().map(|why| why.as_str()))
 }
 
 /// A Promise that resolves if the lease ends lost. Until the lease ends (as the core says:

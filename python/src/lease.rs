@@ -6,7 +6,7 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use accord::{LeaseStatus, LostReason};
+use accord::LeaseStatus;
 use chrono::{DateTime, Utc};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -17,37 +17,14 @@ use crate::errors::{to_py, IntoPyResult};
 use crate::runtime::{self, aio, block_on, block_on_settled};
 use crate::types::py_str_repr;
 
-/// `lease.status`: the core's status by name.
+/// `lease.status`: the core's name for the status.
 fn status_name(status: LeaseStatus) -> PyResult<&'static str> {
-    Ok(match status {
-        LeaseStatus::Held => "held",
-        LeaseStatus::Ending => "ending",
-        LeaseStatus::Released => "released",
-        LeaseStatus::Done => "done",
-        LeaseStatus::Lost(_) => "lost",
-        other => return Err(unknown("lease status", other)),
-    })
+    Ok(status.as_str())
 }
 
-/// `lease.lost_reason`: why the core says the lease was lost, by name; None unless lost.
+/// The lost reason: the core's name for it; none unless lost.
 fn lost_reason_name(status: LeaseStatus) -> PyResult<Option<&'static str>> {
-    let LeaseStatus::Lost(why) = status else {
-        return Ok(None);
-    };
-    Ok(Some(match why {
-        LostReason::NotRenewed => "not_renewed",
-        LostReason::NotRecorded => "not_recorded",
-        LostReason::ClientClosed => "client_closed",
-        LostReason::Forked => "forked",
-        other => return Err(unknown("lost reason", other)),
-    }))
-}
-
-/// A value of the core's that this binding was not built to name (a newer core).
-fn unknown(what: &str, value: impl std::fmt::Debug) -> PyErr {
-    to_py(accord::Error::internal(format!(
-        "the Python binding has no name for the {what} {value:?}"
-    )))
+    Ok(status.lost_reason().map(|why| why.as_str()))
 }
 
 /// Waits, with the GIL released, until the lease ends or `timeout` passes; true if it ended
