@@ -8,7 +8,11 @@ use std::sync::Arc;
 use crate::backend::ResetOutcome;
 use crate::error::{Error, ErrorKind, Result};
 use crate::lease::Lease;
-use crate::options::{AcquireOptions, ClientOptions, ListPage, ListQuery};
+use crate::metadata::Metadata;
+use crate::options::{
+    AcquireOptions, ClaimOptions, ClientOptions, ListPage, ListQuery, PoolCounts,
+};
+use crate::semaphore::Semaphore;
 use crate::session::Session;
 use crate::subscription::Subscription;
 use crate::validate;
@@ -112,6 +116,50 @@ impl Client {
             .acquire(key, options, false)
             .await?
             .map(|grant| Lease::new(self.session.clone(), grant)))
+    }
+
+    /// Offers `keys` to the work pool `prefix`: each becomes claimable by [`Client::claim`]
+    /// (each key must start with the prefix; at most 5,000 per call, sent in statements of
+    /// 1,000). Idempotent: a key already in a pool, held or done, stays as it is; a key
+    /// acquired before without an offer joins the pool as it is. `metadata` is the metadata of
+    /// keys new to the coordinator. Returns how many keys joined; wakes waiting claimers.
+    pub async fn offer<I, S>(
+        &self,
+        prefix: &str,
+        keys: I,
+        metadata: Option<Metadata>,
+    ) -> Result<u64>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let keys: Vec<String> = keys.into_iter().map(Into::into).collect();
+        self.session.offer(prefix, &keys, metadata.as_ref()).await
+    }
+
+    /// Claims up to `options.limit` free keys of the work pool `prefix`, oldest offer first, in
+    /// one statement; each is an ordinary [`Lease`]. Empty at once when nothing is claimable,
+    /// or, with a timeout, after waiting for a release, an offer or an expiry in the pool.
+    /// Concurrent claimers never wait for each other and never get the same key.
+    pub async fn claim(&self, prefix: &str, options: ClaimOptions) -> Result<Vec<Lease>> {
+        Ok(self
+            .session
+            .claim(prefix, options, None)
+            .await?
+            .into_iter()
+            .map(|grant| Lease::new(self.session.clone(), grant))
+            .collect())
+    }
+
+    /// How many keys of the work pool `prefix` are free, held and done.
+    pub async fn counts(&self, prefix: &str) -> Result<PoolCounts> {
+        self.session.counts(prefix).await
+    }
+
+    /// Opens the semaphore `name` with `limit` permits (1 ..= 10,000), offering the permits it
+    /// needs. See [`Semaphore`] for what a changed limit does.
+    pub async fn semaphore(&self, name: &str, limit: usize) -> Result<Semaphore> {
+        Semaphore::open(&self.session, name, limit).await
     }
 
     /// Makes a done (or free) key unknown again, so that it can be acquired. `Ok(false)` if the

@@ -41,6 +41,7 @@ mod lease;
 mod metadata;
 mod options;
 mod rules;
+mod semaphore;
 mod session;
 mod subscription;
 mod validate;
@@ -49,8 +50,10 @@ pub use client::Client;
 pub use error::{Error, ErrorKind, Result};
 pub use lease::{Lease, LostSignal};
 pub use options::{
-    AcquireOptions, ClientOptions, KeyState, LeaseInfo, ListPage, ListQuery, StateFilter,
+    AcquireOptions, ClaimOptions, ClientOptions, KeyState, LeaseInfo, ListPage, ListQuery,
+    PoolCounts, StateFilter,
 };
+pub use semaphore::Semaphore;
 pub use session::{Event, LeaseStatus, LostReason, Message};
 pub use subscription::Subscription;
 pub use validate::{
@@ -62,8 +65,9 @@ pub use validate::{
 /// integers against them, so that no binding restates a range or its message.
 pub mod limits {
     pub use crate::validate::{
-        list_limit, pool_size, MAX_CHANNEL_BYTES, MAX_LIST_LIMIT, MAX_METADATA_BYTES,
-        MAX_NAME_BYTES, MAX_POOL_SIZE, MAX_TTL, MIN_TTL,
+        claim_limit, list_limit, permits, pool_size, MAX_CHANNEL_BYTES, MAX_CLAIM_LIMIT,
+        MAX_LIST_LIMIT, MAX_METADATA_BYTES, MAX_NAME_BYTES, MAX_OFFER_KEYS, MAX_PERMITS,
+        MAX_POOL_SIZE, MAX_TTL, MIN_TTL, OFFER_BATCH,
     };
 }
 
@@ -82,9 +86,10 @@ pub fn migration_sql(schema: &str) -> Result<String> {
 }
 
 /// Every statement the PostgreSQL backend prepares, by name (`acquire`, `renew`, `renew_batch`,
-/// `release`, `done`, `reset`, `list`, `notify`), for DBAs reviewing what accord runs and for
+/// `release`, `done`, `reset`, `list`, `notify`, `offer`, `claim`, `counts`), for DBAs reviewing what accord runs and for
 /// the benchmarks, which send the same text raw as the floor accord is measured against.
-/// `release` and `done` take the schema's wakeup channel ([`wakeup_channel`]) as a parameter.
+/// `release`, `done` and `offer` take the schema's wakeup channel ([`wakeup_channel`]) as a
+/// parameter.
 pub fn statements(schema: &str) -> Result<Vec<(&'static str, String)>> {
     validate::schema(schema)?;
     let sql = backend::postgres::sql::Sql::new(schema);
@@ -97,6 +102,9 @@ pub fn statements(schema: &str) -> Result<Vec<(&'static str, String)>> {
         ("reset", sql.reset),
         ("list", sql.list),
         ("notify", sql.notify.to_string()),
+        ("offer", sql.offer),
+        ("claim", sql.claim),
+        ("counts", sql.counts),
     ])
 }
 

@@ -332,3 +332,76 @@ pub struct ListPage {
     /// Pass to [`ListQuery::cursor`] for the next page; `None` on the last page.
     pub next_cursor: Option<String>,
 }
+
+/// Options of one [`crate::Client::claim`].
+#[derive(Clone, Debug)]
+pub struct ClaimOptions {
+    pub(crate) limit: usize,
+    pub(crate) ttl: Option<Duration>,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) metadata: Option<Metadata>,
+    pub(crate) cancel: Option<CancellationToken>,
+}
+
+impl Default for ClaimOptions {
+    fn default() -> Self {
+        ClaimOptions {
+            limit: 1,
+            ttl: None,
+            timeout: None,
+            metadata: None,
+            cancel: None,
+        }
+    }
+}
+
+impl ClaimOptions {
+    /// One key, the client's ttl, no metadata, no waiting.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Claim up to this many keys at once (default 1; 1 ..= 1000).
+    pub fn limit(mut self, limit: usize) -> Self {
+        self.limit = limit;
+        self
+    }
+    /// Lease ttl of the keys claimed (default: the client's).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+    /// When nothing is claimable, wait up to this long for a release, an offer or an expiry
+    /// (default: answer at once). An empty answer after the wait is not an error.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+    /// Metadata merged into each claimed key's metadata.
+    pub fn metadata(mut self, metadata: Metadata) -> Self {
+        self.metadata = Some(metadata);
+        self
+    }
+    /// Cancel the wait with this token (`Cancelled`; nothing is left held).
+    pub fn cancel(mut self, token: CancellationToken) -> Self {
+        self.cancel = Some(token);
+        self
+    }
+}
+
+/// How many keys of a work pool are in each state, by the coordinator's clock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolCounts {
+    /// Claimable now: never granted, released, or expired.
+    pub free: u64,
+    /// Held by a live lease.
+    pub held: u64,
+    /// Marked done.
+    pub done: u64,
+}
+
+impl PoolCounts {
+    /// Every key of the pool.
+    pub fn total(&self) -> u64 {
+        self.free + self.held + self.done
+    }
+}

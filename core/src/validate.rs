@@ -22,6 +22,52 @@ pub const MAX_POOL_SIZE: usize = 64;
 /// Largest page `list` returns.
 pub const MAX_LIST_LIMIT: usize = 1000;
 
+/// Most keys one `offer` call takes (sent in statements of [`OFFER_BATCH`]).
+pub const MAX_OFFER_KEYS: usize = 5000;
+/// Keys per offer statement.
+pub const OFFER_BATCH: usize = 1000;
+/// Most keys one `claim` grants.
+pub const MAX_CLAIM_LIMIT: usize = 1000;
+/// Most permits of a semaphore.
+pub const MAX_PERMITS: usize = 10_000;
+
+/// A claim's limit from a binding's integer: `InvalidArgument` naming `limit` outside
+/// 1..=[`MAX_CLAIM_LIMIT`].
+pub fn claim_limit(value: i64) -> Result<usize> {
+    count("limit", value, MAX_CLAIM_LIMIT)
+}
+
+/// A semaphore's limit from a binding's integer: `InvalidArgument` naming `limit` outside
+/// 1..=[`MAX_PERMITS`].
+pub fn permits(value: i64) -> Result<usize> {
+    count("limit", value, MAX_PERMITS)
+}
+
+/// A pool's prefix and the keys offered under it: the prefix is a name; each key is a name that
+/// starts with the prefix and is longer; at most [`MAX_OFFER_KEYS`] keys.
+pub(crate) fn offer(prefix: &str, keys: &[String]) -> Result<()> {
+    name("prefix", prefix)?;
+    if keys.len() > MAX_OFFER_KEYS {
+        return Err(Error::invalid(
+            "keys",
+            format!(
+                "{} keys in one offer, the limit is {MAX_OFFER_KEYS} (offer them in several calls)",
+                keys.len()
+            ),
+        ));
+    }
+    for key in keys {
+        name("key", key)?;
+        if key.len() <= prefix.len() || !key.starts_with(prefix) {
+            return Err(Error::invalid(
+                "key",
+                format!("{key:?} is not under the prefix {prefix:?}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A client's pool size from a binding's integer: `InvalidArgument` naming `pool_size`
 /// outside 1..=[`MAX_POOL_SIZE`].
 pub fn pool_size(value: i64) -> Result<usize> {

@@ -1,5 +1,6 @@
-//! P5: a refusal writes nothing. `try_acquire` of a held or a done key takes no row lock, no
-//! fence and writes no WAL; a grant still takes one statement.
+//! P5: a refusal writes nothing. `try_acquire` of a held or a done key, and a claim on a pool
+//! with nothing claimable, take no row lock, no fence and write no WAL; a grant still takes one
+//! statement.
 //!
 //! The WAL is judged per statement, by pg_stat_statements' `wal_records` for the statements of
 //! a schema of this test's own (its name is in their text): the server-wide WAL position also
@@ -9,13 +10,29 @@ mod support;
 
 use std::time::Duration;
 
-use accord::{AcquireOptions, ErrorKind};
+use accord::{AcquireOptions, ClaimOptions, ErrorKind};
 use support::Harness;
 
 const REFUSALS: i64 = 50;
 
-/// What the refusals are refused on: `holder` holds "held" (returned) and has finished "done".
-async fn hold_and_finish(holder: &accord::Client) -> accord::Lease {
+/// What the refusals are refused on: `holder` holds "held" (returned) and has finished "done";
+/// of the pool "pool/", it holds one key and has finished the other.
+async fn hold_and_finish(holder: &accord::Client) -> (accord::Lease, accord::Lease) {
+    holder
+        .offer("pool/", ["pool/a", "pool/b"], None)
+        .await
+        .unwrap();
+    let mut claimed = holder
+        .claim("pool/", ClaimOptions::new().limit(2))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 2);
+    claimed.pop().unwrap().done(None).await.unwrap();
+    let pooled = claimed.pop().unwrap();
+    (hold_and_finish_keys(holder).await, pooled)
+}
+
+async fn hold_and_finish_keys(holder: &accord::Client) -> accord::Lease {
     let finished = holder
         .try_acquire("done", AcquireOptions::new())
         .await
@@ -53,7 +70,7 @@ async fn p5_refusals_write_nothing() {
     };
     let holder = h.client_with("o1", options("o1")).await;
     let other = h.client_with("o2", options("o2")).await;
-    let held = hold_and_finish(&holder).await;
+    let (held, _pooled) = hold_and_finish(&holder).await;
 
     let stats = || async {
         let row = h
@@ -95,11 +112,16 @@ async fn p5_refusals_write_nothing() {
             .is_none());
         let done = other.try_acquire("done", AcquireOptions::new()).await;
         assert_eq!(done.unwrap_err().kind(), ErrorKind::Done);
+        assert!(other
+            .claim("pool/", ClaimOptions::new())
+            .await
+            .unwrap()
+            .is_empty());
     }
     let (calls, wal, fence) = stats().await;
     assert_eq!(
         calls - calls_before,
-        2 * REFUSALS,
+        3 * REFUSALS,
         "every refusal was one statement"
     );
     assert_eq!(wal - wal_before, 0, "refusals wrote WAL records");
@@ -121,7 +143,7 @@ async fn p5_refusals_write_nothing() {
     other.close().await;
 }
 
-/// On the embedded store a refusal takes no write lock: it is answered while another
+/// On the embedded store a refusal (and an empty claim) takes no write lock: it is answered while another
 /// connection holds the store's write lock (a grant would wait for it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p5_refusals_take_no_write_lock_on_sqlite() {
@@ -136,12 +158,14 @@ async fn p5_refusals_take_no_write_lock_on_sqlite() {
     let refusals = tokio::time::timeout(Duration::from_secs(5), async {
         let held = other.try_acquire("held", AcquireOptions::new()).await;
         let done = other.try_acquire("done", AcquireOptions::new()).await;
-        (held, done)
+        let claimed = other.claim("pool/", ClaimOptions::new()).await;
+        (held, done, claimed)
     })
     .await;
     writer.execute_batch("ROLLBACK").unwrap();
-    let (held, done) = refusals.expect("a refusal waited for the write lock");
+    let (held, done, claimed) = refusals.expect("a refusal waited for the write lock");
     assert!(held.unwrap().is_none());
+    assert!(claimed.unwrap().is_empty());
     assert_eq!(done.unwrap_err().kind(), ErrorKind::Done);
     holder.close().await;
     other.close().await;

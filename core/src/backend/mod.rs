@@ -23,7 +23,7 @@ use chrono::{DateTime, Utc};
 
 use crate::error::Result;
 use crate::metadata::Metadata;
-use crate::options::{ListPage, ListQuery};
+use crate::options::{ListPage, ListQuery, PoolCounts};
 
 /// Identifies one grant: what every fenced statement matches on (G5).
 #[derive(Clone, Copy, Debug)]
@@ -60,6 +60,27 @@ pub(crate) enum AcquireOutcome {
         remaining: Option<Duration>,
     },
     Done,
+}
+
+/// One claim statement: up to `limit` free keys of the pool offered under `pool`.
+pub(crate) struct ClaimRequest<'a> {
+    pub namespace: &'a str,
+    pub pool: &'a str,
+    pub owner: &'a str,
+    pub limit: usize,
+    pub ttl: Duration,
+    pub metadata: Option<&'a str>,
+    /// As for acquire: a retry re-grants what its lost first try granted.
+    pub attempt: i64,
+    /// Only keys below this one (a semaphore's permits under its limit).
+    pub below: Option<&'a str>,
+}
+
+pub(crate) struct Claimed {
+    /// The keys granted, with their grants.
+    pub granted: Vec<(String, Granted)>,
+    /// When nothing was granted: how long until the soonest holder of the pool expires.
+    pub next_expiry: Option<Duration>,
 }
 
 pub(crate) struct Renewed {
@@ -128,6 +149,20 @@ pub(crate) trait Backend: Send + Sync + 'static {
     async fn reset(&self, namespace: &str, key: &str) -> Result<ResetOutcome>;
     async fn list(&self, namespace: &str, query: &ListQuery) -> Result<ListPage>;
     async fn notify(&self, channel: &str, payload: &str) -> Result<()>;
+    /// Adds `keys` (each under `pool`, at most one statement's worth) to the pool; keys already
+    /// in a pool stay as they are. Returns how many joined, and wakes the pool's claimers if any.
+    async fn offer(
+        &self,
+        namespace: &str,
+        pool: &str,
+        keys: &[String],
+        metadata: Option<&str>,
+    ) -> Result<u64>;
+    /// One statement: grant up to `limit` free keys of the pool, oldest offer first, never
+    /// waiting for a row another claimer is granting.
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claimed>;
+    /// Free, held and done keys of the pool.
+    async fn counts(&self, namespace: &str, pool: &str) -> Result<PoolCounts>;
     /// The largest payload `notify` carries, in bytes.
     fn max_payload(&self) -> usize;
     /// Start receiving `channel` (reference-counted: only the first call subscribes). Returns

@@ -124,55 +124,84 @@ impl Session {
         }
     }
 
-    /// Sends one acquire statement on a task of its own, so that if the caller's future is
-    /// dropped mid-statement, a grant that arrives anyway is given back instead of left held.
+    /// Sends one acquire statement (see [`Session::send`]).
     async fn attempt(&self, attempt: &Attempt) -> Result<(AcquireOutcome, Instant)> {
-        let scope = self.scope.clone();
         let request = attempt.clone();
+        let (answer, sent) = self
+            .send(move |scope| async move {
+                let outcome = scope
+                    .backend
+                    .acquire(&AcquireRequest {
+                        namespace: &scope.namespace,
+                        key: &request.key,
+                        owner: &scope.owner,
+                        ttl: request.ttl,
+                        metadata: request.metadata.as_deref(),
+                        attempt: request.token,
+                    })
+                    .await?;
+                Ok(KeyOutcome {
+                    key: request.key,
+                    outcome: Some(outcome),
+                })
+            })
+            .await?;
+        let mut answer = answer;
+        let outcome = answer
+            .outcome
+            .take()
+            .ok_or_else(|| Error::internal("an acquire answer was read twice"))?;
+        Ok((outcome, sent))
+    }
+
+    /// Sends one statement that may grant keys on a task of its own, so that if the caller's
+    /// future is dropped mid-statement, grants that arrive anyway are given back instead of
+    /// left held. Returns the answer and when the statement was sent.
+    pub(super) async fn send<T, F, Fut>(&self, statement: F) -> Result<(T, Instant)>
+    where
+        T: HoldsGrants,
+        F: FnOnce(Arc<Scope>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<T>> + Send,
+    {
+        let scope = self.scope.clone();
         let (reply, answer) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
             let sent = Instant::now();
-            let outcome = scope
-                .backend
-                .acquire(&AcquireRequest {
-                    namespace: &scope.namespace,
-                    key: &request.key,
-                    owner: &scope.owner,
-                    ttl: request.ttl,
-                    metadata: request.metadata.as_deref(),
-                    attempt: request.token,
-                })
-                .await;
+            let outcome = statement(scope.clone()).await;
             // Unread (the caller is gone, before or after this send), the answer gives back
-            // its grant when dropped.
+            // its grants when dropped.
             let _ = reply.send(Answer {
                 outcome: Some(outcome.map(|o| (o, sent))),
                 scope,
-                key: request.key,
             });
         });
         let mut answer = answer
             .await
-            .map_err(|_| Error::internal("the acquire task ended without an answer"))?;
+            .map_err(|_| Error::internal("a statement's task ended without an answer"))?;
         answer
             .outcome
             .take()
-            .unwrap_or_else(|| Err(Error::internal("an acquire answer was read twice")))
+            .unwrap_or_else(|| Err(Error::internal("an answer was read twice")))
+    }
+
+    async fn adopt(&self, attempt: &Attempt, g: Granted, sent: Instant) -> Result<Arc<Grant>> {
+        self.adopt_grant(attempt.key.clone(), attempt.ttl, g, sent)
+            .await
     }
 
     /// Hands a grant to the keepalive; a grant that arrives after the session closed is given
     /// back instead.
-    async fn adopt(&self, attempt: &Attempt, g: Granted, sent: Instant) -> Result<Arc<Grant>> {
-        let grant = Arc::new(Grant::new(
-            attempt.key.clone(),
-            g.fence,
-            attempt.ttl,
-            g.expires_at,
-            g.metadata,
-            sent,
-        ));
+    pub(super) async fn adopt_grant(
+        &self,
+        key: String,
+        ttl: Duration,
+        g: Granted,
+        sent: Instant,
+    ) -> Result<Arc<Grant>> {
+        let fence = g.fence;
+        let grant = Arc::new(Grant::new(key, fence, ttl, g.expires_at, g.metadata, sent));
         if !self.keepalive.insert(grant.clone(), &self.closed) {
-            self.scope.give_back(&attempt.key, g.fence).await;
+            self.scope.give_back(&grant.key, fence).await;
             return Err(Error::closed());
         }
         Ok(grant)
@@ -189,18 +218,40 @@ fn timeout_error(key: &str, started: Instant) -> Error {
     )
 }
 
-/// The outcome of one acquire statement, on its way to the caller.
-struct Answer {
-    outcome: Option<Result<(AcquireOutcome, Instant)>>,
-    scope: Arc<Scope>,
-    key: String,
+/// What a statement that may grant keys answered: the grants it holds, given back if the answer
+/// is dropped unread.
+pub(super) trait HoldsGrants: Send + 'static {
+    /// The (key, fence) of every grant still in the answer.
+    fn grants(&mut self) -> Vec<(String, i64)>;
 }
 
-impl Drop for Answer {
+/// One acquire statement's outcome, with its key.
+struct KeyOutcome {
+    key: String,
+    outcome: Option<AcquireOutcome>,
+}
+
+impl HoldsGrants for KeyOutcome {
+    fn grants(&mut self) -> Vec<(String, i64)> {
+        match &self.outcome {
+            Some(AcquireOutcome::Granted(g)) => vec![(std::mem::take(&mut self.key), g.fence)],
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// A statement's outcome on its way to the caller.
+struct Answer<T: HoldsGrants> {
+    outcome: Option<Result<(T, Instant)>>,
+    scope: Arc<Scope>,
+}
+
+impl<T: HoldsGrants> Drop for Answer<T> {
     fn drop(&mut self) {
-        if let Some(Ok((AcquireOutcome::Granted(g), _))) = &self.outcome {
-            self.scope
-                .give_back_later(std::mem::take(&mut self.key), g.fence);
+        if let Some(Ok((outcome, _))) = &mut self.outcome {
+            for (key, fence) in outcome.grants() {
+                self.scope.give_back_later(key, fence);
+            }
         }
     }
 }

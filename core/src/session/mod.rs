@@ -9,6 +9,7 @@ mod acquire;
 mod dispatch;
 mod grant;
 mod keepalive;
+mod pool;
 mod scope;
 mod waiters;
 

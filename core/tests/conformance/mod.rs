@@ -20,6 +20,7 @@ pub mod ending;
 pub mod input;
 pub mod leases;
 pub mod notify;
+pub mod pool;
 
 /// Expands to one `#[tokio::test]` per scenario, each with a fresh harness from `$harness`:
 /// `conformance_suite!(Harness::sqlite, has []);`. This is the one list of scenarios: add a new
@@ -53,6 +54,11 @@ macro_rules! conformance_suite {
             ending::g4_lost_fires_with_a_release_in_flight: [network_faults],
             ending::g4_lost_fires_with_done_in_flight: [network_faults],
             ending::close_ends_every_lease: [],
+            pool::p1_offer_is_idempotent_and_counted: [],
+            pool::p3_claims_are_batched_and_never_shared: [],
+            pool::p4_waiting_claims_are_woken: [],
+            pool::p4_a_dead_claimers_keys_return: [network_faults],
+            pool::p6_semaphore_admits_its_limit: [],
         );
     };
 }

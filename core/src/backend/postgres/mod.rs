@@ -19,13 +19,13 @@ use self::listener::Listener;
 use self::pool::{Failure, Pool};
 use self::sql::Sql;
 use super::{
-    AcquireOutcome, AcquireRequest, Backend, BatchItem, EventSink, Granted, LeaseRef, Renewed,
-    ResetOutcome,
+    AcquireOutcome, AcquireRequest, Backend, BatchItem, ClaimRequest, Claimed, EventSink, Granted,
+    LeaseRef, Renewed, ResetOutcome,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::metadata::Metadata;
 use crate::options::ClientOptions;
-use crate::options::{KeyState, LeaseInfo, ListPage, ListQuery, StateFilter};
+use crate::options::{KeyState, LeaseInfo, ListPage, ListQuery, PoolCounts, StateFilter};
 
 pub(crate) struct PgBackend {
     pool: Pool,
@@ -273,6 +273,86 @@ impl Backend for PgBackend {
             .await
             .map_err(Failure::into_error)?;
         Ok(())
+    }
+
+    async fn offer(
+        &self,
+        namespace: &str,
+        pool: &str,
+        keys: &[String],
+        metadata: Option<&str>,
+    ) -> Result<u64> {
+        let channel = self.wakeup_channel.as_str();
+        let params: [&(dyn ToSql + Sync); 5] = [&namespace, &pool, &keys, &metadata, &channel];
+        // Safe to repeat: a key that joined on the first try is left as it is.
+        let row = self
+            .pool
+            .run_retrying("offer", |c| async move {
+                c.client.query_one(&c.stmts.offer, &params).await
+            })
+            .await?;
+        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    }
+
+    async fn claim(&self, r: &ClaimRequest<'_>) -> Result<Claimed> {
+        let ttl = millis(r.ttl);
+        let limit = i64::try_from(r.limit).unwrap_or(i64::MAX);
+        let params: [&(dyn ToSql + Sync); 8] = [
+            &r.namespace,
+            &r.pool,
+            &limit,
+            &r.attempt,
+            &r.owner,
+            &ttl,
+            &r.metadata,
+            &r.below,
+        ];
+        // Safe to repeat: the attempt token makes a second try re-grant the first one's keys.
+        let rows = self
+            .pool
+            .run_retrying("claim", |c| async move {
+                c.client.query(&c.stmts.claim, &params).await
+            })
+            .await?;
+        let mut claimed = Claimed {
+            granted: Vec::with_capacity(rows.len()),
+            next_expiry: None,
+        };
+        for row in &rows {
+            match row.get::<_, Option<String>>(0) {
+                Some(key) => claimed.granted.push((
+                    key,
+                    Granted {
+                        fence: row.get(1),
+                        expires_at: row.get(2),
+                        metadata: parse_metadata(row.get(3))?,
+                    },
+                )),
+                None => {
+                    claimed.next_expiry = row
+                        .get::<_, Option<i64>>(4)
+                        .map(|ms| Duration::from_millis(ms.max(0) as u64))
+                }
+            }
+        }
+        claimed.granted.sort_by_key(|(_, g)| g.fence);
+        Ok(claimed)
+    }
+
+    async fn counts(&self, namespace: &str, pool: &str) -> Result<PoolCounts> {
+        let params: [&(dyn ToSql + Sync); 2] = [&namespace, &pool];
+        let row = self
+            .pool
+            .run_retrying("counts", |c| async move {
+                c.client.query_one(&c.stmts.counts, &params).await
+            })
+            .await?;
+        let n = |i: usize| u64::try_from(row.get::<_, i64>(i)).unwrap_or(0);
+        Ok(PoolCounts {
+            free: n(0),
+            held: n(1),
+            done: n(2),
+        })
     }
 
     fn max_payload(&self) -> usize {

@@ -23,6 +23,9 @@ pub(crate) struct Prepared {
     pub reset: Statement,
     pub list: Statement,
     pub notify: Statement,
+    pub offer: Statement,
+    pub claim: Statement,
+    pub counts: Statement,
 }
 
 pub(crate) struct Conn {
@@ -123,7 +126,7 @@ impl Pool {
             let client = &client;
             async move { client.prepare(&text).await }
         };
-        // Prepared concurrently: one pipelined round trip instead of eight.
+        // Prepared concurrently: one pipelined round trip instead of one per statement.
         let r = tokio::try_join!(
             prep(&sql.acquire),
             prep(&sql.renew),
@@ -133,8 +136,11 @@ impl Pool {
             prep(&sql.reset),
             prep(&sql.list),
             prep(sql.notify),
+            prep(&sql.offer),
+            prep(&sql.claim),
+            prep(&sql.counts),
         );
-        let (acquire, renew, renew_batch, release, done, reset, list, notify) =
+        let (acquire, renew, renew_batch, release, done, reset, list, notify, offer, claim, counts) =
             r.map_err(|e| classify(&self.spec.display, "preparing statements", e).into_error())?;
         Ok(Arc::new(Conn {
             client,
@@ -148,6 +154,9 @@ impl Pool {
                 reset,
                 list,
                 notify,
+                offer,
+                claim,
+                counts,
             },
             inflight: AtomicUsize::new(0),
             broken: AtomicBool::new(false),

@@ -31,6 +31,9 @@ pub(crate) struct Sql {
     pub reset: String,
     pub list: String,
     pub notify: &'static str,
+    pub offer: String,
+    pub claim: String,
+    pub counts: String,
 }
 
 impl Sql {
@@ -166,6 +169,78 @@ impl Sql {
                   LIMIT $6"
             ),
             notify: "SELECT pg_notify($1, $2)",
+            // Work pools. A key joins the pool `$2` when offered: a new row (free, its fence
+            // and offer order one sequence value), or a row that was in no pool (whatever its
+            // state). A key already in a pool, held or done, stays as it is, and takes no
+            // sequence value, row lock or WAL. One wake-up per offer that changed something.
+            offer: format!(
+                "WITH k AS (SELECT DISTINCT key FROM unnest($3::text[]) AS u(key)),
+                 adopted AS (
+                   UPDATE {s}.leases AS l
+                      SET pool = $2, offered = nextval({seq}::regclass), updated_at = clock_timestamp()
+                     FROM k
+                    WHERE l.namespace = $1 AND l.key = k.key AND l.pool IS NULL
+                   RETURNING l.key),
+                 created AS (
+                   INSERT INTO {s}.leases
+                          (namespace, key, fence, done, metadata, updated_at, pool, offered)
+                   SELECT $1, n.key, n.seq, false, COALESCE($4::text::jsonb, '{{}}'::jsonb),
+                          clock_timestamp(), $2, n.seq
+                     FROM (SELECT k.key, nextval({seq}::regclass) AS seq FROM k
+                            WHERE NOT EXISTS (SELECT 1 FROM {s}.leases l
+                                               WHERE l.namespace = $1 AND l.key = k.key)) n
+                   ON CONFLICT (namespace, key) DO NOTHING
+                   RETURNING key),
+                 changed AS (SELECT (SELECT count(*) FROM adopted) + (SELECT count(*) FROM created) AS n)
+                 SELECT c.n, (SELECT count(pg_notify($5, json_build_array($1::text, $2::text)::text))
+                                WHERE c.n > 0)
+                   FROM changed c"
+            ),
+            // Up to $3 keys of pool $2 that are free (or granted to this very claim call, a
+            // retry after a lost answer), oldest offer first, in one statement. SKIP LOCKED:
+            // a row another claimer is granting is passed over, never waited for. The fence and
+            // expiry are SET expressions, computed once the row is locked (as in acquire). When
+            // nothing is granted, one row tells how long until the soonest holder expires.
+            // $8, when set, bounds the keys from above (a semaphore's permits below its limit).
+            claim: format!(
+                "WITH picked AS (
+                   SELECT l.key FROM {s}.leases l
+                    WHERE l.namespace = $1 AND l.pool = $2 AND NOT l.done
+                      AND (l.expires_at IS NULL OR l.expires_at <= clock_timestamp()
+                           OR l.attempt = $4)
+                      AND ($8::text IS NULL OR l.key < $8::text)
+                    ORDER BY l.offered
+                    LIMIT $3
+                    FOR UPDATE SKIP LOCKED),
+                 taken AS (
+                   UPDATE {s}.leases AS l
+                      SET owner = $5, fence = nextval({seq}::regclass), attempt = $4,
+                          expires_at = clock_timestamp() + $6::bigint * interval '1 millisecond',
+                          metadata = l.metadata || COALESCE($7::text::jsonb, '{{}}'::jsonb),
+                          updated_at = clock_timestamp()
+                     FROM picked
+                    WHERE l.namespace = $1 AND l.key = picked.key
+                   RETURNING l.key, l.fence, l.expires_at, l.metadata)
+                 SELECT key, fence, expires_at, metadata::text, NULL::bigint AS remaining_ms
+                   FROM taken
+                 UNION ALL
+                 SELECT NULL, NULL, NULL, NULL,
+                        ceil(extract(epoch FROM min(l.expires_at) - clock_timestamp()) * 1000)::bigint
+                   FROM {s}.leases l
+                  WHERE NOT EXISTS (SELECT 1 FROM taken)
+                    AND l.namespace = $1 AND l.pool = $2 AND NOT l.done
+                    AND l.expires_at > clock_timestamp()
+                    AND ($8::text IS NULL OR l.key < $8::text)"
+            ),
+            // The three states of docs/semantics.md, over the keys of one pool.
+            counts: format!(
+                "SELECT count(*) FILTER (WHERE NOT done
+                                           AND (expires_at IS NULL OR expires_at <= clock_timestamp())),
+                        count(*) FILTER (WHERE NOT done AND expires_at > clock_timestamp()),
+                        count(*) FILTER (WHERE done)
+                   FROM {s}.leases
+                  WHERE namespace = $1 AND pool = $2"
+            ),
         }
     }
 }
@@ -176,10 +251,11 @@ pub(crate) fn migrations(schema: &str) -> Vec<Vec<String>> {
     let s = quote_ident(schema);
     // One statement each: the printed script runs them one by one (EXECUTE), and a schema name
     // may contain anything, `;` and line breaks included, so they are never split from a text.
-    vec![vec![
-        format!("CREATE SEQUENCE {s}.fence_seq AS bigint MINVALUE 1 NO CYCLE"),
-        format!(
-            "CREATE TABLE {s}.leases (
+    vec![
+        vec![
+            format!("CREATE SEQUENCE {s}.fence_seq AS bigint MINVALUE 1 NO CYCLE"),
+            format!(
+                "CREATE TABLE {s}.leases (
                  namespace  text COLLATE \"C\" NOT NULL,
                  key        text COLLATE \"C\" NOT NULL,
                  owner      text,
@@ -191,9 +267,24 @@ pub(crate) fn migrations(schema: &str) -> Vec<Vec<String>> {
                  updated_at timestamptz NOT NULL,
                  PRIMARY KEY (namespace, key)
              )"
-        ),
-        format!("CREATE INDEX leases_newest_first ON {s}.leases (namespace, fence DESC)"),
-    ]]
+            ),
+            format!("CREATE INDEX leases_newest_first ON {s}.leases (namespace, fence DESC)"),
+        ],
+        // Version 2: work pools. `pool` is the prefix a key was offered under; `offered` orders
+        // claims, oldest offer first. Claims walk the first index, which done keys leave, so a
+        // pool's finished work costs its claims nothing; counts walk the second.
+        vec![
+            format!("ALTER TABLE {s}.leases ADD COLUMN pool text COLLATE \"C\""),
+            format!("ALTER TABLE {s}.leases ADD COLUMN offered bigint"),
+            format!(
+                "CREATE INDEX leases_claimable ON {s}.leases (namespace, pool, offered)
+              WHERE pool IS NOT NULL AND NOT done"
+            ),
+            format!(
+                "CREATE INDEX leases_pool ON {s}.leases (namespace, pool) WHERE pool IS NOT NULL"
+            ),
+        ],
+    ]
 }
 
 /// The version this library needs.

@@ -19,12 +19,12 @@ use tokio_util::sync::CancellationToken;
 
 use self::store::{db_error, now_ms, Location, Store};
 use super::{
-    AcquireOutcome, AcquireRequest, Backend, BackendEvent, BatchItem, EventSink, Granted, LeaseRef,
-    Renewed, ResetOutcome,
+    AcquireOutcome, AcquireRequest, Backend, BackendEvent, BatchItem, ClaimRequest, Claimed,
+    EventSink, Granted, LeaseRef, Renewed, ResetOutcome,
 };
 use crate::error::{Error, Result};
 use crate::metadata::Metadata;
-use crate::options::{KeyState, LeaseInfo, ListPage, ListQuery, StateFilter};
+use crate::options::{KeyState, LeaseInfo, ListPage, ListQuery, PoolCounts, StateFilter};
 use crate::rules::{self, Grantable, StoredKey};
 
 const WAKEUP_CHANNEL: &str = "accord_wakeup";
@@ -209,6 +209,73 @@ fn look(conn: &Connection, ns: &str, key: &str, attempt: i64, now: i64) -> Resul
     )
 }
 
+/// The next value of the fence sequence (grants and offers share it, as on PostgreSQL).
+fn next_fence(tx: &Connection, what: &str) -> Result<i64> {
+    tx.query_row(
+        "UPDATE fence_seq SET value = value + 1 WHERE id = 1 RETURNING value",
+        [],
+        |r| r.get(0),
+    )
+    .map_err(|e| db_error(what, e))
+}
+
+/// What a claim finds in a pool: up to `limit` grantable keys (`rules::grantable`), oldest
+/// offer first, with their metadata; and how long until the soonest holder expires.
+struct PoolLook {
+    keys: Vec<(String, String)>,
+    next_expiry: Option<Duration>,
+}
+
+fn look_pool(
+    conn: &Connection,
+    ns: &str,
+    pool: &str,
+    below: Option<&str>,
+    attempt: i64,
+    limit: usize,
+    now: i64,
+) -> Result<PoolLook> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT key, owner, fence, expires_at_ms, attempt, metadata FROM leases
+              WHERE namespace = ?1 AND pool = ?2 AND done = 0 AND (?3 IS NULL OR key < ?3)
+              ORDER BY offered",
+        )
+        .map_err(|e| db_error("claim", e))?;
+    let mut rows = stmt
+        .query(params![ns, pool, below])
+        .map_err(|e| db_error("claim", e))?;
+    let mut look = PoolLook {
+        keys: Vec::new(),
+        next_expiry: None,
+    };
+    while let Some(row) = rows.next().map_err(|e| db_error("claim", e))? {
+        let get = |e| db_error("claim", e);
+        let owner: Option<String> = row.get(1).map_err(get)?;
+        let stored = StoredKey {
+            owner: owner.as_deref(),
+            fence: row.get(2).map_err(get)?,
+            expires_at_ms: row.get(3).map_err(get)?,
+            done: false,
+            attempt: row.get(4).map_err(get)?,
+        };
+        match rules::grantable(Some(&stored), attempt, now) {
+            Grantable::Yes if look.keys.len() < limit => {
+                look.keys
+                    .push((row.get(0).map_err(get)?, row.get(5).map_err(get)?));
+            }
+            Grantable::Held(left) => {
+                look.next_expiry = Some(look.next_expiry.map_or(left, |n| n.min(left)));
+            }
+            _ => {}
+        }
+    }
+    if !look.keys.is_empty() {
+        look.next_expiry = None;
+    }
+    Ok(look)
+}
+
 fn add_event(tx: &Connection, channel: &str, payload: &str, now: i64) -> Result<()> {
     tx.execute(
         "INSERT INTO events (channel, payload, created_at_ms) VALUES (?1, ?2, ?3)",
@@ -242,13 +309,7 @@ impl Backend for SqliteBackend {
                 Look::Refused(outcome) => return Ok((outcome, false)),
                 Look::Grantable(base) => base.unwrap_or_else(|| "{}".to_string()),
             };
-            let fence: i64 = tx
-                .query_row(
-                    "UPDATE fence_seq SET value = value + 1 WHERE id = 1 RETURNING value",
-                    [],
-                    |r| r.get(0),
-                )
-                .map_err(|e| db_error("acquire", e))?;
+            let fence = next_fence(tx, "acquire")?;
             let (text, merged) = merge(&base, metadata.as_deref())?;
             let expires = now + ttl;
             tx.execute(
@@ -518,6 +579,157 @@ impl Backend for SqliteBackend {
             Ok(((), true))
         })
         .await
+    }
+
+    async fn offer(
+        &self,
+        namespace: &str,
+        pool: &str,
+        keys: &[String],
+        metadata: Option<&str>,
+    ) -> Result<u64> {
+        let (ns, pool, keys) = (namespace.to_string(), pool.to_string(), keys.to_vec());
+        let metadata = metadata.unwrap_or("{}").to_string();
+        self.write("offer", move |tx, now| {
+            let mut joined = 0u64;
+            for key in &keys {
+                // As on PostgreSQL: a new key joins free; a key in no pool joins as it is; a
+                // key already in a pool stays as it is.
+                let row: Option<Option<String>> = tx
+                    .query_row(
+                        "SELECT pool FROM leases WHERE namespace = ?1 AND key = ?2",
+                        params![ns, key],
+                        |r| r.get(0),
+                    )
+                    .optional()
+                    .map_err(|e| db_error("offer", e))?;
+                match row {
+                    Some(Some(_)) => continue,
+                    Some(None) => {
+                        let seq = next_fence(tx, "offer")?;
+                        tx.execute(
+                            "UPDATE leases SET pool = ?3, offered = ?4, updated_at_ms = ?5
+                              WHERE namespace = ?1 AND key = ?2",
+                            params![ns, key, pool, seq, now],
+                        )
+                        .map_err(|e| db_error("offer", e))?;
+                    }
+                    None => {
+                        let seq = next_fence(tx, "offer")?;
+                        tx.execute(
+                            "INSERT INTO leases (namespace, key, fence, done, metadata, updated_at_ms,
+                                                 pool, offered)
+                             VALUES (?1, ?2, ?3, 0, ?4, ?5, ?6, ?3)",
+                            params![ns, key, seq, metadata, now, pool],
+                        )
+                        .map_err(|e| db_error("offer", e))?;
+                    }
+                }
+                joined += 1;
+            }
+            if joined > 0 {
+                add_event(tx, WAKEUP_CHANNEL, &wakeup_payload(&ns, &pool), now)?;
+            }
+            Ok((joined, joined > 0))
+        })
+        .await
+    }
+
+    async fn claim(&self, r: &ClaimRequest<'_>) -> Result<Claimed> {
+        let (ns, pool, owner) = (
+            r.namespace.to_string(),
+            r.pool.to_string(),
+            r.owner.to_string(),
+        );
+        let below = r.below.map(str::to_string);
+        let (limit, ttl, attempt) = (r.limit, r.ttl.as_millis() as i64, r.attempt);
+        let metadata = r.metadata.map(str::to_string);
+        let (ns_read, pool_read, below_read) = (ns.clone(), pool.clone(), below.clone());
+        // An empty claim writes nothing: decided by a plain read, and again under the lock.
+        let nothing = move |conn: &Connection, now: i64| {
+            let look = look_pool(
+                conn,
+                &ns_read,
+                &pool_read,
+                below_read.as_deref(),
+                attempt,
+                1,
+                now,
+            )?;
+            Ok(look.keys.is_empty().then_some(Claimed {
+                granted: Vec::new(),
+                next_expiry: look.next_expiry,
+            }))
+        };
+        // One writer at a time holds the store, so no claimer can meet another's rows half
+        // granted: what SKIP LOCKED does on PostgreSQL, the write lock does here.
+        self.write_unless("claim", nothing, move |tx, now| {
+            let look = look_pool(tx, &ns, &pool, below.as_deref(), attempt, limit, now)?;
+            let mut granted = Vec::with_capacity(look.keys.len());
+            for (key, base) in look.keys {
+                let fence = next_fence(tx, "claim")?;
+                let (text, merged) = merge(&base, metadata.as_deref())?;
+                let expires = now + ttl;
+                tx.execute(
+                    "UPDATE leases SET owner = ?3, fence = ?4, attempt = ?5, expires_at_ms = ?6,
+                                       metadata = ?7, updated_at_ms = ?8
+                      WHERE namespace = ?1 AND key = ?2",
+                    params![ns, key, owner, fence, attempt, expires, text, now],
+                )
+                .map_err(|e| db_error("claim", e))?;
+                granted.push((
+                    key,
+                    Granted {
+                        fence,
+                        expires_at: time(expires),
+                        metadata: merged,
+                    },
+                ));
+            }
+            Ok((
+                Claimed {
+                    granted,
+                    next_expiry: look.next_expiry,
+                },
+                false,
+            ))
+        })
+        .await
+    }
+
+    async fn counts(&self, namespace: &str, pool: &str) -> Result<PoolCounts> {
+        let (ns, pool) = (namespace.to_string(), pool.to_string());
+        self.store
+            .with(move |conn| {
+                let now = now_ms();
+                let mut stmt = conn
+                    .prepare_cached(
+                        "SELECT owner, fence, expires_at_ms, done FROM leases
+                          WHERE namespace = ?1 AND pool = ?2",
+                    )
+                    .map_err(|e| db_error("counts", e))?;
+                let mut rows = stmt
+                    .query(params![ns, pool])
+                    .map_err(|e| db_error("counts", e))?;
+                let mut counts = PoolCounts::default();
+                while let Some(row) = rows.next().map_err(|e| db_error("counts", e))? {
+                    let owner: Option<String> = row.get(0).map_err(|e| db_error("counts", e))?;
+                    let key = StoredKey {
+                        owner: owner.as_deref(),
+                        fence: row.get(1).map_err(|e| db_error("counts", e))?,
+                        expires_at_ms: row.get(2).map_err(|e| db_error("counts", e))?,
+                        done: row.get(3).map_err(|e| db_error("counts", e))?,
+                        attempt: None,
+                    };
+                    match rules::key_state(&key, now) {
+                        KeyState::Free => counts.free += 1,
+                        KeyState::Held => counts.held += 1,
+                        KeyState::Done => counts.done += 1,
+                    }
+                }
+                Ok(counts)
+            })
+            .await
     }
 
     fn max_payload(&self) -> usize {

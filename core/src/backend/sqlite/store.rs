@@ -187,7 +187,8 @@ impl Store {
 /// The versioned schema, applied in one IMMEDIATE transaction: concurrent processes starting
 /// at once serialize on SQLite's write lock, and the version is re-read under it.
 fn migrate(conn: &mut Connection) -> Result<()> {
-    let steps = ["CREATE TABLE leases (
+    let steps = [
+        "CREATE TABLE leases (
              namespace     TEXT NOT NULL,
              key           TEXT NOT NULL,
              owner         TEXT,
@@ -207,7 +208,15 @@ fn migrate(conn: &mut Connection) -> Result<()> {
              channel       TEXT NOT NULL,
              payload       TEXT NOT NULL,
              created_at_ms INTEGER NOT NULL
-         );"];
+         );",
+        // Version 2: work pools (as on PostgreSQL: the prefix a key was offered under, and the
+        // offer order that claims follow).
+        "ALTER TABLE leases ADD COLUMN pool TEXT;
+         ALTER TABLE leases ADD COLUMN offered INTEGER;
+         CREATE INDEX leases_claimable ON leases (namespace, pool, offered)
+          WHERE pool IS NOT NULL AND done = 0;
+         CREATE INDEX leases_pool ON leases (namespace, pool) WHERE pool IS NOT NULL;",
+    ];
     let tx = conn
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
         .map_err(|e| db_error("migration", e))?;

@@ -1,0 +1,136 @@
+//! The [`Semaphore`] handle: at most `limit` holders of a name at once, each holding one of
+//! `limit` permit keys of a work pool (so each holder has an ordinary lease: fence, keepalive,
+//! lost signal, release).
+
+use std::sync::Arc;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::lease::Lease;
+use crate::options::{AcquireOptions, ClaimOptions};
+use crate::session::Session;
+use crate::validate::{self, MAX_NAME_BYTES, MAX_PERMITS};
+
+/// Permit keys are `<name>#<index>`, the index zero-padded to this many digits, so that
+/// "below the limit" is a comparison of keys.
+const PERMIT_DIGITS: usize = 5;
+
+/// At most `limit` live holders of `name`. Open it with [`crate::Client::semaphore`].
+///
+/// The limit is the number of permits this handle takes from: a handle opened with a larger
+/// limit offers the permits it adds at once; one opened with a smaller limit never takes a
+/// permit above its limit, so a lowered limit takes effect as the holders of higher permits
+/// release (or expire). Open every handle of a name with the same limit.
+#[derive(Clone)]
+pub struct Semaphore {
+    session: Arc<Session>,
+    name: String,
+    limit: usize,
+    pool: String,
+    below: String,
+}
+
+impl std::fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("name", &self.name)
+            .field("limit", &self.limit)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Semaphore {
+    pub(crate) async fn open(session: &Arc<Session>, name: &str, limit: usize) -> Result<Self> {
+        session.check_usable()?;
+        validate::name("name", name)?;
+        // Room for the permit suffix within a key's limit.
+        let max_name = MAX_NAME_BYTES - PERMIT_DIGITS - 1;
+        if name.len() > max_name {
+            return Err(Error::invalid(
+                "name",
+                format!(
+                    "is {} bytes long, a semaphore's limit is {max_name}",
+                    name.len()
+                ),
+            ));
+        }
+        validate::permits(i64::try_from(limit).unwrap_or(i64::MAX))?;
+        let pool = format!("{name}#");
+        let permits: Vec<String> = (0..limit).map(|i| permit_key(name, i)).collect();
+        for batch in permits.chunks(validate::MAX_OFFER_KEYS) {
+            session.offer(&pool, batch, None).await?;
+        }
+        Ok(Semaphore {
+            session: session.clone(),
+            name: name.to_string(),
+            below: permit_key(name, limit),
+            limit,
+            pool,
+        })
+    }
+
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The number of permits this handle takes from.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Waits for a permit (up to the options' timeout: then `Timeout`; `Cancelled` when its
+    /// cancel token fires). The lease's key is the permit (`<name>#<index>`).
+    pub async fn acquire(&self, options: AcquireOptions) -> Result<Lease> {
+        let timeout = options.timeout.unwrap_or(std::time::Duration::MAX / 4);
+        let started = std::time::Instant::now();
+        match self.claim(options, Some(timeout)).await? {
+            Some(lease) => Ok(lease),
+            None => Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "timed out after {:?} waiting for a permit of semaphore {:?}",
+                    started.elapsed(),
+                    self.name
+                ),
+            )),
+        }
+    }
+
+    /// A permit if one is free now; `None` if all `limit` are held.
+    pub async fn try_acquire(&self, options: AcquireOptions) -> Result<Option<Lease>> {
+        self.claim(options, None).await
+    }
+
+    async fn claim(
+        &self,
+        options: AcquireOptions,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<Option<Lease>> {
+        let mut claim = ClaimOptions::new();
+        if let Some(ttl) = options.ttl {
+            claim = claim.ttl(ttl);
+        }
+        if let Some(metadata) = options.metadata {
+            claim = claim.metadata(metadata);
+        }
+        if let Some(cancel) = options.cancel {
+            claim = claim.cancel(cancel);
+        }
+        if let Some(timeout) = timeout {
+            claim = claim.timeout(timeout);
+        }
+        let grants = self
+            .session
+            .claim(&self.pool, claim, Some(self.below.clone()))
+            .await?;
+        Ok(grants
+            .into_iter()
+            .next()
+            .map(|grant| Lease::new(self.session.clone(), grant)))
+    }
+}
+
+fn permit_key(name: &str, index: usize) -> String {
+    debug_assert!(index <= MAX_PERMITS);
+    format!("{name}#{index:0width$}", width = PERMIT_DIGITS)
+}
