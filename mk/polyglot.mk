@@ -1,6 +1,6 @@
-# The polyglot grant audit (tests/polyglot/): Rust, Python and Node workers hammer one key on
-# one PostgreSQL; a trigger records every grant in commit order, and the fences must strictly
-# increase (G2 across languages).
+# The polyglot runs (tests/polyglot/), Rust, Python and Node workers on one PostgreSQL: the grant
+# audit (they hammer one key; a trigger records every grant in commit order, and the fences must
+# strictly increase: G2 across languages) and the pool run (they drain one work pool: P2).
 #
 #   make test-polyglot    against ACCORD_TEST_DATABASE_URL (scripts/with-postgres.sh make test-polyglot)
 
@@ -8,9 +8,10 @@
 
 TEST_SUITES += test-polyglot
 
-test-polyglot: $(DEMO_PY_STAMP) build-node-debug ## the grant audit: Rust, Python and Node workers on one key (db)
+test-polyglot: $(DEMO_PY_STAMP) build-node-debug ## the grant audit and the pool run: Rust, Python and Node workers (db)
 	$(CARGO) build -p accord --example contend
 	$(PY) tests/polyglot/run.py
+	$(PY) tests/polyglot/pool.py
 
 LINTS += lint-polyglot
 

@@ -7,6 +7,7 @@
 //! contend URL NAMESPACE hold KEY -                 # the same, held until standard input ends
 //! contend URL NAMESPACE notify CHANNEL PAYLOAD     # send one notification
 //! contend URL NAMESPACE hammer KEY GRANTS          # try_acquire + release until granted GRANTS times
+//! contend URL NAMESPACE drain PREFIX BATCH         # claim BATCH → 1 ms of work → done, until the pool is empty
 //! ```
 //!
 //! `contend` proves exclusion without trusting any client: TABLE (created by the caller as
@@ -18,18 +19,21 @@
 //! `hammer` prints `HAMMER <grants>` at the end (tests/polyglot's grant audit runs it beside
 //! Python and Node workers doing the same).
 //!
+//! `drain` prints `DONE <key> <fence>` for every key it finished and `DRAINED <n>` at the end
+//! (tests/polyglot's pool run, beside Python and Node workers doing the same).
+//!
 //! `hold` prints `RELEASED` once it released the key. With `-` for MILLIS it keeps the key until
 //! its standard input ends (a line or EOF): the caller decides when, no timer does, as with the
 //! C test binary's `hold` mode.
 
 use std::time::Duration;
 
-use accord::{AcquireOptions, Client, ClientOptions};
+use accord::{AcquireOptions, ClaimOptions, Client, ClientOptions};
 
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: contend URL NAMESPACE (contend KEY ROUNDS TABLE | hold KEY (MILLIS | -) | notify CHANNEL PAYLOAD | hammer KEY GRANTS)";
+    let usage = "usage: contend URL NAMESPACE (contend KEY ROUNDS TABLE | hold KEY (MILLIS | -) | notify CHANNEL PAYLOAD | hammer KEY GRANTS | drain PREFIX BATCH)";
     let [url, namespace, command, a, b, rest @ ..] = args.as_slice() else {
         eprintln!("{usage}");
         std::process::exit(2);
@@ -94,6 +98,32 @@ async fn main() {
                 }
             }
             println!("HAMMER {granted}");
+            0
+        }
+        "drain" => {
+            let batch: usize = b.parse().expect("BATCH is a number");
+            let mut finished = 0;
+            loop {
+                let claim = ClaimOptions::new()
+                    .limit(batch)
+                    .ttl(Duration::from_secs(30))
+                    .timeout(Duration::from_millis(200));
+                let leases = client.claim(a, claim).await.expect("claim");
+                if leases.is_empty() {
+                    let counts = client.counts(a).await.expect("counts");
+                    if counts.free + counts.held == 0 {
+                        break;
+                    }
+                    continue;
+                }
+                for lease in leases {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    println!("DONE {} {}", lease.key(), lease.fence());
+                    lease.done(None).await.expect("done");
+                    finished += 1;
+                }
+            }
+            println!("DRAINED {finished}");
             0
         }
         _ => {

@@ -1,0 +1,37 @@
+"""A Python worker of the polyglot pool run: claim BATCH → 1 ms of work → done, until the pool
+is empty; prints ``DONE <key> <fence>`` per key and ``DRAINED <n>`` at the end.
+
+    python drain.py URL NAMESPACE PREFIX BATCH
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import accord
+
+
+def main() -> None:
+    url, namespace, prefix, batch = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    owner = f"python-{os.getpid()}"
+    finished = 0
+    with accord.Client.connect(url, namespace=namespace, owner=owner, ttl=30) as client:
+        while True:
+            leases = client.claim(prefix, limit=batch, ttl=30, timeout=0.2)
+            if not leases:
+                counts = client.counts(prefix)
+                if counts.free + counts.held == 0:
+                    break
+                continue
+            for lease in leases:
+                time.sleep(0.001)
+                print(f"DONE {lease.key} {lease.fence}", flush=True)
+                lease.done()
+                finished += 1
+    print(f"DRAINED {finished}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
