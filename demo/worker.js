@@ -4,12 +4,14 @@ const { connect } = require('../node')
 
 const TTL = 2_000 // ms: a killed worker's task is free again after at most this long
 const BATCH = 50
+const CLAIM = 2 // tasks claimed at once
+const CLAIM_WAIT = 500 // ms a claim waits for a task to come free when none is
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 const say = (event) => process.stdout.write(JSON.stringify(event) + '\n')
 
 async function announce(client, name, announced) {
-  const page = await client.list({ prefix: 'task/', state: 'done', limit: 1000 })
-  for (let batch = 1; batch <= Math.floor(page.items.length / BATCH); batch++) {
+  const { done } = await client.counts('task/')
+  for (let batch = 1; batch <= Math.floor(done / BATCH); batch++) {
     if (announced.has(batch)) continue
     let lease
     try {
@@ -29,27 +31,27 @@ async function announce(client, name, announced) {
 
 async function main() {
   const [url, namespace, name, count] = process.argv.slice(2)
-  const remaining = Array.from({ length: Number(count) }, (_, i) => `task/${String(i).padStart(3, '0')}`)
-  for (let i = remaining.length - 1; i > 0; i--) {
-    const j = Math.floor(Math.random() * (i + 1))
-    ;[remaining[i], remaining[j]] = [remaining[j], remaining[i]]
-  }
+  const tasks = Array.from({ length: Number(count) }, (_, i) => `task/${String(i).padStart(3, '0')}`)
   const announced = new Set()
   let completed = 0
   const client = await connect(url, { namespace, owner: name, ttl: TTL })
   say({ ev: 'start', worker: name, lang: 'node' })
-  while (remaining.length > 0) {
-    let progressed = false
-    for (const key of [...remaining]) {
-      let lease
-      try {
-        lease = await client.tryAcquire(key, { ttl: TTL })
-      } catch (e) {
-        if (e.code !== 'ACCORD_DONE') throw e
-        remaining.splice(remaining.indexOf(key), 1)
-        continue
-      }
-      if (!lease) continue // someone else holds it
+  // Every worker offers every task: an offer is idempotent (a task already offered, held or
+  // done stays as it is), so whoever starts first fills the pool and the others add nothing.
+  for (let i = 0; i < tasks.length; i += 5000) {
+    await client.offer('task/', tasks.slice(i, i + 5000))
+  }
+  for (;;) {
+    const leases = await client.claim('task/', { limit: CLAIM, ttl: TTL, timeout: CLAIM_WAIT })
+    if (leases.length === 0) {
+      // Nothing free within the wait: finished once nothing is held either (a task held by a
+      // worker that died is counted free again once its ttl expired).
+      const { free, held } = await client.counts('task/')
+      if (free === 0 && held === 0) break
+      continue
+    }
+    for (const lease of leases) {
+      const key = lease.key
       const fence = Number(lease.fence)
       say({ ev: 'acquired', worker: name, key, fence })
       await sleep(20 + Math.random() * 40) // the "work"
@@ -62,12 +64,9 @@ async function main() {
         continue
       }
       say({ ev: 'done', worker: name, key, fence })
-      remaining.splice(remaining.indexOf(key), 1)
       completed++
-      progressed = true
       await announce(client, name, announced)
     }
-    if (remaining.length > 0 && !progressed) await sleep(100)
   }
   say({ ev: 'exit', worker: name, completed })
   await client.close()

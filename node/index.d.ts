@@ -35,6 +35,30 @@ export declare class Client {
    */
   tryAcquire(key: string, options?: TryAcquireOptions | null): Promise<Lease | null>
   /**
+   * Offers `keys` to the work pool `prefix`: each becomes claimable by `claim(prefix)`.
+   * Every key must start with the prefix (and be longer); at most 5000 per call. Idempotent:
+   * a key already in a pool, held or done, stays as it is. `metadata` is the metadata of keys
+   * new to the coordinator. Resolves with how many keys joined; wakes waiting claimers.
+   */
+  offer(prefix: string, keys: string[], metadata?: Record<string, unknown> | null): Promise<number>
+  /**
+   * Claims up to `options.limit` free keys of the work pool `prefix` (oldest offer first),
+   * each an ordinary `Lease`. Resolves with an empty array when nothing is claimable: at
+   * once, or after waiting up to `options.timeout` ms for a release, an offer or an expiry in
+   * the pool. Concurrent claimers never get the same key. Rejects with `ACCORD_CANCELLED`
+   * when `signal` aborts a waiting claim, `ACCORD_CLOSED` when the client closes; then
+   * nothing is left held.
+   */
+  claim(prefix: string, options?: ClaimOptions | null): Promise<Lease[]>
+  /** How many keys of the work pool `prefix` are free, held and done. */
+  counts(prefix: string): Promise<PoolCounts>
+  /**
+   * Opens the semaphore `name` with `limit` permits (1 ..= 10000), offering the permits it
+   * needs: at most `limit` holders at once, each with an ordinary `Lease`. Open every
+   * handle of a name with the same limit.
+   */
+  semaphore(name: string, limit: number): Promise<Semaphore>
+  /**
    * Makes a done (or free) key unknown again, so that it can be acquired. Resolves with
    * `false` if the key was not known; rejects with `ACCORD_HELD` if a live lease holds it.
    */
@@ -136,6 +160,29 @@ export declare class Lease {
 }
 
 /**
+ * A semaphore opened by `client.semaphore(name, limit)`: each holder holds one of `limit`
+ * permits as an ordinary `Lease` (its key is the permit, fenced, renewed and lost like any
+ * other). Release the lease, or mark it done, to give the permit back.
+ *
+ * A handle opened with a smaller limit than others of the same name never takes a permit at
+ * or above its own limit. Holds no resources of its own: nothing to close.
+ */
+export declare class Semaphore {
+  /** The semaphore's name. */
+  get name(): string
+  /** The number of permits this handle takes from. */
+  get limit(): number
+  /**
+   * Waits for a permit, then resolves with its lease. Rejects with `ACCORD_TIMEOUT` after
+   * `timeout` ms, `ACCORD_CANCELLED` when `signal` aborts, `ACCORD_CLOSED` when the client
+   * closes; then nothing is left held.
+   */
+  acquire(options?: AcquireOptions | null): Promise<Lease>
+  /** Tries once: resolves with a permit's lease if one is free, `null` if all are held. */
+  tryAcquire(options?: TryAcquireOptions | null): Promise<Lease | null>
+}
+
+/**
  * Notifications on one or more channels, in the order the coordinator delivered them:
  * `for await (const event of subscription)` yields `Message`s and `Reconnected` events.
  *
@@ -173,6 +220,23 @@ export interface AcquireOptions {
   /** Merged into the key's stored metadata on grant. */
   metadata?: Record<string, unknown>
   /** Aborting it ends a waiting acquire with `ACCORD_CANCELLED`, leaving nothing held. */
+  signal?: AbortSignal
+}
+
+/** Options of `client.claim()`. Durations are in milliseconds. */
+export interface ClaimOptions {
+  /** Claim up to this many keys at once (default 1; at most 1000). */
+  limit?: number
+  /** Lease ttl of the keys claimed (default: the client's). */
+  ttl?: number
+  /**
+   * When nothing is claimable, wait up to this long for a release, an offer or an expiry in
+   * the pool (default: answer at once). An empty answer after the wait is not an error.
+   */
+  timeout?: number
+  /** Merged into each claimed key's metadata. */
+  metadata?: Record<string, unknown>
+  /** Aborting it ends a waiting claim with `ACCORD_CANCELLED`, leaving nothing held. */
   signal?: AbortSignal
 }
 
@@ -271,6 +335,16 @@ export interface ListQuery {
  * it by hand; connect clients with `migrate: false` afterwards.
  */
 export declare function migrationSql(schema?: string): string
+
+/** How many keys of a work pool are in each state, by the coordinator's clock. */
+export interface PoolCounts {
+  /** Claimable now: never granted, released, or expired. */
+  free: number
+  /** Held by a live lease. */
+  held: number
+  /** Marked done. */
+  done: number
+}
 
 /**
  * What a subscription yields: a notification on one of its channels (`type: 'message'`, with

@@ -837,6 +837,7 @@ module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __n
 module.exports = nativeBinding
 module.exports.Client = nativeBinding.Client
 module.exports.Lease = nativeBinding.Lease
+module.exports.Semaphore = nativeBinding.Semaphore
 module.exports.Subscription = nativeBinding.Subscription
 module.exports.connect = nativeBinding.connect
 module.exports.ERROR_CODES = nativeBinding.ERROR_CODES

@@ -1,15 +1,17 @@
-//! `connect` and `Client`: acquire, tryAcquire, reset, list, notify, listen, close.
+//! `connect` and `Client`: acquire, tryAcquire, offer, claim, counts, semaphore, reset, list,
+//! notify, listen, close.
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use tokio_util::sync::CancellationToken;
 
 use crate::convert::{
-    call_method, opt_bool, opt_integer, opt_metadata, opt_millis, opt_object, opt_string, property,
-    settle, settle_map, settle_ok, string,
+    call_method, integer, opt_bool, opt_integer, opt_metadata, opt_millis, opt_object, opt_string,
+    property, settle, settle_map, settle_ok, string, strings,
 };
 use crate::error::{Failure, Outcome};
 use crate::lease::Lease;
+use crate::semaphore::Semaphore;
 use crate::subscription::Subscription;
 
 /// Options of `connect()`. Every one has a default; durations are in milliseconds.
@@ -65,6 +67,36 @@ pub struct TryAcquireOptions {
     /// Merged into the key's stored metadata on grant.
     #[napi(ts_type = "Record<string, unknown>")]
     pub metadata: Option<()>,
+}
+
+/// Options of `client.claim()`. Durations are in milliseconds.
+#[napi(object, object_to_js = false, object_from_js = false)]
+#[allow(dead_code)] // declares the TypeScript interface; read field by field for clear errors
+pub struct ClaimOptions {
+    /// Claim up to this many keys at once (default 1; at most 1000).
+    pub limit: Option<u32>,
+    /// Lease ttl of the keys claimed (default: the client's).
+    pub ttl: Option<f64>,
+    /// When nothing is claimable, wait up to this long for a release, an offer or an expiry in
+    /// the pool (default: answer at once). An empty answer after the wait is not an error.
+    pub timeout: Option<f64>,
+    /// Merged into each claimed key's metadata.
+    #[napi(ts_type = "Record<string, unknown>")]
+    pub metadata: Option<()>,
+    /// Aborting it ends a waiting claim with `ACCORD_CANCELLED`, leaving nothing held.
+    #[napi(ts_type = "AbortSignal")]
+    pub signal: Option<()>,
+}
+
+/// How many keys of a work pool are in each state, by the coordinator's clock.
+#[napi(object, object_from_js = false)]
+pub struct PoolCounts {
+    /// Claimable now: never granted, released, or expired.
+    pub free: f64,
+    /// Held by a live lease.
+    pub held: f64,
+    /// Marked done.
+    pub done: f64,
 }
 
 /// A query of `client.list()`: filters and paging.
@@ -208,15 +240,21 @@ fn parse_connect(
 type Listener<'a> = Function<'a, (), ()>;
 type ListenerMethod<'a> = Function<'a, FnArgs<(&'a str, Listener<'a>)>, Unknown<'a>>;
 
-/// An `AbortSignal` wired to a cancellation token for the time of one acquire.
-struct AbortWatch {
+/// An `AbortSignal` wired to a cancellation token for the time of one acquire or claim.
+pub(crate) struct AbortWatch {
     signal: ObjectRef<false>,
     listener: FunctionRef<(), ()>,
 }
 
 impl AbortWatch {
-    /// Cancels `token` when `signal` aborts; fails at once if it already has.
-    fn start(env: &Env, key: &str, signal: &Unknown, token: CancellationToken) -> Outcome<Self> {
+    /// Cancels `token` when `signal` aborts; fails at once if it already has (as the core
+    /// says of `what` when the signal aborts during the wait).
+    pub(crate) fn start(
+        env: &Env,
+        what: &str,
+        signal: &Unknown,
+        token: CancellationToken,
+    ) -> Outcome<Self> {
         let not_a_signal = || Failure::invalid("options.signal", "expected an AbortSignal");
         let Some(signal) = opt_object("options.signal", Some(*signal))? else {
             return Err(not_a_signal());
@@ -227,8 +265,7 @@ impl AbortWatch {
             return Err(not_a_signal());
         }
         if unsafe { aborted.cast::<bool>() }? {
-            // As the core says when the signal aborts during the wait.
-            return Err(accord::Error::cancelled(&format!("acquire of {key:?}")).into());
+            return Err(accord::Error::cancelled(what).into());
         }
         let listener = env.create_function_from_closure::<(), (), _>("accordAbort", move |_| {
             token.cancel();
@@ -242,8 +279,23 @@ impl AbortWatch {
         })
     }
 
+    /// The watch of `options.signal` and the token it cancels; none without a signal.
+    pub(crate) fn from_options(
+        env: &Env,
+        what: &str,
+        options: &Object,
+    ) -> Outcome<Option<(Self, CancellationToken)>> {
+        let signal = property(options, "signal")?;
+        if matches!(signal.get_type()?, ValueType::Undefined | ValueType::Null) {
+            return Ok(None);
+        }
+        let token = CancellationToken::new();
+        let watch = AbortWatch::start(env, what, &signal, token.clone())?;
+        Ok(Some((watch, token)))
+    }
+
     /// Removes the listener, so that a long-lived signal does not collect one per acquire.
-    fn stop(self, env: &Env) {
+    pub(crate) fn stop(self, env: &Env) {
         let _ = (|| -> Result<()> {
             let signal = self.signal.get_value(env)?;
             let listener = self.listener.borrow_back(env)?;
@@ -308,10 +360,10 @@ impl Client {
                 if let Some(t) = opt_millis("options.timeout", &property(&o, "timeout")?, true)? {
                     parsed = parsed.timeout(t);
                 }
-                let signal = property(&o, "signal")?;
-                if !matches!(signal.get_type()?, ValueType::Undefined | ValueType::Null) {
-                    let token = CancellationToken::new();
-                    watch = Some(AbortWatch::start(env, &key, &signal, token.clone())?);
+                if let Some((w, token)) =
+                    AbortWatch::from_options(env, &format!("acquire of {key:?}"), &o)?
+                {
+                    watch = Some(w);
                     parsed = parsed.cancel(token);
                 }
             }
@@ -362,6 +414,153 @@ impl Client {
                 Ok(client.try_acquire(&key, options).await?)
             },
             |_, lease| Ok(lease.map(Lease::adopt)),
+        )
+    }
+
+    /// Offers `keys` to the work pool `prefix`: each becomes claimable by `claim(prefix)`.
+    /// Every key must start with the prefix (and be longer); at most 5000 per call. Idempotent:
+    /// a key already in a pool, held or done, stays as it is. `metadata` is the metadata of keys
+    /// new to the coordinator. Resolves with how many keys joined; wakes waiting claimers.
+    #[napi(
+        ts_args_type = "prefix: string, keys: string[], metadata?: Record<string, unknown> | null",
+        ts_return_type = "Promise<number>"
+    )]
+    pub fn offer<'e>(
+        &self,
+        env: &'e Env,
+        prefix: Unknown,
+        keys: Unknown,
+        metadata: Option<Unknown>,
+    ) -> Result<PromiseRaw<'e, f64>> {
+        let parsed = (|| -> Outcome<_> {
+            let prefix = string("prefix", &prefix)?;
+            let keys = strings("keys", &keys)?;
+            let metadata = match metadata {
+                Some(m) => opt_metadata(env, "metadata", &m)?,
+                None => None,
+            };
+            Ok((prefix, keys, metadata))
+        })();
+        let client = self.inner.clone();
+        settle_ok(env, async move {
+            let (prefix, keys, metadata) = parsed?;
+            Ok(client.offer(&prefix, keys, metadata).await? as f64)
+        })
+    }
+
+    /// Claims up to `options.limit` free keys of the work pool `prefix` (oldest offer first),
+    /// each an ordinary `Lease`. Resolves with an empty array when nothing is claimable: at
+    /// once, or after waiting up to `options.timeout` ms for a release, an offer or an expiry in
+    /// the pool. Concurrent claimers never get the same key. Rejects with `ACCORD_CANCELLED`
+    /// when `signal` aborts a waiting claim, `ACCORD_CLOSED` when the client closes; then
+    /// nothing is left held.
+    #[napi(
+        ts_args_type = "prefix: string, options?: ClaimOptions | null",
+        ts_return_type = "Promise<Lease[]>"
+    )]
+    pub fn claim<'e>(
+        &self,
+        env: &'e Env,
+        prefix: Unknown,
+        options: Option<Unknown>,
+    ) -> Result<PromiseRaw<'e, Vec<Lease>>> {
+        let mut watch = None;
+        let parsed = (|| -> Outcome<_> {
+            let prefix = string("prefix", &prefix)?;
+            let mut parsed = accord::ClaimOptions::new();
+            if let Some(o) = opt_object("options", options)? {
+                if let Some(limit) = opt_integer("options.limit", &property(&o, "limit")?)? {
+                    parsed = parsed.limit(accord::limits::claim_limit(limit)?);
+                }
+                if let Some(ttl) = opt_millis("options.ttl", &property(&o, "ttl")?, false)? {
+                    parsed = parsed.ttl(ttl);
+                }
+                let timeout = property(&o, "timeout")?;
+                if timeout.get_type()? == ValueType::Number
+                    && unsafe { timeout.cast::<f64>() }? == f64::INFINITY
+                {
+                    // A claim without a timeout answers at once: there is no "wait forever".
+                    return Err(Failure::invalid(
+                        "options.timeout",
+                        "must be finite for a claim (leave it out to answer at once)",
+                    ));
+                }
+                if let Some(t) = opt_millis("options.timeout", &timeout, false)? {
+                    parsed = parsed.timeout(t);
+                }
+                if let Some(m) = opt_metadata(env, "options.metadata", &property(&o, "metadata")?)?
+                {
+                    parsed = parsed.metadata(m);
+                }
+                if let Some((w, token)) =
+                    AbortWatch::from_options(env, &format!("claim of {prefix:?}"), &o)?
+                {
+                    watch = Some(w);
+                    parsed = parsed.cancel(token);
+                }
+            }
+            Ok((prefix, parsed))
+        })();
+        let client = self.inner.clone();
+        settle(
+            env,
+            async move {
+                let (prefix, options) = parsed?;
+                Ok(client.claim(&prefix, options).await?)
+            },
+            move |env, outcome| {
+                if let Some(watch) = watch {
+                    watch.stop(env);
+                }
+                Ok(outcome?.into_iter().map(Lease::adopt).collect())
+            },
+        )
+    }
+
+    /// How many keys of the work pool `prefix` are free, held and done.
+    #[napi(
+        ts_args_type = "prefix: string",
+        ts_return_type = "Promise<PoolCounts>"
+    )]
+    pub fn counts<'e>(&self, env: &'e Env, prefix: Unknown) -> Result<PromiseRaw<'e, PoolCounts>> {
+        let prefix = string("prefix", &prefix);
+        let client = self.inner.clone();
+        settle_ok(env, async move {
+            let counts = client.counts(&prefix?).await?;
+            Ok(PoolCounts {
+                free: counts.free as f64,
+                held: counts.held as f64,
+                done: counts.done as f64,
+            })
+        })
+    }
+
+    /// Opens the semaphore `name` with `limit` permits (1 ..= 10000), offering the permits it
+    /// needs: at most `limit` holders at once, each with an ordinary `Lease`. Open every
+    /// handle of a name with the same limit.
+    #[napi(
+        ts_args_type = "name: string, limit: number",
+        ts_return_type = "Promise<Semaphore>"
+    )]
+    pub fn semaphore<'e>(
+        &self,
+        env: &'e Env,
+        name: Unknown,
+        limit: Unknown,
+    ) -> Result<PromiseRaw<'e, Semaphore>> {
+        let parsed = (|| -> Outcome<_> {
+            let name = string("name", &name)?;
+            let limit = accord::limits::permits(integer("limit", &limit)?)?;
+            Ok((name, limit))
+        })();
+        let client = self.inner.clone();
+        settle_map(
+            env,
+            async move {
+                let (name, limit) = parsed?;
+                Ok(client.semaphore(&name, limit).await?)
+            },
+            |_, inner| Ok(Semaphore::new(inner)),
         )
     }
 
@@ -483,7 +682,7 @@ impl Client {
     }
 }
 
-fn common_acquire_options(
+pub(crate) fn common_acquire_options(
     env: &Env,
     o: &Object,
     mut parsed: accord::AcquireOptions,

@@ -107,6 +107,30 @@ pub(crate) fn opt_integer(field: &str, value: &Unknown) -> Outcome<Option<i64>> 
     }
 }
 
+/// A required integer (ranges are the core's to check).
+pub(crate) fn integer(field: &str, value: &Unknown) -> Outcome<i64> {
+    match opt_integer(field, value)? {
+        Some(n) => Ok(n),
+        None => Err(Failure::wrong_type(field, "a number", kind(value)?)),
+    }
+}
+
+/// A required array of strings; a wrong element is named by its index (`keys[3]`).
+pub(crate) fn strings(field: &str, value: &Unknown) -> Outcome<Vec<String>> {
+    match kind(value)? {
+        ValueType::Object if value.is_array()? => {}
+        other => return Err(Failure::wrong_type(field, "an array of strings", other)),
+    }
+    let array = unsafe { value.cast::<Array>() }?;
+    (0..array.len())
+        .map(|i| {
+            let item = array.get::<Unknown>(i)?;
+            let item = item.ok_or_else(|| Failure::invalid(field, "changed while read"))?;
+            string(&format!("{field}[{i}]"), &item)
+        })
+        .collect()
+}
+
 /// An optional duration in milliseconds. `Infinity` means none when `infinite_is_none`.
 pub(crate) fn opt_millis(
     field: &str,

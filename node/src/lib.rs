@@ -1,4 +1,5 @@
-//! The Node.js binding of accord (napi-rs): `connect`, `Client`, `Lease`, `Subscription`.
+//! The Node.js binding of accord (napi-rs): `connect`, `Client`, `Lease`, `Semaphore`,
+//! `Subscription`.
 //!
 //! A thin layer: every rule lives in the core crate. This crate converts arguments (with
 //! clear `ACCORD_INVALID_ARGUMENT` errors), runs the core's futures on napi's tokio runtime,
@@ -11,6 +12,7 @@ mod client;
 mod convert;
 mod error;
 mod lease;
+mod semaphore;
 mod subscription;
 
 use napi::bindgen_prelude::*;
@@ -19,6 +21,7 @@ use napi_derive::napi;
 pub use client::{connect, Client};
 pub use error::{ReadonlyArray, ERROR_CODES};
 pub use lease::Lease;
+pub use semaphore::Semaphore;
 pub use subscription::Subscription;
 
 /// The SQL that creates or upgrades accord's schema (default `"accord"`), for DBAs who apply
