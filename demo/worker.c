@@ -10,6 +10,8 @@
 #define TTL_MS 2000
 #define BATCH 50
 #define MAX_TASKS 1000
+#define CLAIM_BATCH 2     /* tasks per claim */
+#define CLAIM_WAIT_MS 500 /* how long an empty claim waits for a release or an expiry */
 
 static void sleep_ms(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
@@ -62,14 +64,6 @@ int main(int argc, char **argv) {
   int tasks = atoi(argv[4]);
   if (tasks <= 0 || tasks > MAX_TASKS) { fprintf(stderr, "TASKS: 1..%d\n", MAX_TASKS); return 2; }
   srand((unsigned)time(NULL) ^ (unsigned)getpid());
-  int *remaining = malloc(sizeof(int) * (size_t)tasks);
-  int left = tasks;
-  for (int i = 0; i < tasks; i++) remaining[i] = i;
-  for (int i = tasks - 1; i > 0; i--) {
-    int j = rand() % (i + 1), t = remaining[i];
-    remaining[i] = remaining[j];
-    remaining[j] = t;
-  }
   char announced[MAX_TASKS] = {0};
   int completed = 0;
 
@@ -81,25 +75,40 @@ int main(int argc, char **argv) {
   accord_client *client = NULL;
   if (accord_client_connect(url, options, &client, &err)) fail("connect", err);
   accord_client_options_free(options);
-  accord_acquire_options *acquire = accord_acquire_options_new();
-  accord_acquire_options_set_ttl_ms(acquire, TTL_MS, NULL);
   printf("{\"ev\": \"start\", \"worker\": \"%s\", \"lang\": \"c\"}\n", name);
   fflush(stdout);
 
-  while (left > 0) {
-    int progressed = 0;
-    for (int i = 0; i < left;) {
-      char key[32];
-      snprintf(key, sizeof key, "task/%03d", remaining[i]);
-      accord_lease *lease = NULL;
-      accord_status status = accord_client_try_acquire(client, key, acquire, &lease, &err);
-      if (status == ACCORD_HELD) { accord_error_free(err); err = NULL; i++; continue; }
-      if (status == ACCORD_DONE) {
-        accord_error_free(err); err = NULL;
-        remaining[i] = remaining[--left]; /* finished by someone: drop it */
-        continue;
-      }
-      if (status) fail("try_acquire", err);
+  /* Every worker offers the whole task list: offers are idempotent, the first one adds them. */
+  char (*names)[32] = malloc(sizeof *names * (size_t)tasks);
+  const char **keys = malloc(sizeof *keys * (size_t)tasks);
+  for (int i = 0; i < tasks; i++) {
+    snprintf(names[i], sizeof names[i], "task/%03d", i);
+    keys[i] = names[i];
+  }
+  if (accord_client_offer(client, "task/", keys, (size_t)tasks, NULL, NULL, &err)) fail("offer", err);
+  free(keys);
+  free(names);
+
+  /* A few tasks per claim; an empty claim waits a little for a release or an expiry. */
+  accord_claim_options *claim = accord_claim_options_new();
+  accord_claim_options_set_limit(claim, CLAIM_BATCH, NULL);
+  accord_claim_options_set_ttl_ms(claim, TTL_MS, NULL);
+  accord_claim_options_set_timeout_ms(claim, CLAIM_WAIT_MS, NULL);
+  for (;;) {
+    accord_lease **leases = NULL;
+    size_t n = 0;
+    if (accord_client_claim(client, "task/", claim, &leases, &n, &err)) fail("claim", err);
+    if (n == 0) {
+      /* Nothing claimable: finished once nothing is free or held (a killed worker's task is
+       * held until its ttl runs out, then free). */
+      accord_pool_counts counts;
+      if (accord_client_counts(client, "task/", &counts, &err)) fail("counts", err);
+      if (counts.free == 0 && counts.held == 0) break;
+      continue;
+    }
+    for (size_t i = 0; i < n; i++) {
+      accord_lease *lease = leases[i];
+      const char *key = accord_lease_key(lease);
       long long fence = (long long)accord_lease_fence(lease);
       printf("{\"ev\": \"acquired\", \"worker\": \"%s\", \"key\": \"%s\", \"fence\": %lld}\n", name, key, fence);
       fflush(stdout);
@@ -107,30 +116,26 @@ int main(int argc, char **argv) {
       char result[160];
       snprintf(result, sizeof result, "{\"worker\": \"%s\", \"lang\": \"c\", \"fence\": %lld}", name, fence);
       /* Fenced by the core: refused (ACCORD_LEASE_LOST) if the lease was lost meanwhile. */
-      status = accord_lease_done(lease, result, &err);
-      accord_lease_free(lease);
+      accord_status status = accord_lease_done(lease, result, &err);
       if (status == ACCORD_LEASE_LOST) {
         accord_error_free(err); err = NULL;
         printf("{\"ev\": \"lost\", \"worker\": \"%s\", \"key\": \"%s\", \"fence\": %lld}\n", name, key, fence);
         fflush(stdout);
-        i++;
         continue;
       }
       if (status) fail("done", err);
       printf("{\"ev\": \"done\", \"worker\": \"%s\", \"key\": \"%s\", \"fence\": %lld}\n", name, key, fence);
       fflush(stdout);
-      remaining[i] = remaining[--left];
       completed++;
-      progressed = 1;
       announce(client, name, announced);
     }
-    if (left > 0 && !progressed) sleep_ms(100);
+    for (size_t i = 0; i < n; i++) accord_lease_free(leases[i]);
+    accord_lease_array_free(leases, n);
   }
   printf("{\"ev\": \"exit\", \"worker\": \"%s\", \"completed\": %d}\n", name, completed);
   fflush(stdout);
-  accord_acquire_options_free(acquire);
+  accord_claim_options_free(claim);
   accord_client_close(client);
   accord_client_free(client);
-  free(remaining);
   return 0;
 }

@@ -183,6 +183,12 @@ typedef struct accord_acquire_options accord_acquire_options;
 typedef struct accord_cancel_token accord_cancel_token;
 
 /**
+ * Options of accord_client_claim(). Defaults: one key, the client's ttl, no metadata, no
+ * waiting (an empty answer at once when nothing is claimable), no cancel token.
+ */
+typedef struct accord_claim_options accord_claim_options;
+
+/**
  * A connection to a coordinator. Every function taking a client may be called from any thread,
  * concurrently.
  */
@@ -215,6 +221,13 @@ typedef struct accord_list_page accord_list_page;
  * A list query. Defaults: every key, first page of 100.
  */
 typedef struct accord_list_query accord_list_query;
+
+/**
+ * A semaphore of a client: at most `limit` live holders of its name. Every function taking a
+ * semaphore may be called from any thread, concurrently, until accord_semaphore_free(). Its
+ * leases report their loss to the client's event queue, like the client's own.
+ */
+typedef struct accord_semaphore accord_semaphore;
 
 /**
  * Notifications on one or more channels. next() may block in one thread while close() is
@@ -269,6 +282,24 @@ typedef struct {
    */
   int64_t updated_at_ms;
 } accord_lease_info;
+
+/**
+ * How many keys of a work pool are in each state (by the coordinator's clock).
+ */
+typedef struct {
+  /**
+   * Claimable now: never granted, released, or expired.
+   */
+  uint64_t free;
+  /**
+   * Held by a live lease.
+   */
+  uint64_t held;
+  /**
+   * Marked done.
+   */
+  uint64_t done;
+} accord_pool_counts;
 
 /**
  * One event of a subscription. Free with accord_event_free().
@@ -720,6 +751,154 @@ accord_status accord_list_query_set_limit(accord_list_query *query,
 accord_status accord_list_query_set_cursor(accord_list_query *query,
                                            const char *cursor,
                                            accord_error **err);
+
+/**
+ * New claim options with the defaults (one key, no waiting). Free with
+ * accord_claim_options_free().
+ */
+accord_claim_options *accord_claim_options_new(void);
+
+/**
+ * Frees claim options. NULL is accepted.
+ */
+void accord_claim_options_free(accord_claim_options *object);
+
+/**
+ * Claim up to this many keys at once (default 1; 1 ..= 1000, checked by the claim).
+ */
+accord_status accord_claim_options_set_limit(accord_claim_options *options,
+                                             int64_t limit,
+                                             accord_error **err);
+
+/**
+ * The ttl of the claimed leases in milliseconds (default: the client's; 100 ..= 86400000).
+ */
+accord_status accord_claim_options_set_ttl_ms(accord_claim_options *options,
+                                              int64_t ttl_ms,
+                                              accord_error **err);
+
+/**
+ * When nothing is claimable, how long accord_client_claim() waits for a release, an offer or
+ * an expiry in the pool, in milliseconds; negative waits without limit. Without it (or with
+ * 0) a claim answers at once. An empty answer after the wait is not an error.
+ */
+accord_status accord_claim_options_set_timeout_ms(accord_claim_options *options,
+                                                  int64_t timeout_ms,
+                                                  accord_error **err);
+
+/**
+ * Metadata merged into each claimed key's metadata: a JSON object, at most 64 KiB. NULL
+ * clears it.
+ */
+accord_status accord_claim_options_set_metadata_json(accord_claim_options *options,
+                                                     const char *metadata_json,
+                                                     accord_error **err);
+
+/**
+ * Lets `token` cancel a waiting claim (ACCORD_CANCELLED, nothing left held; the options keep
+ * their own reference to the token); NULL clears.
+ */
+accord_status accord_claim_options_set_cancel_token(accord_claim_options *options,
+                                                    const accord_cancel_token *token,
+                                                    accord_error **err);
+
+/**
+ * Offers `keys[0..n_keys]` to the work pool `prefix`: each becomes claimable by
+ * accord_client_claim(). Each key must start with the prefix (and be longer); at most 5000
+ * keys per call. Idempotent: a key already in a pool, held or done, stays as it is; a key
+ * acquired before without an offer joins the pool as it is. `metadata_json` (a JSON object, or
+ * NULL) is the metadata of keys new to the coordinator. `*out_joined` (may be NULL) is how
+ * many keys joined the pool. Wakes waiting claimers. Blocks.
+ */
+accord_status accord_client_offer(const accord_client *client,
+                                  const char *prefix,
+                                  const char *const *keys,
+                                  uintptr_t n_keys,
+                                  const char *metadata_json,
+                                  uint64_t *out_joined,
+                                  accord_error **err);
+
+/**
+ * Claims up to the options' limit of free keys of the work pool `prefix`, oldest offer first,
+ * in one statement; concurrent claimers never wait for each other and never get the same key.
+ * `options` may be NULL (one key, no waiting). On ACCORD_OK `*out_leases` is an array of
+ * `*out_n` leases, each freed with accord_lease_free(), the array itself with
+ * accord_lease_array_free(); when nothing was claimable (after the options' timeout, if any)
+ * that is ACCORD_OK with `*out_n` 0 and `*out_leases` NULL: not an error. A cancelled wait
+ * gives ACCORD_CANCELLED, a closed client ACCORD_CLOSED; nothing is left held either way.
+ * Blocks.
+ */
+accord_status accord_client_claim(const accord_client *client,
+                                  const char *prefix,
+                                  const accord_claim_options *options,
+                                  accord_lease ***out_leases,
+                                  uintptr_t *out_n,
+                                  accord_error **err);
+
+/**
+ * Frees the array of `n` leases accord_client_claim() returned (pass its `*out_n`), but not
+ * the leases in it: each is freed with accord_lease_free(), before or after. NULL is accepted.
+ */
+void accord_lease_array_free(accord_lease **leases, uintptr_t n);
+
+/**
+ * How many keys of the work pool `prefix` are free, held and done, into `*out_counts`.
+ * Blocks for one round trip.
+ */
+accord_status accord_client_counts(const accord_client *client,
+                                   const char *prefix,
+                                   accord_pool_counts *out_counts,
+                                   accord_error **err);
+
+/**
+ * Opens the semaphore `name` with `limit` permits (1 ..= 10000), offering the permits it
+ * needs (the permit keys are `<name>#00000` …). A handle opened with a smaller limit than
+ * another never takes a permit at or above its own limit: open every handle of a name with
+ * the same limit. On success `*out_semaphore` is a semaphore to free with
+ * accord_semaphore_free(). Blocks.
+ */
+accord_status accord_client_semaphore(const accord_client *client,
+                                      const char *name,
+                                      int64_t limit,
+                                      accord_semaphore **out_semaphore,
+                                      accord_error **err);
+
+/**
+ * The semaphore's name; owned by the semaphore (NULL for NULL).
+ */
+const char *accord_semaphore_name(const accord_semaphore *semaphore);
+
+/**
+ * The number of permits this handle takes from (0 for NULL).
+ */
+int64_t accord_semaphore_limit(const accord_semaphore *semaphore);
+
+/**
+ * Waits for a permit: up to the options' timeout (then ACCORD_TIMEOUT; negative or unset:
+ * without limit), until their cancel token fires (ACCORD_CANCELLED) or the client closes
+ * (ACCORD_CLOSED); nothing is left held in each case. `options` may be NULL. On success
+ * `*out_lease` is a lease on a permit key, to free with accord_lease_free(). Blocks.
+ */
+accord_status accord_semaphore_acquire(const accord_semaphore *semaphore,
+                                       const accord_acquire_options *options,
+                                       accord_lease **out_lease,
+                                       accord_error **err);
+
+/**
+ * Tries once, as accord_client_try_acquire() does: ACCORD_OK with `*out_lease` set if a
+ * permit was free; ACCORD_HELD (and `*out_lease` NULL) if all `limit` are held. The options'
+ * timeout is ignored. Blocks for one round trip.
+ */
+accord_status accord_semaphore_try_acquire(const accord_semaphore *semaphore,
+                                           const accord_acquire_options *options,
+                                           accord_lease **out_lease,
+                                           accord_error **err);
+
+/**
+ * Frees the semaphore handle (its leases stay held until released or freed). No other thread
+ * may use the handle during or after this call. NULL is accepted.
+ */
+void accord_semaphore_free(accord_semaphore *semaphore);
 
 /**
  * Waits up to `timeout_ms` (negative: without limit; 0: only what is queued) for the next

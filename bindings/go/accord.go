@@ -14,6 +14,13 @@
 //	case <-lease.Lost(): // stop writing
 //	case <-work(lease.Fence()):
 //	}
+//
+// Work pools hand out keys without anyone walking their names: Offer puts keys under a prefix,
+// Claim grants a batch of the free ones (each an ordinary *Lease), Counts says how many are
+// free, held and done. A Semaphore admits at most its limit of holders of a name.
+//
+//	client.Offer(ctx, "task/", []string{"task/1", "task/2"}, nil)
+//	leases, err := client.Claim(ctx, "task/", &accord.ClaimOptions{Limit: 10, Timeout: time.Second})
 package accord
 
 /*
@@ -254,6 +261,21 @@ func acquireOptions(opts *AcquireOptions, deadline time.Time, hasDeadline bool) 
 // passing) ends the wait with an error matching both ErrCancelled/ErrTimeout and the context's
 // error; nothing is left held. A done key gives ErrDone.
 func (c *Client) Acquire(ctx context.Context, key string, opts *AcquireOptions) (*Lease, error) {
+	ckey := cstring(key)
+	defer C.free(unsafe.Pointer(ckey))
+	return c.wait(ctx, opts, func(o *C.accord_acquire_options, out **C.accord_lease, cerr **C.accord_error) C.accord_status {
+		var status C.accord_status
+		c.use(func(cp *C.accord_client) error {
+			status = C.accord_client_acquire(cp, ckey, o, out, cerr)
+			return nil
+		})
+		return status
+	})
+}
+
+// wait runs a waiting acquire (call, of the client or of a semaphore) with opts, bounded by
+// ctx's deadline and ended by ctx's cancellation; the lease is the client's.
+func (c *Client) wait(ctx context.Context, opts *AcquireOptions, call func(*C.accord_acquire_options, **C.accord_lease, **C.accord_error) C.accord_status) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -271,12 +293,8 @@ func (c *Client) Acquire(ctx context.Context, key string, opts *AcquireOptions) 
 		C.accord_cancel_token_cancel(token)
 		close(cancelled)
 	})
-	ckey := cstring(key)
-	defer C.free(unsafe.Pointer(ckey))
 	var ptr *C.accord_lease
-	err = c.use(func(cp *C.accord_client) error {
-		return takeError(C.accord_client_acquire(cp, ckey, o, &ptr, &cerr), cerr)
-	})
+	err = takeError(call(o, &ptr, &cerr), cerr)
 	if !stop() {
 		<-cancelled // the canceller may still be using the token
 	}

@@ -15,8 +15,10 @@ import (
 )
 
 const (
-	ttl   = 2 * time.Second // a killed worker's task is free again after at most this long
-	batch = 50
+	ttl        = 2 * time.Second        // a killed worker's task is free again after at most this long
+	batch      = 50                     // one notification every this many completions
+	claimBatch = 2                      // tasks per claim
+	claimWait  = 500 * time.Millisecond // how long an empty claim waits for a release or an expiry
 )
 
 func say(event map[string]any) {
@@ -43,11 +45,6 @@ func main() {
 
 func run(url, namespace, name string, tasks int) error {
 	ctx := context.Background()
-	remaining := make([]string, tasks)
-	for i := range remaining {
-		remaining[i] = fmt.Sprintf("task/%03d", i)
-	}
-	rand.Shuffle(len(remaining), func(i, j int) { remaining[i], remaining[j] = remaining[j], remaining[i] })
 	announced := map[int]bool{}
 	completed := 0
 	client, err := accord.Connect(ctx, url, &accord.ClientOptions{Namespace: namespace, Owner: name, TTL: ttl})
@@ -56,45 +53,51 @@ func run(url, namespace, name string, tasks int) error {
 	}
 	defer client.Close()
 	say(map[string]any{"ev": "start", "worker": name, "lang": "go"})
-	for len(remaining) > 0 {
-		progressed := false
-		for i := 0; i < len(remaining); {
-			key := remaining[i]
-			lease, err := client.TryAcquire(ctx, key, &accord.AcquireOptions{TTL: ttl})
-			if errors.Is(err, accord.ErrHeld) {
-				i++ // someone else holds it
-				continue
-			}
-			if errors.Is(err, accord.ErrDone) {
-				remaining = append(remaining[:i], remaining[i+1:]...)
-				continue
-			}
+	// Every worker offers the whole task list: offers are idempotent, the first one adds them.
+	keys := make([]string, tasks)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("task/%03d", i)
+	}
+	if _, err := client.Offer(ctx, "task/", keys, nil); err != nil {
+		return err
+	}
+	// A few tasks per claim; an empty claim waits a little for a release or an expiry.
+	claim := &accord.ClaimOptions{Limit: claimBatch, TTL: ttl, Timeout: claimWait}
+	for {
+		leases, err := client.Claim(ctx, "task/", claim)
+		if err != nil {
+			return err
+		}
+		if len(leases) == 0 {
+			// Nothing claimable: finished once nothing is free or held (a killed worker's task
+			// is held until its ttl runs out, then free).
+			counts, err := client.Counts(ctx, "task/")
 			if err != nil {
 				return err
 			}
-			fence := lease.Fence()
+			if counts.Free == 0 && counts.Held == 0 {
+				break
+			}
+			continue
+		}
+		for _, lease := range leases {
+			key, fence := lease.Key(), lease.Fence()
 			say(map[string]any{"ev": "acquired", "worker": name, "key": key, "fence": fence})
 			time.Sleep(time.Duration(20+rand.Intn(41)) * time.Millisecond) // the "work"
 			// Fenced by the core: refused (ErrLeaseLost) if the lease was lost meanwhile.
 			err = lease.Done(ctx, map[string]any{"worker": name, "lang": "go", "fence": fence})
 			if errors.Is(err, accord.ErrLeaseLost) {
 				say(map[string]any{"ev": "lost", "worker": name, "key": key, "fence": fence})
-				i++
 				continue
 			}
 			if err != nil {
 				return err
 			}
 			say(map[string]any{"ev": "done", "worker": name, "key": key, "fence": fence})
-			remaining = append(remaining[:i], remaining[i+1:]...)
 			completed++
-			progressed = true
 			if err := announce(ctx, client, name, announced); err != nil {
 				return err
 			}
-		}
-		if len(remaining) > 0 && !progressed {
-			time.Sleep(100 * time.Millisecond)
 		}
 	}
 	say(map[string]any{"ev": "exit", "worker": name, "completed": completed})

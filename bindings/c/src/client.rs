@@ -93,7 +93,9 @@ pub extern "C" fn accord_client_namespace(client: *const accord_client) -> *cons
     })
 }
 
-fn acquire_options(options: *const accord_acquire_options) -> accord_core::AcquireOptions {
+pub(crate) fn acquire_options(
+    options: *const accord_acquire_options,
+) -> accord_core::AcquireOptions {
     // SAFETY: NULL or live options, by contract.
     unsafe { options.as_ref() }
         .map(|o| o.to_core())

@@ -5,6 +5,7 @@ use std::ffi::{c_char, CStr, CString};
 use std::sync::Mutex;
 
 use accord_core::{Error, ErrorKind, Lease, LeaseStatus, LostReason};
+use tokio::sync::mpsc;
 
 use crate::client::{accord_client, accord_client_event, accord_client_event_kind};
 use crate::error::{accord_error, accord_status, run, run_or};
@@ -21,9 +22,18 @@ pub struct accord_lease {
 
 impl accord_lease {
     pub(crate) fn create(client: &accord_client, lease: Lease) -> *mut accord_lease {
+        Self::create_for(&client.events, lease)
+    }
+
+    /// A lease handle reporting its loss to `events`, a client's event queue (for leases that
+    /// come from a semaphore handle rather than from the client itself).
+    pub(crate) fn create_for(
+        events: &mpsc::UnboundedSender<accord_client_event>,
+        lease: Lease,
+    ) -> *mut accord_lease {
         // Reports the loss to the client's event queue; ends when the lease ends in any way
         // (the core says when: released, done, lost, or dropped with the handle).
-        let (signal, events) = (lease.lost_signal(), client.events.clone());
+        let (signal, events) = (lease.lost_signal(), events.clone());
         let event = accord_client_event {
             kind: accord_client_event_kind::ACCORD_CLIENT_EVENT_LEASE_LOST,
             fence: lease.fence(),

@@ -15,7 +15,9 @@ mod ffi;
 mod lease;
 mod list;
 mod options;
+mod pool;
 mod runtime;
+mod semaphore;
 mod subscription;
 
 use std::ffi::c_char;
@@ -26,6 +28,8 @@ pub use ffi::accord_string_free;
 pub use lease::*;
 pub use list::*;
 pub use options::*;
+pub use pool::*;
+pub use semaphore::*;
 pub use subscription::*;
 
 /// The library's version, e.g. "0.1.0" (static storage).

@@ -1,9 +1,9 @@
 /*
- * The scenarios of docs/semantics.md that reach C (L1-L9, N1-N6), bad input, the client event
- * queue, fork detection, the client options' timeouts and every status code, through the
- * installed header and library, against the PostgreSQL named by ACCORD_TEST_DATABASE_URL. Exit
- * status 0 when every check passed, and when every status but ACCORD_INTERNAL was returned by
- * some check (see seen[] and check_every_status_seen()).
+ * The scenarios of docs/semantics.md that reach C (L1-L9, N1-N6, P1, P3, P4, P6), bad input,
+ * the client event queue, fork detection, the client options' timeouts and every status code,
+ * through the installed header and library, against the PostgreSQL named by
+ * ACCORD_TEST_DATABASE_URL. Exit status 0 when every check passed, and when every status but
+ * ACCORD_INTERNAL was returned by some check (see seen[] and check_every_status_seen()).
  *
  * Run as `test_accord stall-child <url> <namespace>` it is the child of the L3 check; as
  * `test_accord hold <url> <namespace> <key>` it holds a key for other languages' tests: it
@@ -784,6 +784,319 @@ static void test_close_ends_leases(void) {
   accord_client_free(o2);
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* Work pools and semaphores (P1, P3, P4, P6 of docs/semantics.md). */
+
+/* `n` keys "<prefix>NNN" in `buf` (n * 32 bytes), pointed to by `ptrs`. */
+static void pool_keys(char (*buf)[32], const char **ptrs, int n, const char *prefix) {
+  for (int i = 0; i < n; i++) {
+    fmt(buf[i], sizeof buf[i], "%s%03d", prefix, i);
+    ptrs[i] = buf[i];
+  }
+}
+
+static accord_pool_counts counts(accord_client *c, const char *prefix) {
+  accord_pool_counts out = {9, 9, 9};
+  MUST(accord_client_counts(c, prefix, &out, &err));
+  return out;
+}
+
+static int counts_are(accord_client *c, const char *prefix, uint64_t free_, uint64_t held,
+                      uint64_t done) {
+  accord_pool_counts got = counts(c, prefix);
+  if (got.free == free_ && got.held == held && got.done == done) return 1;
+  fprintf(stderr, "counts of %s: free %llu held %llu done %llu\n", prefix,
+          (unsigned long long)got.free, (unsigned long long)got.held, (unsigned long long)got.done);
+  return 0;
+}
+
+static accord_claim_options *claim_opts(int64_t limit, int64_t ttl_ms, int64_t timeout_ms) {
+  accord_claim_options *o = accord_claim_options_new();
+  MUST(accord_claim_options_set_limit(o, limit, &err));
+  if (ttl_ms) MUST(accord_claim_options_set_ttl_ms(o, ttl_ms, &err));
+  if (timeout_ms) MUST(accord_claim_options_set_timeout_ms(o, timeout_ms, &err));
+  return o;
+}
+
+/* Frees every lease of a claim, then the array. */
+static void free_leases(accord_lease **leases, size_t n) {
+  for (size_t i = 0; i < n; i++) accord_lease_free(leases[i]);
+  accord_lease_array_free(leases, n);
+}
+
+/* P1: an offer makes keys free and counted; offering again joins none and leaves a held key
+ * held and a done key done. */
+static void test_p1_offer(void) {
+  accord_client *c = client("p1", "o1");
+  static char buf[200][32];
+  static const char *keys[200];
+  pool_keys(buf, keys, 200, "files/");
+  uint64_t joined = 99;
+  MUST(accord_client_offer(c, "files/", keys, 200, "{\"from\":\"c\"}", &joined, &err));
+  CHECK(joined == 200);
+  CHECK(counts_are(c, "files/", 200, 0, 0));
+  accord_claim_options *o = claim_opts(2, 60000, 0);
+  accord_lease **leases = NULL;
+  size_t n = 0;
+  MUST(accord_client_claim(c, "files/", o, &leases, &n, &err));
+  accord_claim_options_free(o);
+  CHECK(n == 2 && leases != NULL);
+  char *meta = accord_lease_metadata_json(leases[0]);
+  CHECK(strstr(meta, "\"from\":\"c\"") != NULL); /* the offer's metadata */
+  accord_string_free(meta);
+  MUST(accord_lease_done(leases[1], NULL, &err));
+  MUST(accord_client_offer(c, "files/", keys, 200, NULL, &joined, &err));
+  CHECK(joined == 0);
+  MUST(accord_client_offer(c, "files/", keys, 200, NULL, NULL, &err)); /* out_joined may be NULL */
+  CHECK(counts_are(c, "files/", 198, 1, 1));
+  CHECK(accord_lease_status(leases[0]) == ACCORD_LEASE_STATUS_HELD);
+  CHECK(held_by(c, accord_lease_key(leases[0]), "o1") == 1);
+  MUST(accord_lease_release(leases[0], &err));
+  CHECK(counts_are(c, "files/", 199, 0, 1));
+  /* Another prefix is another pool; an offer of no keys joins none. */
+  CHECK(counts_are(c, "other/", 0, 0, 0));
+  MUST(accord_client_offer(c, "files/", NULL, 0, NULL, &joined, &err));
+  CHECK(joined == 0);
+  free_leases(leases, n);
+  accord_client_close(c);
+  accord_client_free(c);
+}
+
+/* P3: one claim of 50 gives 50 leases of distinct keys with distinct fences. */
+static void test_p3_claim_batch(void) {
+  accord_client *c = client("p3", "o1");
+  static char buf[60][32];
+  static const char *keys[60];
+  pool_keys(buf, keys, 60, "batch/");
+  MUST(accord_client_offer(c, "batch/", keys, 60, NULL, NULL, &err));
+  accord_claim_options *o = claim_opts(50, 60000, 0);
+  accord_lease **leases = NULL;
+  size_t n = 0;
+  MUST(accord_client_claim(c, "batch/", o, &leases, &n, &err));
+  accord_claim_options_free(o);
+  CHECK(n == 50);
+  for (size_t i = 0; i < n; i++) {
+    CHECK(strncmp(accord_lease_key(leases[i]), "batch/", 6) == 0);
+    CHECK(accord_lease_ttl_ms(leases[i]) == 60000);
+    for (size_t j = 0; j < i; j++) {
+      CHECK(strcmp(accord_lease_key(leases[i]), accord_lease_key(leases[j])) != 0);
+      CHECK(accord_lease_fence(leases[i]) != accord_lease_fence(leases[j]));
+    }
+  }
+  CHECK(counts_are(c, "batch/", 10, 50, 0));
+  /* The rest, with NULL options (one key). */
+  accord_lease **more = NULL;
+  size_t m = 0;
+  MUST(accord_client_claim(c, "batch/", NULL, &more, &m, &err));
+  CHECK(m == 1);
+  free_leases(more, m);
+  free_leases(leases, n); /* freeing a held lease releases it */
+  accord_client_close(c);
+  accord_client_free(c);
+}
+
+struct claimer {
+  accord_client *client;
+  const char *prefix;
+  int64_t timeout_ms;
+  accord_cancel_token *token;
+  accord_status status;
+  int64_t done_at;
+  accord_lease **leases;
+  size_t n;
+};
+
+static void *claim_waiting(void *arg) {
+  struct claimer *w = arg;
+  accord_claim_options *o = claim_opts(1, 60000, w->timeout_ms);
+  if (w->token) {
+    accord_error *err = NULL;
+    if (accord_claim_options_set_cancel_token(o, w->token, &err) != ACCORD_OK) abort();
+  }
+  w->status = accord_client_claim(w->client, w->prefix, o, &w->leases, &w->n, NULL);
+  w->done_at = mono_ms();
+  accord_claim_options_free(o);
+  return NULL;
+}
+
+/* P4: a claim with a timeout on an exhausted pool comes back empty (not failed) when the
+ * timeout passes, and is woken by a release long before it; a cancel token ends it. */
+static void test_p4_waiting_claim(void) {
+  accord_client *o1 = client("p4", "o1"), *o2 = client("p4", "o2");
+  const char *key = "jobs/a";
+  MUST(accord_client_offer(o1, "jobs/", &key, 1, NULL, NULL, &err));
+  accord_claim_options *o = claim_opts(1, 60000, 0);
+  accord_lease **held = NULL;
+  size_t n = 0;
+  MUST(accord_client_claim(o1, "jobs/", o, &held, &n, &err));
+  accord_claim_options_free(o);
+  CHECK(n == 1);
+
+  /* Exhausted: empty at once without a timeout, empty after it with one. */
+  accord_lease **none = (accord_lease **)&n; /* garbage the call must overwrite */
+  size_t m = 7;
+  MUST(accord_client_claim(o2, "jobs/", NULL, &none, &m, &err));
+  CHECK(m == 0 && none == NULL);
+  o = claim_opts(1, 0, 200);
+  int64_t started = mono_ms();
+  MUST(accord_client_claim(o2, "jobs/", o, &none, &m, &err));
+  CHECK(mono_ms() - started >= 200);
+  CHECK(m == 0 && none == NULL);
+  accord_claim_options_free(o);
+  accord_lease_array_free(none, m); /* NULL: accepted */
+
+  /* Woken by the release: the holder's ttl is 60 s, the wait's timeout 20 s. */
+  struct claimer w = {o2, "jobs/", 20000 * slow, NULL, -1, 0, NULL, 0};
+  pthread_t t;
+  pthread_create(&t, NULL, claim_waiting, &w);
+  sleep_ms(300);
+  int64_t released_at = mono_ms();
+  MUST(accord_lease_release(held[0], &err));
+  pthread_join(t, NULL);
+  saw(w.status);
+  CHECK(w.status == ACCORD_OK && w.n == 1);
+  CHECK(w.done_at >= released_at);
+  CHECK(!strcmp(accord_lease_key(w.leases[0]), key));
+  CHECK(accord_lease_fence(w.leases[0]) > accord_lease_fence(held[0]));
+  CHECK(held_by(o1, key, "o2") == 1);
+
+  /* A claim waiting without limit ends with its cancel token; nothing more is held. */
+  accord_cancel_token *token = accord_cancel_token_new();
+  struct claimer c = {o1, "jobs/", -1, token, -1, 0, NULL, 0};
+  pthread_create(&t, NULL, claim_waiting, &c);
+  accord_cancel_token_cancel(token);
+  pthread_join(t, NULL);
+  saw(c.status);
+  CHECK(c.status == ACCORD_CANCELLED && c.n == 0 && c.leases == NULL);
+  accord_cancel_token_free(token);
+  CHECK(counts_are(o1, "jobs/", 0, 1, 0));
+
+  free_leases(w.leases, w.n);
+  free_leases(held, n);
+  accord_client_close(o1);
+  accord_client_free(o1);
+  accord_client_close(o2);
+  accord_client_free(o2);
+}
+
+/* P6: a semaphore of 3 admits 3 of 5 contenders; a full one times out; a release admits. */
+static void test_p6_semaphore(void) {
+  accord_client *a = client("p6", "a"), *b = client("p6", "b");
+  accord_semaphore *sems[5];
+  for (int i = 0; i < 5; i++) MUST(accord_client_semaphore(i % 2 ? b : a, "s", 3, &sems[i], &err));
+  CHECK(!strcmp(accord_semaphore_name(sems[0]), "s"));
+  CHECK(accord_semaphore_limit(sems[0]) == 3);
+  accord_acquire_options *ttl = acquire_opts(60000, 0, NULL);
+  accord_lease *leases[5] = {NULL};
+  int holding = 0;
+  for (int i = 0; i < 5; i++) {
+    accord_error *err = NULL;
+    accord_status status = accord_semaphore_try_acquire(sems[i], ttl, &leases[i], &err);
+    saw(status);
+    if (status == ACCORD_OK) {
+      holding++;
+      CHECK(!strncmp(accord_lease_key(leases[i]), "s#", 2));
+    } else {
+      CHECK(status == ACCORD_HELD && leases[i] == NULL);
+      CHECK(strstr(accord_error_message(err), "\"s\"") != NULL);
+    }
+    accord_error_free(err);
+  }
+  CHECK(holding == 3);
+  for (int i = 0; i < 5; i++)
+    for (int j = 0; j < i; j++)
+      if (leases[i] && leases[j]) CHECK(strcmp(accord_lease_key(leases[i]), accord_lease_key(leases[j])));
+  /* Full: a bounded acquire times out, holding nothing. */
+  accord_acquire_options *brief = acquire_opts(0, 200, NULL);
+  accord_lease *none = NULL;
+  EXPECT(ACCORD_TIMEOUT, accord_semaphore_acquire(sems[4], brief, &none, &err));
+  CHECK(none == NULL);
+  accord_acquire_options_free(brief);
+  /* A released permit goes to the next acquire. */
+  int first = leases[0] ? 0 : 1;
+  MUST(accord_lease_release(leases[first], &err));
+  accord_acquire_options *wait = acquire_opts(60000, 20000 * slow, NULL);
+  accord_lease *got = NULL;
+  MUST(accord_semaphore_acquire(sems[4], wait, &got, &err));
+  CHECK(!strcmp(accord_lease_key(got), accord_lease_key(leases[first])));
+  accord_acquire_options_free(wait);
+  accord_acquire_options_free(ttl);
+  accord_lease_free(got);
+  for (int i = 0; i < 5; i++) {
+    accord_lease_free(leases[i]);
+    accord_semaphore_free(sems[i]);
+  }
+  accord_client_close(a);
+  accord_client_free(a);
+  accord_client_close(b);
+  accord_client_free(b);
+}
+
+/* Bad input to the pool and semaphore calls: ACCORD_INVALID_ARGUMENT naming the argument, and
+ * nothing offered, claimed or held. */
+static void test_pool_bad_input(void) {
+  accord_lease_array_free(NULL, 0);
+  accord_claim_options_free(NULL);
+  accord_semaphore_free(NULL);
+  CHECK(accord_semaphore_name(NULL) == NULL);
+  CHECK(accord_semaphore_limit(NULL) == 0);
+
+  accord_client *c = client("pool-bad", "o1");
+  const char *key = "jobs/1";
+  const char *outside[] = {"elsewhere/1"};
+  const char *bare[] = {"jobs/"};
+  const char *nul[] = {"jobs/1", NULL};
+  uint64_t joined = 0;
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "client", accord_client_offer(NULL, "jobs/", &key, 1, NULL, &joined, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "prefix", accord_client_offer(c, NULL, &key, 1, NULL, &joined, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "prefix", accord_client_offer(c, "", &key, 1, NULL, &joined, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "key", accord_client_offer(c, "jobs/", outside, 1, NULL, &joined, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "key", accord_client_offer(c, "jobs/", bare, 1, NULL, &joined, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "keys[1]", accord_client_offer(c, "jobs/", nul, 2, NULL, &joined, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "keys", accord_client_offer(c, "jobs/", NULL, 1, NULL, &joined, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "metadata_json", accord_client_offer(c, "jobs/", &key, 1, "[1]", &joined, &err));
+  CHECK(counts_are(c, "jobs/", 0, 0, 0));
+
+  MUST(accord_client_offer(c, "jobs/", &key, 1, NULL, &joined, &err));
+  accord_lease **leases = NULL;
+  size_t n = 0;
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "prefix", accord_client_claim(c, NULL, NULL, &leases, &n, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "prefix", accord_client_claim(c, "", NULL, &leases, &n, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "out_leases", accord_client_claim(c, "jobs/", NULL, NULL, &n, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "out_n", accord_client_claim(c, "jobs/", NULL, &leases, NULL, &err));
+  int64_t limits[] = {0, 1001, -1};
+  for (int i = 0; i < 3; i++) {
+    accord_claim_options *o = claim_opts(limits[i], 0, 0);
+    EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "limit", accord_client_claim(c, "jobs/", o, &leases, &n, &err));
+    accord_claim_options_free(o);
+  }
+  accord_claim_options *o = claim_opts(1, 50, 0);
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "ttl", accord_client_claim(c, "jobs/", o, &leases, &n, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "metadata_json", accord_claim_options_set_metadata_json(o, "{", &err));
+  accord_claim_options_free(o);
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "options", accord_claim_options_set_limit(NULL, 1, &err));
+  CHECK(leases == NULL && n == 0);
+  accord_pool_counts pc;
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "prefix", accord_client_counts(c, "", &pc, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "out_counts", accord_client_counts(c, "jobs/", NULL, &err));
+
+  accord_semaphore *sem = NULL;
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "name", accord_client_semaphore(c, NULL, 3, &sem, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "limit", accord_client_semaphore(c, "s", 0, &sem, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "limit", accord_client_semaphore(c, "s", 10001, &sem, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "out_semaphore", accord_client_semaphore(c, "s", 3, NULL, &err));
+  CHECK(sem == NULL);
+  accord_lease *lease = NULL;
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "semaphore", accord_semaphore_acquire(NULL, NULL, &lease, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "semaphore", accord_semaphore_try_acquire(NULL, NULL, &lease, &err));
+  CHECK(lease == NULL);
+  /* Nothing is held after all of that; the one key offered is free. */
+  CHECK(list_count(c, NULL, ACCORD_KEY_HELD, NULL) == 0);
+  CHECK(counts_are(c, "jobs/", 1, 0, 0));
+  accord_client_close(c);
+  accord_client_free(c);
+}
+
 /* Every store opens by URL: the embedded SQLite file and the in-process memory store. */
 static void test_embedded_stores(void) {
   char path[256], sqlite_url[300];
@@ -805,6 +1118,20 @@ static void test_embedded_stores(void) {
     expect_message(sub, ch, "done");
     EXPECT(ACCORD_DONE, accord_client_try_acquire(b, "k", NULL, &none, &err));
     MUST(accord_client_reset(b, "k", NULL, &err));
+    /* A work pool: offered by one client, claimed by the other, counted. */
+    const char *jobs[] = {"job/1", "job/2"};
+    uint64_t joined = 0;
+    MUST(accord_client_offer(a, "job/", jobs, 2, NULL, &joined, &err));
+    CHECK(joined == 2);
+    accord_claim_options *co = claim_opts(5, 0, 0);
+    accord_lease **claimed = NULL;
+    size_t n = 0;
+    MUST(accord_client_claim(b, "job/", co, &claimed, &n, &err));
+    accord_claim_options_free(co);
+    CHECK(n == 2);
+    MUST(accord_lease_done(claimed[0], NULL, &err));
+    CHECK(counts_are(a, "job/", 0, 1, 1));
+    free_leases(claimed, n);
     accord_subscription_free(sub);
     accord_lease_free(lease);
     accord_client_close(a);
@@ -1022,6 +1349,11 @@ int main(int argc, char **argv) {
   test_notify(burst);
   test_n6_close();
   test_close_ends_leases();
+  test_pool_bad_input();
+  test_p1_offer();
+  test_p3_claim_batch();
+  test_p4_waiting_claim();
+  test_p6_semaphore();
   test_embedded_stores();
   test_statement_timeout();
   check_every_status_seen();
