@@ -11,6 +11,8 @@ import accord
 
 TTL = 2.0  # seconds: a killed worker's task is free again after at most this long
 BATCH = 50
+CLAIM = 3  # tasks claimed at once
+CLAIM_WAIT = 0.5  # seconds a claim waits for a task to come free
 
 
 def say(**event: object) -> None:
@@ -19,22 +21,23 @@ def say(**event: object) -> None:
 
 def main() -> None:
     url, namespace, name, tasks = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    remaining = [f"task/{i:03}" for i in range(tasks)]
-    random.shuffle(remaining)
     announced: set[int] = set()
     completed = 0
     with accord.Client.connect(url, namespace=namespace, owner=name, ttl=TTL) as client:
         say(ev="start", worker=name, lang="python")
-        while remaining:
-            progressed = False
-            for key in list(remaining):
-                try:
-                    lease = client.try_acquire(key, ttl=TTL)
-                except accord.Done:
-                    remaining.remove(key)
-                    continue
-                if lease is None:
-                    continue  # someone else holds it
+        # Every worker offers every task: idempotent, the first offer makes the pool.
+        client.offer("task/", [f"task/{i:03}" for i in range(tasks)])
+        while True:
+            leases = client.claim("task/", limit=CLAIM, ttl=TTL, timeout=CLAIM_WAIT)
+            if not leases:
+                # Nothing claimable in time: finished once nothing is free or held (a killed
+                # worker's task counts as held until its ttl expires, then as free).
+                counts = client.counts("task/")
+                if counts.free == 0 and counts.held == 0:
+                    break
+                continue
+            for lease in leases:
+                key = lease.key
                 say(ev="acquired", worker=name, key=key, fence=lease.fence)
                 time.sleep(random.uniform(0.02, 0.06))  # the "work"
                 try:
@@ -44,18 +47,14 @@ def main() -> None:
                     say(ev="lost", worker=name, key=key, fence=lease.fence)
                     continue
                 say(ev="done", worker=name, key=key, fence=lease.fence)
-                remaining.remove(key)
                 completed += 1
-                progressed = True
-                announce(client, name, tasks, announced)
-            if remaining and not progressed:
-                time.sleep(0.1)
+                announce(client, name, announced)
         say(ev="exit", worker=name, completed=completed)
 
 
-def announce(client: accord.Client, name: str, tasks: int, announced: set[int]) -> None:
+def announce(client: accord.Client, name: str, announced: set[int]) -> None:
     """Every BATCH completions, one worker (whoever gets the batch's key first) notifies."""
-    done = len(client.list("task/", state="done", limit=1000))
+    done = client.counts("task/").done
     for batch in range(1, done // BATCH + 1):
         if batch in announced:
             continue

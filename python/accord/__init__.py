@@ -5,7 +5,9 @@ database: they take leases on named keys, mark units of work done, and notify ea
 
 - ``Client`` (blocking; the GIL is released while it waits, Ctrl-C interrupts a wait) and
   ``AsyncClient`` (asyncio) offer the same calls: ``connect``, ``acquire``, ``try_acquire``,
-  ``reset``, ``list``, ``notify``, ``listen``, ``close``.
+  ``reset``, ``list``, ``notify``, ``listen``, ``close``, and the work pools' ``offer``,
+  ``claim`` and ``counts`` (a ``PoolCounts``) and ``semaphore`` (a ``Semaphore``,
+  ``AsyncSemaphore``).
 - A ``Lease`` (``AsyncLease``) is renewed in the background until released; use it as a
   context manager. Its ``fence`` grows with every grant: pass it to what you write. Its
   ``lost`` signal fires before the coordinator could grant the key to anyone else (sync: a
@@ -23,14 +25,18 @@ from typing import Union
 from ._accord import (
     ERROR_CODES,
     MAX_CHANNEL_BYTES,
+    MAX_CLAIM_LIMIT,
     MAX_LIST_LIMIT,
     MAX_METADATA_BYTES,
     MAX_NAME_BYTES,
+    MAX_OFFER_KEYS,
+    MAX_PERMITS,
     MAX_POOL_SIZE,
     MAX_TTL,
     MIN_TTL,
     AsyncClient,
     AsyncLease,
+    AsyncSemaphore,
     AsyncSubscription,
     Client,
     Lease,
@@ -38,7 +44,9 @@ from ._accord import (
     ListPage,
     LostSignal,
     Message,
+    PoolCounts,
     Reconnected,
+    Semaphore,
     Subscription,
     __version__,
     migration_sql,
@@ -65,15 +73,19 @@ Event = Union[Message, Reconnected]
 __all__ = [
     "ERROR_CODES",
     "MAX_CHANNEL_BYTES",
+    "MAX_CLAIM_LIMIT",
     "MAX_LIST_LIMIT",
     "MAX_METADATA_BYTES",
     "MAX_NAME_BYTES",
+    "MAX_OFFER_KEYS",
+    "MAX_PERMITS",
     "MAX_POOL_SIZE",
     "MAX_TTL",
     "MIN_TTL",
     "AccordError",
     "AsyncClient",
     "AsyncLease",
+    "AsyncSemaphore",
     "AsyncSubscription",
     "Cancelled",
     "Client",
@@ -92,7 +104,9 @@ __all__ = [
     "LostSignal",
     "Message",
     "Opening",
+    "PoolCounts",
     "Reconnected",
+    "Semaphore",
     "Subscription",
     "Timeout",
     "Unsupported",

@@ -2,7 +2,7 @@
 
 import asyncio
 import builtins
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal, Optional, Union, final
@@ -20,20 +20,27 @@ MIN_TTL: float
 MAX_TTL: float
 MAX_POOL_SIZE: int
 MAX_LIST_LIMIT: int
+MAX_OFFER_KEYS: int
+MAX_CLAIM_LIMIT: int
+MAX_PERMITS: int
 ERROR_CODES: tuple[str, ...]
 """The ``code`` of every error kind of the core, in its order: each has its exception class."""
 
 __all__ = [
     "ERROR_CODES",
     "MAX_CHANNEL_BYTES",
+    "MAX_CLAIM_LIMIT",
     "MAX_LIST_LIMIT",
     "MAX_METADATA_BYTES",
     "MAX_NAME_BYTES",
+    "MAX_OFFER_KEYS",
+    "MAX_PERMITS",
     "MAX_POOL_SIZE",
     "MAX_TTL",
     "MIN_TTL",
     "AsyncClient",
     "AsyncLease",
+    "AsyncSemaphore",
     "AsyncSubscription",
     "Client",
     "Completer",
@@ -42,7 +49,9 @@ __all__ = [
     "ListPage",
     "LostSignal",
     "Message",
+    "PoolCounts",
     "Reconnected",
+    "Semaphore",
     "Subscription",
     "__version__",
     "_error_for_code",
@@ -225,6 +234,71 @@ class AsyncLease:
     ) -> Literal[False]: ...
 
 @final
+class PoolCounts:
+    """How many keys of a work pool are free, held and done (the coordinator's clock)."""
+
+    __match_args__ = ("free", "held", "done")
+    def __new__(cls, free: int = 0, held: int = 0, done: int = 0) -> Self: ...
+    @property
+    def free(self) -> int:
+        """Claimable now: never granted, released, or expired."""
+    @property
+    def held(self) -> int:
+        """Held by a live lease."""
+    @property
+    def done(self) -> int:
+        """Marked done."""
+    @property
+    def total(self) -> int:
+        """Every key of the pool: free + held + done."""
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class Semaphore:
+    """At most ``limit`` holders of ``name`` at once (sync API); each holds a ``Lease`` on a
+    permit key."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def limit(self) -> int: ...
+    def acquire(
+        self,
+        timeout: Optional[float] = None,
+        *,
+        ttl: Optional[float] = None,
+        metadata: Optional[_Metadata] = None,
+    ) -> Lease:
+        """Waits for a permit; raises Timeout after ``timeout`` seconds (None: no limit)."""
+    def try_acquire(
+        self, *, ttl: Optional[float] = None, metadata: Optional[_Metadata] = None
+    ) -> Optional[Lease]:
+        """A permit if one is free now, else None."""
+
+@final
+class AsyncSemaphore:
+    """At most ``limit`` holders of ``name`` at once (asyncio API); each holds an
+    ``AsyncLease`` on a permit key."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def limit(self) -> int: ...
+    def acquire(
+        self,
+        timeout: Optional[float] = None,
+        *,
+        ttl: Optional[float] = None,
+        metadata: Optional[_Metadata] = None,
+    ) -> Opening[AsyncLease]:
+        """Waits for a permit; raises Timeout after ``timeout`` seconds (None: no limit)."""
+    async def try_acquire(
+        self, *, ttl: Optional[float] = None, metadata: Optional[_Metadata] = None
+    ) -> Optional[AsyncLease]:
+        """A permit if one is free now, else None."""
+
+@final
 class Subscription:
     """Notifications on one or more channels (sync API)."""
 
@@ -302,6 +376,20 @@ class Client:
     def try_acquire(
         self, key: str, *, ttl: Optional[float] = None, metadata: Optional[_Metadata] = None
     ) -> Optional[Lease]: ...
+    def offer(self, prefix: str, keys: Iterable[str], metadata: Optional[_Metadata] = None) -> int:
+        """Offers ``keys`` (each under ``prefix``) to the work pool ``prefix``; how many joined."""
+    def claim(
+        self,
+        prefix: str,
+        limit: int = 1,
+        *,
+        ttl: Optional[float] = None,
+        metadata: Optional[_Metadata] = None,
+        timeout: Optional[float] = None,
+    ) -> builtins.list[Lease]:
+        """Up to ``limit`` free keys of the pool; empty when none came (after ``timeout``)."""
+    def counts(self, prefix: str) -> PoolCounts: ...
+    def semaphore(self, name: str, limit: int) -> Semaphore: ...
     def reset(self, key: str) -> bool: ...
     def list(
         self,
@@ -361,6 +449,20 @@ class AsyncClient:
     async def try_acquire(
         self, key: str, *, ttl: Optional[float] = None, metadata: Optional[_Metadata] = None
     ) -> Optional[AsyncLease]: ...
+    async def offer(
+        self, prefix: str, keys: Iterable[str], metadata: Optional[_Metadata] = None
+    ) -> int: ...
+    async def claim(
+        self,
+        prefix: str,
+        limit: int = 1,
+        *,
+        ttl: Optional[float] = None,
+        metadata: Optional[_Metadata] = None,
+        timeout: Optional[float] = None,
+    ) -> builtins.list[AsyncLease]: ...
+    async def counts(self, prefix: str) -> PoolCounts: ...
+    async def semaphore(self, name: str, limit: int) -> AsyncSemaphore: ...
     async def reset(self, key: str) -> bool: ...
     async def list(
         self,

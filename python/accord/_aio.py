@@ -1,11 +1,12 @@
 """asyncio glue the extension module calls into: the parts of the async API that are about
 asyncio's cancellation rules rather than about accord.
 
-- ``Opening``: what ``AsyncClient.connect``, ``AsyncClient.acquire`` and ``AsyncClient.listen``
-  return: awaitable (``lease = await client.acquire("k")``) and an async context manager
-  (``async with client.acquire("k") as lease:``).
-- ``settle``: a cancelled ``acquire`` returns (raises ``CancelledError``) only after the core
-  made sure nothing it may have been granted stays held (scenario L9).
+- ``Opening``: what ``AsyncClient.connect``, ``AsyncClient.acquire``, ``AsyncClient.listen`` and
+  ``AsyncSemaphore.acquire`` return: awaitable (``lease = await client.acquire("k")``) and an
+  async context manager (``async with client.acquire("k") as lease:``).
+- ``settle``: a cancelled ``acquire`` (or ``claim``, or a semaphore's ``acquire``) returns
+  (raises ``CancelledError``) only after the core made sure nothing it may have been granted
+  stays held (scenario L9).
 - ``next_event``: a cancelled subscription read loses no notification; the read in flight is
   kept and answers the next one.
 - ``new_future``: the future of an async call and the loop's ``Completer``, whose pipe the
@@ -111,12 +112,19 @@ async def settle(future: asyncio.Future[T], cancel: Callable[[], None]) -> T:
         cancel()
         await _finish(future)
         if not future.cancelled() and future.exception() is None:
-            lease: Any = future.result()
-            release = await _finish(lease.release())
-            if not release.cancelled():
-                release.exception()  # retrieved, so that asyncio does not log it
+            granted: Any = future.result()
+            for lease in granted if isinstance(granted, list) else [granted]:
+                release = await _finish(lease.release())
+                if not release.cancelled():
+                    release.exception()  # retrieved, so that asyncio does not log it
         raise
     return future.result()
+
+
+async def settle_started(start: Callable[[], asyncio.Future[T]], cancel: Callable[[], None]) -> T:
+    """``settle`` for a call that starts only once awaited (``AsyncClient.claim``, whose
+    granted leases are a list)."""
+    return await settle(start(), cancel)
 
 
 async def next_event(sub: Any, timeout: Optional[float], iterating: bool) -> Any:

@@ -1,7 +1,5 @@
 //! `Client` (sync, blocking with the GIL released) and `AsyncClient` (asyncio).
 
-use std::pin::pin;
-
 use accord::{AcquireOptions, CancellationToken, ClientOptions};
 use pyo3::prelude::*;
 use pyo3::types::{PyCFunction, PyTuple};
@@ -9,7 +7,8 @@ use pyo3::types::{PyCFunction, PyTuple};
 use crate::convert;
 use crate::errors::IntoPyResult;
 use crate::lease::{AsyncLease, Lease};
-use crate::runtime::{self, aio, block_on, block_on_settled, finish, GRACE};
+use crate::pool::{self, AsyncSemaphore, PoolCounts, Semaphore};
+use crate::runtime::{self, aio, block_on, block_on_settled};
 use crate::subscription::{AsyncSubscription, Subscription};
 use crate::types::{self, py_str_repr, ListPage};
 
@@ -53,7 +52,7 @@ fn client_options(
     Ok(options)
 }
 
-fn acquire_options(
+pub(crate) fn acquire_options(
     ttl: Option<f64>,
     timeout: Option<f64>,
     metadata: Option<&Bound<'_, PyAny>>,
@@ -163,23 +162,7 @@ impl Client {
     ) -> PyResult<Lease> {
         let cancel = CancellationToken::new();
         let options = acquire_options(ttl, timeout, metadata)?.cancel(cancel.clone());
-        let mut acquiring = pin!(self.inner.acquire(key, options));
-        let lease = match block_on(py, acquiring.as_mut()) {
-            Ok(acquired) => acquired.py()?,
-            Err(interrupt) => {
-                // Let the core make sure nothing stays held, then raise.
-                cancel.cancel();
-                if let Some(Ok(lease)) = finish(py, acquiring, GRACE) {
-                    finish(py, lease.release(), GRACE);
-                }
-                return Err(interrupt);
-            }
-        };
-        // An interrupt that arrived while the grant came back: release, then raise.
-        if let Err(interrupt) = py.check_signals() {
-            finish(py, lease.release(), GRACE);
-            return Err(interrupt);
-        }
+        let lease = pool::block_on_grants(py, &cancel, self.inner.acquire(key, options))?;
         Ok(Lease::new(lease))
     }
 
@@ -196,6 +179,57 @@ impl Client {
         let options = acquire_options(ttl, None, metadata)?;
         let acquired = block_on(py, self.inner.try_acquire(key, options))?.py()?;
         Ok(acquired.map(Lease::new))
+    }
+
+    /// Offers `keys` (any iterable of str, each starting with `prefix`; at most
+    /// `MAX_OFFER_KEYS` per call) to the work pool `prefix`: each becomes claimable by
+    /// `claim`. Idempotent: a key already in a pool, held or done, stays as it is. `metadata`
+    /// is the metadata of keys new to the coordinator. Returns how many keys joined.
+    #[pyo3(signature = (prefix, keys, metadata=None))]
+    fn offer(
+        &self,
+        py: Python<'_>,
+        prefix: &str,
+        keys: &Bound<'_, PyAny>,
+        metadata: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<u64> {
+        let keys = pool::keys(keys)?;
+        let metadata = convert::metadata("metadata", metadata)?;
+        block_on(py, self.inner.offer(prefix, keys, metadata))?.py()
+    }
+
+    /// Claims up to `limit` (1 ..= `MAX_CLAIM_LIMIT`) free keys of the work pool `prefix`,
+    /// oldest offer first; each is an ordinary `Lease`. An empty list at once when nothing is
+    /// claimable, or, with a `timeout` (seconds), after waiting that long for a release, an
+    /// offer or an expiry in the pool (not an error). Ctrl-C interrupts the wait; nothing is
+    /// left held then.
+    #[pyo3(signature = (prefix, limit=1, *, ttl=None, metadata=None, timeout=None))]
+    fn claim(
+        &self,
+        py: Python<'_>,
+        prefix: &str,
+        limit: i64,
+        ttl: Option<f64>,
+        metadata: Option<&Bound<'_, PyAny>>,
+        timeout: Option<f64>,
+    ) -> PyResult<Vec<Lease>> {
+        let cancel = CancellationToken::new();
+        let options = pool::claim_options(limit, ttl, timeout, metadata)?.cancel(cancel.clone());
+        let leases = pool::block_on_grants(py, &cancel, self.inner.claim(prefix, options))?;
+        Ok(leases.into_iter().map(Lease::new).collect())
+    }
+
+    /// How many keys of the work pool `prefix` are free, held and done.
+    fn counts(&self, py: Python<'_>, prefix: &str) -> PyResult<PoolCounts> {
+        Ok(block_on(py, self.inner.counts(prefix))?.py()?.into())
+    }
+
+    /// Opens the semaphore `name` with `limit` permits (1 ..= `MAX_PERMITS`), offering the
+    /// permits it needs. Open every handle of a name with the same limit.
+    fn semaphore(&self, py: Python<'_>, name: &str, limit: i64) -> PyResult<Semaphore> {
+        let limit = accord::limits::permits(limit).py()?;
+        let semaphore = block_on(py, self.inner.semaphore(name, limit))?.py()?;
+        Ok(Semaphore::new(semaphore))
     }
 
     /// Makes a done (or free) key unknown again, so that it can be acquired. Returns False if
@@ -273,7 +307,7 @@ pub struct AsyncClient {
 }
 
 /// `accord._aio.Opening(start)`: awaitable, or an async context manager.
-fn opening<'py, F>(py: Python<'py>, start: F) -> PyResult<Bound<'py, PyAny>>
+pub(crate) fn opening<'py, F>(py: Python<'py>, start: F) -> PyResult<Bound<'py, PyAny>>
 where
     F: Fn(Python<'_>) -> PyResult<Py<PyAny>> + Send + Sync + 'static,
 {
@@ -395,6 +429,78 @@ impl AsyncClient {
         runtime::future_into_py(py, async move {
             let acquired = client.try_acquire(&key, options).await.py()?;
             Ok(acquired.map(AsyncLease::new))
+        })
+    }
+
+    /// Offers `keys` to the work pool `prefix`; returns how many joined. See `Client.offer`.
+    #[pyo3(signature = (prefix, keys, metadata=None))]
+    fn offer<'py>(
+        &self,
+        py: Python<'py>,
+        prefix: String,
+        keys: &Bound<'py, PyAny>,
+        metadata: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let keys = pool::keys(keys)?;
+        let metadata = convert::metadata("metadata", metadata)?;
+        let client = self.inner.clone();
+        runtime::future_into_py(py, async move {
+            client.offer(&prefix, keys, metadata).await.py()
+        })
+    }
+
+    /// Claims up to `limit` free keys of the work pool `prefix` as `AsyncLease`s; see
+    /// `Client.claim`. A cancelled claim raises `CancelledError` only once nothing it may have
+    /// been granted is held.
+    #[pyo3(signature = (prefix, limit=1, *, ttl=None, metadata=None, timeout=None))]
+    fn claim<'py>(
+        &self,
+        py: Python<'py>,
+        prefix: String,
+        limit: i64,
+        ttl: Option<f64>,
+        metadata: Option<&Bound<'py, PyAny>>,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let cancel = CancellationToken::new();
+        let options = pool::claim_options(limit, ttl, timeout, metadata)?.cancel(cancel.clone());
+        let client = self.inner.clone();
+        // Nothing starts until the coroutine is awaited.
+        let start = PyCFunction::new_closure(py, None, None, move |args, _kwargs| {
+            let (client, prefix, options) = (client.clone(), prefix.clone(), options.clone());
+            let claiming = runtime::future_into_py(args.py(), async move {
+                let leases = client.claim(&prefix, options).await.py()?;
+                Ok(leases.into_iter().map(AsyncLease::new).collect::<Vec<_>>())
+            })?;
+            PyResult::Ok(claiming.unbind())
+        })?;
+        let cancel = PyCFunction::new_closure(py, None, None, move |_args, _kwargs| {
+            cancel.cancel();
+        })?;
+        aio(py, "settle_started")?.call1((start, cancel))
+    }
+
+    /// How many keys of the work pool `prefix` are free, held and done.
+    fn counts<'py>(&self, py: Python<'py>, prefix: String) -> PyResult<Bound<'py, PyAny>> {
+        let client = self.inner.clone();
+        runtime::future_into_py(py, async move {
+            Ok(PoolCounts::from(client.counts(&prefix).await.py()?))
+        })
+    }
+
+    /// Opens the semaphore `name` with `limit` permits; see `Client.semaphore`.
+    fn semaphore<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        limit: i64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let limit = accord::limits::permits(limit).py()?;
+        let client = self.inner.clone();
+        runtime::future_into_py(py, async move {
+            Ok(AsyncSemaphore::new(
+                client.semaphore(&name, limit).await.py()?,
+            ))
         })
     }
 

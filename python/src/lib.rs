@@ -8,6 +8,7 @@ mod completion;
 mod convert;
 mod errors;
 mod lease;
+mod pool;
 mod runtime;
 mod subscription;
 mod types;
@@ -32,6 +33,9 @@ fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<lease::LostSignal>()?;
     m.add_class::<subscription::Subscription>()?;
     m.add_class::<subscription::AsyncSubscription>()?;
+    m.add_class::<pool::PoolCounts>()?;
+    m.add_class::<pool::Semaphore>()?;
+    m.add_class::<pool::AsyncSemaphore>()?;
     m.add_class::<types::Message>()?;
     m.add_class::<types::Reconnected>()?;
     m.add_class::<types::LeaseInfo>()?;
@@ -57,5 +61,8 @@ fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_TTL", accord::MAX_TTL.as_secs_f64())?;
     m.add("MAX_POOL_SIZE", accord::limits::MAX_POOL_SIZE)?;
     m.add("MAX_LIST_LIMIT", accord::limits::MAX_LIST_LIMIT)?;
+    m.add("MAX_OFFER_KEYS", accord::limits::MAX_OFFER_KEYS)?;
+    m.add("MAX_CLAIM_LIMIT", accord::limits::MAX_CLAIM_LIMIT)?;
+    m.add("MAX_PERMITS", accord::limits::MAX_PERMITS)?;
     Ok(())
 }
