@@ -173,7 +173,7 @@ pub struct WorkArgs {
 
 /// What the workers share: the stop signal and the tallies.
 struct Shared {
-    /// Cancelled on SIGINT/SIGTERM or when the command cannot be started.
+    /// Cancelled on SIGINT/SIGTERM, when the command cannot be started, or on a coordinator error.
     stop: CancellationToken,
     /// The signal to forward to running commands once `stop` is cancelled (0: none).
     forward: Mutex<libc::c_int>,
@@ -202,9 +202,14 @@ pub async fn work(client: &Client, args: WorkArgs) -> Outcome {
         tally: Mutex::new(Tally::default()),
     };
     // Every worker is polled by this task, on the main thread (supervise::spawn needs it).
-    let mut workers = Box::pin(join_all(
-        (0..args.jobs).map(|_| worker(client, &args, &shared)),
-    ));
+    let mut workers = Box::pin(join_all((0..args.jobs).map(|_| async {
+        let result = worker(client, &args, &shared).await;
+        if result.is_err() {
+            // A coordinator error ends the run: the other workers finish their command and stop.
+            shared.stop.cancel();
+        }
+        result
+    })));
     let mut interrupted: Option<u8> = None;
     let results = loop {
         tokio::select! {
@@ -235,7 +240,7 @@ pub async fn work(client: &Client, args: WorkArgs) -> Outcome {
             ""
         }
     );
-    // A coordinator error ends the run: the first one is the answer.
+    // The first coordinator error is the answer.
     for r in results {
         r?;
     }
