@@ -142,6 +142,7 @@ class Report:
         self.handoff()
         self.notify()
         self.keepalive()
+        self.pool()
         self.bindings()
         self.peers()
 
@@ -310,6 +311,88 @@ class Report:
             one_per_tick and m["client_cpu_percent_of_core"] < 5,
             f"{m['statements_per_tick']:.2f} statements/tick, {m['keepalive_ticks']:.0f} ticks "
             f"in {m['expected_ticks']:.1f} periods, {m['client_cpu_percent_of_core']:.2f}% CPU",
+        )
+
+    def pool(self) -> None:
+        modes = [("", "off (test settings)"), ("-fsync", "on")]
+        rows = []
+        measured: dict[str, tuple[Result, Result]] = {}
+        for suffix, fsync in modes:
+            floor = self.results.get(f"rust/pool-raw-sql{suffix}")
+            accord = self.results.get(f"rust/pool-accord{suffix}")
+            if floor and accord:
+                measured[suffix] = (accord, floor)
+            for r in self.get(
+                f"rust/pool-accord{suffix}",
+                f"rust/pool-try-acquire{suffix}",
+                f"rust/pool-raw-sql{suffix}",
+            ):
+                keys = float(r.metrics.get("keys", r.ops))
+                stmts = float(r.metrics.get("statements", math.nan))
+                rows.append(
+                    [
+                        f"`{r.id}`",
+                        r.label,
+                        fsync,
+                        f"{r.seconds * 1000:,.0f} ms",
+                        num(r.ops_per_s),
+                        num(stmts),
+                        f"{stmts / keys:.2f}" if keys else "-",
+                        ratio(r.seconds, floor.seconds) if floor else "-",
+                    ]
+                )
+        first = next(iter(self.get("rust/pool-accord", "rust/pool-accord-fsync")), None)
+        m = first.metrics if first else {}
+        source = (
+            "pg_stat_statements: every statement the database ran during the drain"
+            if m.get("statements_source", 0)
+            else "the clients' own count of their calls (pg_stat_statements not loaded)"
+        )
+        self.table(
+            "8. Work pool: drain a pool with workers",
+            f"{m.get('keys', 0):,.0f} keys, {m.get('workers', 0):.0f} workers (tasks of one "
+            f"process, a client or connection each), {m.get('work_ms', 0):.0f} ms of work per key, "
+            f"claims of {m.get('batch', 0):.0f}. Wall time from the first claim to the last done; "
+            f"keys/s: keys claimed and marked done per second; statements: {source}. Ratio: wall "
+            "time against hand-written SQL (FOR UPDATE SKIP LOCKED claim, an UPDATE per done: "
+            "the floor). fsync on: the same cluster with fsync and synchronous_commit turned on "
+            "for the run (full_page_writes stays off).",
+            [
+                "id",
+                "contender",
+                "fsync",
+                "wall time",
+                "keys/s",
+                "statements",
+                "statements/key",
+                "wall vs raw SQL",
+            ],
+            rows,
+        )
+        judged = measured.get("-fsync") or measured.get("")
+        if judged:
+            accord, floor = judged
+            r = accord.seconds / floor.seconds
+            which = "fsync on" if "-fsync" in measured else "fsync off"
+            self.target(
+                "(8) work pool within 1.2x of hand-written SQL",
+                r <= 1.2,
+                f"wall time {r:.2f}x ({which})"
+                + "".join(
+                    f"; {a.seconds / f.seconds:.2f}x with fsync {'on' if k else 'off'}"
+                    for k, (a, f) in measured.items()
+                    if (k == "-fsync") != (which == "fsync on")
+                ),
+            )
+        else:
+            self.target("(8) work pool within 1.2x of hand-written SQL", None, "")
+        durable = measured.get("-fsync")
+        self.target(
+            "(8) work pool at least 5,000 keys claimed+done/s with fsync on",
+            durable[0].ops_per_s >= 5000 if durable else None,
+            f"{num(durable[0].ops_per_s)} keys/s"
+            if durable
+            else "no run with fsync on",
         )
 
     def bindings(self) -> None:

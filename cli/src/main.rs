@@ -3,7 +3,8 @@
 //! Exit codes (also in `accord --help`): 0 ok, 1 error, 2 usage or invalid argument, 3 the key
 //! is held / the wait timed out, 4 the key is done, 5 the lease was lost; `run` passes its
 //! command's own exit code through (128 + N when the command died of signal N), also when only
-//! the final release failed (with a warning on stderr).
+//! the final release failed (with a warning on stderr); `work` exits with 123 when some command
+//! failed.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -13,6 +14,7 @@ use accord::{AcquireOptions, Client, ClientOptions, ErrorKind, KeyState, ListQue
 use clap::{Parser, Subcommand, ValueEnum};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
+mod pool;
 mod supervise;
 
 mod exit {
@@ -22,6 +24,8 @@ mod exit {
     pub const HELD: u8 = 3;
     pub const DONE: u8 = 4;
     pub const LOST: u8 = 5;
+    /// `work`: some command failed (as xargs says it).
+    pub const SOME_FAILED: u8 = 123;
 }
 
 const EXAMPLES: &str = "\
@@ -37,6 +41,9 @@ Examples:
   accord reset import/2026-11-22                 # make a done key acquirable again
   accord listen jobs events                      # print channel<TAB>payload lines
   accord notify jobs 'batch 7 finished'
+  seq -f 'img/%04g' 1 500 | accord offer img/   # a work pool: keys on stdin, one a line
+  accord work img/ -j 8 -- ./resize.sh {}        # like xargs -P, across machines
+  accord counts img/ --watch                     # free/held/done until nothing is left
 
 Exit codes:
   0  ok
@@ -44,9 +51,10 @@ Exit codes:
   2  usage error or invalid argument
   3  could not acquire: the key is held (--timeout 0) or the wait timed out
   4  the key is done (reset it to acquire it again)
-  5  the lease was lost (run: the command was stopped)
+  5  the lease was lost (run, work: the command was stopped)
   run passes its command's exit code through (128+N if it died of signal N), also when
   only the final release failed (with a warning)
+  123 work: some command failed (its key was released)
 
 Environment: ACCORD_URL, ACCORD_NAMESPACE, ACCORD_SCHEMA, ACCORD_OWNER; ACCORD_LOG sets the
 log filter (default: warn).";
@@ -205,6 +213,53 @@ enum Command {
         #[arg(last = true, required = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
+    /// Offer the keys read from stdin (one a line) to the work pool PREFIX; prints how many joined.
+    #[command(
+        long_about = "Offer the keys read from stdin (one a line, blank lines skipped) to the work pool \
+                      PREFIX: each becomes claimable by `accord work`. Every key must start with PREFIX. \
+                      Idempotent: keys already known (free, held or done) stay as they are. Prints how \
+                      many keys joined."
+    )]
+    Offer {
+        #[arg(value_parser = non_empty)]
+        prefix: String,
+        /// JSON object: the metadata of keys new to the coordinator.
+        #[arg(long, value_parser = parse_metadata)]
+        metadata: Option<Metadata>,
+    },
+    /// How many keys of the work pool PREFIX are free, held and done.
+    Counts {
+        #[arg(value_parser = non_empty)]
+        prefix: String,
+        /// One JSON object: {"free", "held", "done", "total"}.
+        #[arg(long)]
+        json: bool,
+        /// Refresh every second until nothing is free or held (a progress bar on a terminal).
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Run a command for every key of the work pool PREFIX, N at a time (xargs -P across machines).
+    #[command(after_help = pool::WORK_HELP)]
+    Work {
+        #[arg(value_parser = non_empty)]
+        prefix: String,
+        /// Workers: commands run at once by this process.
+        #[arg(short = 'j', long = "jobs", default_value_t = 1,
+              value_parser = clap::value_parser!(u16).range(1..=1024))]
+        jobs: u16,
+        /// Lease ttl of each claimed key; renewed every ttl/3 while it is held.
+        #[arg(long, default_value = "30s", value_parser = parse_duration)]
+        ttl: Duration,
+        /// Keys each worker claims at once (it runs them one after another).
+        #[arg(long, default_value = "1", value_parser = parse_claim_limit)]
+        batch: usize,
+        /// After a lease is lost, how long its command has between SIGTERM and SIGKILL.
+        #[arg(long, default_value = "5s", value_parser = parse_duration)]
+        kill_after: Duration,
+        /// The command and its arguments (after --); `{}` is replaced by the key.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -230,6 +285,14 @@ fn parse_metadata(s: &str) -> Result<Metadata, String> {
         Ok(_) => Err("expected a JSON object such as '{\"team\":\"billing\"}'".into()),
         Err(e) => Err(format!("not valid JSON: {e}")),
     }
+}
+
+fn parse_claim_limit(s: &str) -> Result<usize, String> {
+    let n: i64 = s
+        .trim()
+        .parse()
+        .map_err(|e| format!("expected a whole number: {e}"))?;
+    accord::limits::claim_limit(n).map_err(|e| e.message().to_string())
 }
 
 fn non_empty(s: &str) -> Result<String, String> {
@@ -395,6 +458,33 @@ async fn dispatch(cli: Cli) -> Outcome {
             Ok(exit::OK)
         }
         Command::Listen { channels, json } => listen(&client, channels, json).await,
+        Command::Offer { prefix, metadata } => pool::offer(&client, &prefix, metadata).await,
+        Command::Counts {
+            prefix,
+            json,
+            watch,
+        } => pool::counts(&client, &prefix, json, watch).await,
+        Command::Work {
+            prefix,
+            jobs,
+            ttl,
+            batch,
+            kill_after,
+            command,
+        } => {
+            pool::work(
+                &client,
+                pool::WorkArgs {
+                    prefix,
+                    jobs: jobs as usize,
+                    ttl,
+                    batch,
+                    kill_after,
+                    command,
+                },
+            )
+            .await
+        }
         Command::Run {
             key,
             ttl,

@@ -243,6 +243,11 @@ fn bad_input_is_a_usage_error() {
         &["ls", "--state", "maybe"],
         &["run", "k"],
         &["frobnicate"],
+        &["work", "p/", "--batch", "0", "--", "true"],
+        &["work", "p/", "-j", "0", "--", "true"],
+        &["work", "p/"],
+        &["offer"],
+        &["counts", ""],
     ];
     for args in cases {
         let out = Command::new(BIN)
@@ -292,6 +297,8 @@ fn help_has_examples_and_exit_codes() {
     assert!(help.contains("Examples:"), "{help}");
     assert!(help.contains("Exit codes:"), "{help}");
     let out = Command::new(BIN).args(["run", "--help"]).output().unwrap();
+    assert!(stdout(&out).contains("ACCORD_FENCE"));
+    let out = Command::new(BIN).args(["work", "--help"]).output().unwrap();
     assert!(stdout(&out).contains("ACCORD_FENCE"));
 }
 
@@ -895,4 +902,153 @@ fn run_passes_the_command_code_when_only_the_release_fails() {
         // The coordinator still has it held, until its ttl.
         assert_eq!(base.state_of(&key).as_deref(), Some("held"), "case {case}");
     }
+}
+
+// ------------------------------------------------------------------------------ work pools
+
+impl Env {
+    /// `accord offer PREFIX` with `input` on stdin.
+    fn offer(&self, prefix: &str, input: &str) -> Output {
+        let mut child = self
+            .cmd(&["offer", prefix])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(input.as_bytes()).unwrap();
+        drop(stdin);
+        wait_within(child, Duration::from_secs(30))
+    }
+
+    /// `accord counts PREFIX --json`: (free, held, done), checked against total.
+    fn counts(&self, prefix: &str) -> (u64, u64, u64) {
+        let out = self.run(&["counts", prefix, "--json"]);
+        assert_eq!(code(&out), 0, "counts failed: {}", stderr(&out));
+        let v: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("JSON");
+        let n = |f: &str| v[f].as_u64().unwrap_or_else(|| panic!("{f} in {v}"));
+        assert_eq!(n("total"), n("free") + n("held") + n("done"), "{v}");
+        (n("free"), n("held"), n("done"))
+    }
+}
+
+fn keys(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}{i:02}")).collect()
+}
+
+/// The keys a work run wrote to `path`, one line per command run, sorted.
+fn lines_written(path: &Path) -> Vec<String> {
+    let mut lines: Vec<String> = std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn offer_reads_stdin_and_counts_say_free_held_done() {
+    let env = Env::new("offer");
+    let input = format!("{}\n\r\n\n", keys("job/", 5).join("\n"));
+    let out = env.offer("job/", &input);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "5");
+    assert_eq!(env.counts("job/"), (5, 0, 0));
+    // Idempotent: nothing joins twice; one new key does.
+    let out = env.offer("job/", "job/00\njob/04\njob/05\n");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "1");
+    assert_eq!(env.counts("job/"), (6, 0, 0));
+    // A key outside the prefix: the core's refusal, a usage error; nothing joins.
+    let out = env.offer("job/", "job/06\nother/1\n");
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("prefix"), "{}", stderr(&out));
+    assert_eq!(env.counts("job/"), (6, 0, 0));
+    // Plain counts.
+    let out = env.run(&["counts", "job/"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stdout(&out).contains("free 6"), "{}", stdout(&out));
+}
+
+#[test]
+fn work_runs_the_command_once_for_every_key_and_marks_it_done() {
+    let env = Env::new("work");
+    let all = keys("img/", 30);
+    let out = env.offer("img/", &all.join("\n"));
+    assert_eq!(stdout(&out).trim(), "30", "{}", stderr(&out));
+    let written = temp_file("work-out");
+    let runner = env
+        .cmd(&[
+            "work",
+            "img/",
+            "-j",
+            "3",
+            "--batch",
+            "4",
+            "--",
+            "sh",
+            "-c",
+            "test \"$ACCORD_KEY\" = '{}' && test -n \"$ACCORD_FENCE\" && echo {} >> \"$OUT\"",
+        ])
+        .env("OUT", &written)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_within(runner, Duration::from_secs(120));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(lines_written(&written), all, "every key exactly once");
+    let _ = std::fs::remove_file(&written);
+    assert_eq!(env.counts("img/"), (0, 0, 30));
+    assert!(stderr(&out).contains("30 done"), "{}", stderr(&out));
+    // Nothing left: a watch (not on a terminal) prints one line and ends.
+    let out = env.run(&["counts", "img/", "--watch", "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out).lines().count(), 1, "{}", stdout(&out));
+    // A second run finds everything done at once.
+    let out = env.run(&["work", "img/", "-j", "2", "--", "false"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}
+
+#[test]
+fn work_releases_the_keys_whose_command_failed_and_exits_non_zero() {
+    let env = Env::new("work-fail");
+    let all = keys("t/", 12);
+    env.offer("t/", &all.join("\n"));
+    let written = temp_file("work-fail-out");
+    // Odd keys fail.
+    let out = env
+        .cmd(&[
+            "work",
+            "t/",
+            "-j",
+            "3",
+            "--",
+            "sh",
+            "-c",
+            "echo {} >> \"$OUT\"; case {} in *[13579]) exit 3;; esac",
+        ])
+        .env("OUT", &written)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_within(out, Duration::from_secs(120));
+    assert_eq!(code(&out), 123, "{}", stderr(&out));
+    // Each key ran once: a failed key is not taken again by the same run.
+    assert_eq!(lines_written(&written), all);
+    let _ = std::fs::remove_file(&written);
+    assert_eq!(env.counts("t/"), (6, 0, 6));
+    for key in &all {
+        let odd = key.ends_with(['1', '3', '5', '7', '9']);
+        let want = if odd { "free" } else { "done" };
+        assert_eq!(env.state_of(key).as_deref(), Some(want), "{key}");
+    }
+    assert!(stderr(&out).contains("6 failed"), "{}", stderr(&out));
+    // A command that cannot be started: 127, the key left free.
+    let out = env.run(&["work", "t/", "--", "/nonexistent/command", "{}"]);
+    assert_eq!(code(&out), 127, "{}", stderr(&out));
+    assert_eq!(env.counts("t/"), (6, 0, 6));
 }

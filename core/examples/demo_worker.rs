@@ -4,20 +4,26 @@
 //! demo_worker URL NAMESPACE NAME TASKS
 //! ```
 //!
-//! Takes the keys `task/000`… in a random order with `try_acquire`, "works" 20–60 ms, marks each
-//! done with `{"worker", "lang", "fence"}` (refused with LeaseLost if the lease was lost), and
-//! announces every 50th completion on the channel `demo`. Prints one JSON line per event.
+//! Offers the keys `task/000`… to the work pool `task/` (idempotent: every worker does, whoever
+//! comes first adds them), then claims a few at a time, "works" 20–60 ms on each, marks each done
+//! with `{"worker", "lang", "fence"}` (refused with LeaseLost if the lease was lost), and
+//! announces every 50th completion on the channel `demo`. Stops when a claim finds nothing and the
+//! pool's counts say no task is free or held. Prints one JSON line per event.
 
 use std::collections::HashSet;
 use std::time::Duration;
 
 use accord::serde_json::{json, Value};
-use accord::{AcquireOptions, Client, ClientOptions, ErrorKind, KeyState, ListQuery};
-use rand::seq::SliceRandom;
+use accord::{AcquireOptions, ClaimOptions, Client, ClientOptions, ErrorKind, KeyState, ListQuery};
 use rand::Rng;
 
 const TTL: Duration = Duration::from_secs(2);
 const BATCH: usize = 50;
+const POOL: &str = "task/";
+/// Tasks claimed at once: few, so that a worker killed while holding them delays little.
+const CLAIM: usize = 2;
+/// How long an empty claim waits for a release, an offer or an expiry before the counts are read.
+const CLAIM_WAIT: Duration = Duration::from_millis(500);
 
 fn say(event: Value) {
     println!("{event}");
@@ -38,8 +44,7 @@ async fn main() -> accord::Result<()> {
         std::process::exit(2);
     };
     let tasks: usize = tasks.parse().expect("TASKS is a number");
-    let mut remaining: Vec<String> = (0..tasks).map(|i| format!("task/{i:03}")).collect();
-    remaining.shuffle(&mut rand::rng());
+    let all: Vec<String> = (0..tasks).map(|i| format!("task/{i:03}")).collect();
     let mut announced = HashSet::new();
     let mut completed = 0;
     let client = Client::connect(
@@ -51,21 +56,28 @@ async fn main() -> accord::Result<()> {
     )
     .await?;
     say(json!({"ev": "start", "worker": name, "lang": "rust"}));
-    while !remaining.is_empty() {
-        let mut progressed = false;
-        for key in remaining.clone() {
-            let lease = match client
-                .try_acquire(&key, AcquireOptions::new().ttl(TTL))
-                .await
-            {
-                Ok(Some(lease)) => lease,
-                Ok(None) => continue, // someone else holds it
-                Err(e) if e.kind() == ErrorKind::Done => {
-                    remaining.retain(|k| *k != key);
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
+    for chunk in all.chunks(accord::limits::MAX_OFFER_KEYS) {
+        client.offer(POOL, chunk.iter().cloned(), None).await?;
+    }
+    loop {
+        let claimed = client
+            .claim(
+                POOL,
+                ClaimOptions::new()
+                    .limit(CLAIM)
+                    .ttl(TTL)
+                    .timeout(CLAIM_WAIT),
+            )
+            .await?;
+        if claimed.is_empty() {
+            let counts = client.counts(POOL).await?;
+            if counts.free == 0 && counts.held == 0 {
+                break;
+            }
+            continue;
+        }
+        for lease in claimed {
+            let key = lease.key().to_string();
             let fence = lease.fence();
             say(json!({"ev": "acquired", "worker": name, "key": key, "fence": fence}));
             let work = rand::rng().random_range(20..=60);
@@ -81,13 +93,8 @@ async fn main() -> accord::Result<()> {
                 Err(e) => return Err(e),
             }
             say(json!({"ev": "done", "worker": name, "key": key, "fence": fence}));
-            remaining.retain(|k| *k != key);
             completed += 1;
-            progressed = true;
             announce(&client, name, &mut announced).await?;
-        }
-        if !remaining.is_empty() && !progressed {
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
     say(json!({"ev": "exit", "worker": name, "completed": completed}));

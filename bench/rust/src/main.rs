@@ -1,11 +1,12 @@
-//! `accord-bench`: the Rust part of `make bench` (bench/README.md). Runs scenarios 1–5 of the
-//! benchmark against the database in ACCORD_BENCH_URL and writes their raw samples to
+//! `accord-bench`: the Rust part of `make bench` (bench/README.md). Runs scenarios 1–5 and 8 (a
+//! work pool) of the benchmark against the database in ACCORD_BENCH_URL and writes their raw samples to
 //! ACCORD_BENCH_OUT for bench/report.py.
 
 mod concurrent;
 mod handoff;
 mod keepalive;
 mod notify;
+mod pool;
 mod raw;
 mod record;
 mod uncontended;
@@ -22,10 +23,10 @@ pub const SCHEMA: &str = "accord_bench";
 pub const NAMESPACE: &str = "bench";
 
 #[derive(Parser)]
-#[command(about = "accord's Rust benchmarks (scenarios 1-5); see bench/README.md")]
+#[command(about = "accord's Rust benchmarks (scenarios 1-5 and 8); see bench/README.md")]
 struct Args {
     /// Scenarios to run, e.g. `1,3`.
-    #[arg(long, value_delimiter = ',', default_values_t = [1u8, 2, 3, 4, 5])]
+    #[arg(long, value_delimiter = ',', default_values_t = [1u8, 2, 3, 4, 5, 8])]
     scenarios: Vec<u8>,
     /// The database (a throwaway one: the bench writes to schema accord_bench).
     #[arg(long, env = "ACCORD_BENCH_URL")]
@@ -50,6 +51,12 @@ struct Args {
     /// Scenario 5's leases.
     #[arg(long, default_value_t = 10_000)]
     keepalive_leases: usize,
+    /// Scenario 8's keys (the work pool drained).
+    #[arg(long, default_value_t = 2000)]
+    pool_keys: usize,
+    /// Scenario 8's workers (tasks, each with a client of its own).
+    #[arg(long, default_value_t = 8)]
+    pool_workers: usize,
 }
 
 pub struct Config {
@@ -59,6 +66,8 @@ pub struct Config {
     pub keepalive_window: Duration,
     pub keepalive_leases: usize,
     pub tls_root_cert: Option<String>,
+    pub pool_keys: usize,
+    pub pool_workers: usize,
 }
 
 #[tokio::main]
@@ -74,6 +83,8 @@ async fn main() -> BenchResult<()> {
         keepalive_window: Duration::from_secs(args.keepalive_seconds.max(1)),
         keepalive_leases: args.keepalive_leases.max(1),
         tls_root_cert: args.tls_root_cert.filter(|p| !p.is_empty()),
+        pool_keys: args.pool_keys.max(1),
+        pool_workers: args.pool_workers.max(1),
     };
     let server_version: String = raw::connect(&config.url)
         .await?
@@ -96,7 +107,8 @@ async fn main() -> BenchResult<()> {
             3 => handoff::run(&config).await?,
             4 => notify::run(&config).await?,
             5 => keepalive::run(&config).await?,
-            other => return Err(format!("there is no scenario {other} (1-5)").into()),
+            8 => pool::run(&config).await?,
+            other => return Err(format!("there is no scenario {other} (1-5, 8)").into()),
         };
         for record in &found {
             println!("  {}", record.summary());
