@@ -89,6 +89,13 @@ pub(crate) fn done_by(key: &StoredKey<'_>, owner: &str, fence: i64) -> bool {
     key.owner == Some(owner) && key.fence == fence && key.done
 }
 
+/// Whether marking a key done wakes the waiters of that key. Mirrors the done statement's
+/// `WHERE pool IS NULL` on its `pg_notify`: a key of a work pool wakes nobody (claimers wait
+/// for free keys; an acquire waiting on that very key learns it is done at the holder's expiry).
+pub(crate) fn done_wakes(pool: Option<&str>) -> bool {
+    pool.is_none()
+}
+
 /// Mirrors `metadata || patch` on jsonb objects: the patch's top-level keys replace the
 /// base's (nested objects are replaced whole, not merged).
 pub(crate) fn merge_metadata(base: &mut Metadata, patch: Metadata) {

@@ -122,7 +122,14 @@ impl Semaphore {
         let grants = self
             .session
             .claim(&self.pool, claim, Some(self.below.clone()))
-            .await?;
+            .await
+            .map_err(|e| match e.kind() {
+                // Named for what the caller did, not for the pool of permits underneath.
+                ErrorKind::Cancelled => {
+                    Error::cancelled(&format!("acquire of semaphore {:?}", self.name))
+                }
+                _ => e,
+            })?;
         Ok(grants
             .into_iter()
             .next()

@@ -126,17 +126,25 @@ impl Sql {
             ),
             // The finisher stays recorded as owner; expires_at NULL marks it as no longer live.
             // As for release, a retry that finds the key done by this very grant succeeds.
+            // Without metadata to merge, the stored metadata is kept as it is, not rewritten.
+            // A key of a work pool wakes nobody when done (`rules::done_wakes`): claimers wait
+            // for free keys, and a NOTIFY in a committing transaction takes a server-wide lock
+            // that serialises commits (measured: 1.3x the time of a done without it, fsync on).
             done: format!(
                 "WITH finished AS (
                    UPDATE {s}.leases
                       SET done = true, expires_at = NULL, attempt = NULL,
-                          metadata = metadata || COALESCE($5::text::jsonb, '{{}}'::jsonb),
+                          metadata = CASE WHEN $5::text IS NULL THEN metadata
+                                          ELSE metadata || $5::text::jsonb END,
                           updated_at = clock_timestamp()
                     WHERE namespace = $1 AND key = $2 AND owner = $3 AND fence = $4
                       AND NOT done AND expires_at > clock_timestamp()
-                   RETURNING key, metadata)
-                 SELECT f.metadata::text, count(pg_notify($6, json_build_array($1::text, f.key)::text))
-                   FROM finished f GROUP BY f.metadata::text
+                   RETURNING key, metadata, pool),
+                 woken AS (
+                   SELECT count(pg_notify($6, json_build_array($1::text, key)::text)) AS n
+                     FROM finished WHERE pool IS NULL)
+                 SELECT f.metadata::text, (SELECT n FROM woken)
+                   FROM finished f
                  UNION ALL
                  SELECT l.metadata::text, 0 FROM {s}.leases l
                   WHERE l.namespace = $1 AND l.key = $2 AND l.owner = $3 AND l.fence = $4 AND l.done
@@ -216,7 +224,8 @@ impl Sql {
                    UPDATE {s}.leases AS l
                       SET owner = $5, fence = nextval({seq}::regclass), attempt = $4,
                           expires_at = clock_timestamp() + $6::bigint * interval '1 millisecond',
-                          metadata = l.metadata || COALESCE($7::text::jsonb, '{{}}'::jsonb),
+                          metadata = CASE WHEN $7::text IS NULL THEN l.metadata
+                                          ELSE l.metadata || $7::text::jsonb END,
                           updated_at = clock_timestamp()
                      FROM picked
                     WHERE l.namespace = $1 AND l.key = picked.key
@@ -271,17 +280,15 @@ pub(crate) fn migrations(schema: &str) -> Vec<Vec<String>> {
             format!("CREATE INDEX leases_newest_first ON {s}.leases (namespace, fence DESC)"),
         ],
         // Version 2: work pools. `pool` is the prefix a key was offered under; `offered` orders
-        // claims, oldest offer first. Claims walk the first index, which done keys leave, so a
-        // pool's finished work costs its claims nothing; counts walk the second.
+        // claims, oldest offer first. One index serves claims (its `done = false` part, in offer
+        // order, so a pool's finished work costs its claims nothing) and counts (the whole
+        // pool): each claim and done writes every index, so there is only one more.
         vec![
             format!("ALTER TABLE {s}.leases ADD COLUMN pool text COLLATE \"C\""),
             format!("ALTER TABLE {s}.leases ADD COLUMN offered bigint"),
             format!(
-                "CREATE INDEX leases_claimable ON {s}.leases (namespace, pool, offered)
-              WHERE pool IS NOT NULL AND NOT done"
-            ),
-            format!(
-                "CREATE INDEX leases_pool ON {s}.leases (namespace, pool) WHERE pool IS NOT NULL"
+                "CREATE INDEX leases_pool ON {s}.leases (namespace, pool, done, offered)
+                  WHERE pool IS NOT NULL"
             ),
         ],
     ]

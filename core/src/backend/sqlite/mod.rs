@@ -136,6 +136,7 @@ impl SqliteBackend {
 
 /// A stored key, as the rules in `crate::rules` read it, plus its metadata text.
 struct KeyRow {
+    pool: Option<String>,
     owner: Option<String>,
     fence: i64,
     expires_at_ms: Option<i64>,
@@ -158,7 +159,7 @@ impl KeyRow {
 
 fn read_key(conn: &Connection, ns: &str, key: &str, what: &str) -> Result<Option<KeyRow>> {
     conn.query_row(
-        "SELECT owner, fence, expires_at_ms, done, attempt, metadata FROM leases
+        "SELECT owner, fence, expires_at_ms, done, attempt, metadata, pool FROM leases
           WHERE namespace = ?1 AND key = ?2",
         params![ns, key],
         |r| {
@@ -169,6 +170,7 @@ fn read_key(conn: &Connection, ns: &str, key: &str, what: &str) -> Result<Option
                 done: r.get(3)?,
                 attempt: r.get(4)?,
                 metadata: r.get(5)?,
+                pool: r.get(6)?,
             })
         },
     )
@@ -468,8 +470,11 @@ impl Backend for SqliteBackend {
                 params![ns, key, text, now],
             )
             .map_err(|e| db_error("done", e))?;
-            add_event(tx, WAKEUP_CHANNEL, &wakeup_payload(&ns, &key), now)?;
-            Ok((Some(merged), true))
+            let wakes = rules::done_wakes(row.pool.as_deref());
+            if wakes {
+                add_event(tx, WAKEUP_CHANNEL, &wakeup_payload(&ns, &key), now)?;
+            }
+            Ok((Some(merged), wakes))
         })
         .await
     }

@@ -213,9 +213,8 @@ fn migrate(conn: &mut Connection) -> Result<()> {
         // offer order that claims follow).
         "ALTER TABLE leases ADD COLUMN pool TEXT;
          ALTER TABLE leases ADD COLUMN offered INTEGER;
-         CREATE INDEX leases_claimable ON leases (namespace, pool, offered)
-          WHERE pool IS NOT NULL AND done = 0;
-         CREATE INDEX leases_pool ON leases (namespace, pool) WHERE pool IS NOT NULL;",
+         CREATE INDEX leases_pool ON leases (namespace, pool, done, offered)
+          WHERE pool IS NOT NULL;",
     ];
     let tx = conn
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
