@@ -19,7 +19,8 @@
 //! `hammer` prints `HAMMER <grants>` at the end (tests/polyglot's grant audit runs it beside
 //! Python and Node workers doing the same).
 //!
-//! `drain` prints `DONE <key> <fence>` for every key it finished and `DRAINED <n>` at the end
+//! `drain` prints `CLAIMED <n>` after its first claim and waits for a line on its standard input
+//! before it works, then `DONE <key> <fence>` for every key it finished and `DRAINED <n>` at the end
 //! (tests/polyglot's pool run, beside Python and Node workers doing the same).
 //!
 //! `hold` prints `RELEASED` once it released the key. With `-` for MILLIS it keeps the key until
@@ -103,12 +104,23 @@ async fn main() {
         "drain" => {
             let batch: usize = b.parse().expect("BATCH is a number");
             let mut finished = 0;
+            let mut first = true;
             loop {
                 let claim = ClaimOptions::new()
                     .limit(batch)
                     .ttl(Duration::from_secs(30))
                     .timeout(Duration::from_millis(200));
                 let leases = client.claim(a, claim).await.expect("claim");
+                if first {
+                    // The caller starts the work once every worker holds its first batch.
+                    first = false;
+                    println!("CLAIMED {}", leases.len());
+                    tokio::task::spawn_blocking(|| {
+                        let _ = std::io::stdin().read_line(&mut String::new());
+                    })
+                    .await
+                    .expect("read standard input");
+                }
                 if leases.is_empty() {
                     let counts = client.counts(a).await.expect("counts");
                     if counts.free + counts.held == 0 {

@@ -1,21 +1,43 @@
 'use strict'
 // A Node worker of the polyglot pool run: claim BATCH → 1 ms of work → done, until the pool is
-// empty; prints `DONE <key> <fence>` per key and `DRAINED <n>` at the end.
+// empty. Prints `CLAIMED <n>` after its first claim and waits for a line on stdin before it
+// works (the run starts the work once every worker holds keys), then `DONE <key> <fence>` per
+// key and `DRAINED <n>` at the end.
 //
 //   node drain.js URL NAMESPACE PREFIX BATCH
 
 const path = require('node:path')
 const { setTimeout: sleep } = require('node:timers/promises')
+const readline = require('node:readline')
 const accord = require(path.join(__dirname, '..', '..', 'node'))
+
+/** Resolves with the next line of standard input (or at its end). */
+function nextLine() {
+  return new Promise((resolve) => {
+    const lines = readline.createInterface({ input: process.stdin })
+    const done = () => {
+      lines.close()
+      resolve()
+    }
+    lines.once('line', done)
+    lines.once('close', resolve)
+  })
+}
 
 async function main() {
   const [url, namespace, prefix, batchText] = process.argv.slice(2)
   const limit = Number(batchText)
   const client = await accord.connect(url, { namespace, owner: `node-${process.pid}`, ttl: 30_000 })
   let finished = 0
+  let first = true
   try {
     for (;;) {
       const leases = await client.claim(prefix, { limit, ttl: 30_000, timeout: 200 })
+      if (first) {
+        first = false
+        console.log(`CLAIMED ${leases.length}`)
+        await nextLine()
+      }
       if (leases.length === 0) {
         const counts = await client.counts(prefix)
         if (counts.free + counts.held === 0) break

@@ -1,5 +1,7 @@
 """A Python worker of the polyglot pool run: claim BATCH → 1 ms of work → done, until the pool
-is empty; prints ``DONE <key> <fence>`` per key and ``DRAINED <n>`` at the end.
+is empty. Prints ``CLAIMED <n>`` after its first claim and waits for a line on stdin before it
+works (the run starts the work once every worker holds keys), then ``DONE <key> <fence>`` per
+key and ``DRAINED <n>`` at the end.
 
     python drain.py URL NAMESPACE PREFIX BATCH
 """
@@ -14,12 +16,22 @@ import accord
 
 
 def main() -> None:
-    url, namespace, prefix, batch = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    url, namespace, prefix, batch = (
+        sys.argv[1],
+        sys.argv[2],
+        sys.argv[3],
+        int(sys.argv[4]),
+    )
     owner = f"python-{os.getpid()}"
     finished = 0
+    first = True
     with accord.Client.connect(url, namespace=namespace, owner=owner, ttl=30) as client:
         while True:
             leases = client.claim(prefix, limit=batch, ttl=30, timeout=0.2)
+            if first:
+                first = False
+                print(f"CLAIMED {len(leases)}", flush=True)
+                sys.stdin.readline()
             if not leases:
                 counts = client.counts(prefix)
                 if counts.free + counts.held == 0:

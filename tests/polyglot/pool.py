@@ -17,9 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-import psycopg
-
 import accord
+import psycopg
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -32,7 +31,7 @@ DEADLINE = 240
 
 STATEMENTS = """SELECT
     COALESCE(sum(calls) FILTER (WHERE query LIKE '%FOR UPDATE SKIP LOCKED%'), 0)::bigint,
-    COALESCE(sum(calls) FILTER (WHERE query LIKE '%SET done = true%'), 0)::bigint,
+    COALESCE(sum(calls) FILTER (WHERE query LIKE '%SET done =%'), 0)::bigint,
     COALESCE(sum(calls) FILTER (WHERE query LIKE '%seen AS MATERIALIZED%'), 0)::bigint
   FROM pg_stat_statements WHERE query LIKE '%"accord".leases%'"""
 
@@ -44,12 +43,30 @@ def commands(url: str, namespace: str) -> list[tuple[str, list[str]]]:
     batch = str(BATCH)
     by_language = {
         "rust": [contend, url, namespace, "drain", PREFIX, batch],
-        "python": [sys.executable, str(HERE / "drain.py"), url, namespace, PREFIX, batch],
+        "python": [
+            sys.executable,
+            str(HERE / "drain.py"),
+            url,
+            namespace,
+            PREFIX,
+            batch,
+        ],
         "node": ["node", str(HERE / "drain.js"), url, namespace, PREFIX, batch],
     }
-    return [
-        (lang, by_language[lang]) for lang, n in WORKERS.items() for _ in range(n)
-    ]
+    return [(lang, by_language[lang]) for lang, n in WORKERS.items() for _ in range(n)]
+
+
+def first_batch(process: subprocess.Popen[str]) -> int:
+    """The size of a worker's first claim, from its ``CLAIMED <n>`` line (0 if it ended)."""
+    assert process.stdout is not None
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            return 0
+        if line.startswith("CLAIMED "):
+            return int(line.split()[1])
+    return 0
 
 
 def main() -> int:
@@ -80,9 +97,21 @@ def main() -> int:
         failures = []
         try:
             started = [
-                (lang, subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
+                (
+                    lang,
+                    subprocess.Popen(
+                        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+                    ),
+                )
                 for lang, cmd in commands(url, tag)
             ]
+            # Every worker holds its first batch before any works: each language does keys,
+            # whichever starts fastest.
+            first_batches = [first_batch(process) for _, process in started]
+            for _, process in started:
+                assert process.stdin is not None
+                process.stdin.write("go\n")
+                process.stdin.flush()  # communicate() below closes it
             for lang, process in started:
                 try:
                     out, _ = process.communicate(timeout=DEADLINE)
@@ -115,6 +144,10 @@ def main() -> int:
     languages = sorted({lang for langs in done_by.values() for lang in langs})
     checks = [
         (offered == KEYS, f"{offered} of {KEYS} keys offered"),
+        (
+            all(n > 0 for n in first_batches),
+            f"every worker held keys before any worked ({first_batches})",
+        ),
         (not failures, f"{sum(WORKERS.values())} workers finished"),
         (len(languages) == 3, f"keys were done in {', '.join(languages)}"),
         (
