@@ -83,7 +83,19 @@ pub async fn run(config: &Config) -> BenchResult<Vec<Record>> {
 
     let lost = leases.iter().filter(|l| l.is_lost()).count();
     if lost > 0 {
-        return Err(format!("{lost} of {leases_wanted} leases were lost while held").into());
+        // Why, by the core's reasons: not renewed in time, or no longer recorded.
+        let mut reasons = std::collections::BTreeMap::new();
+        for lease in &leases {
+            if let Some(why) = lease.status().lost_reason() {
+                *reasons.entry(why.as_str()).or_insert(0usize) += 1;
+            }
+        }
+        return Err(format!(
+            "{lost} of {leases_wanted} leases were lost while held ({reasons:?}; {} keepalive \
+             statements sent)",
+            client.keepalive_statements()
+        )
+        .into());
     }
     let expected_ticks = elapsed.as_secs_f64() / (TTL / 3).as_secs_f64();
     let mut record = Record::new(
