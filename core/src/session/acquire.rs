@@ -15,11 +15,11 @@ use crate::validate;
 
 /// A waiting acquire re-checks at least this often even without a wake-up: a safety net for a
 /// notification lost in a way the listening connection could not notice.
-const MAX_WAIT_SLICE: Duration = Duration::from_secs(30);
+pub(super) const MAX_WAIT_SLICE: Duration = Duration::from_secs(30);
 /// When a concurrent change hid the holder's row, retry after about this long.
 const RACE_RETRY: Duration = Duration::from_millis(20);
 /// Wake a little after the holder's expiry so that the coordinator's clock has passed it.
-const EXPIRY_SLACK: Duration = Duration::from_millis(5);
+pub(super) const EXPIRY_SLACK: Duration = Duration::from_millis(5);
 
 /// What one acquire call sends with each of its tries.
 #[derive(Clone)]
@@ -61,7 +61,10 @@ impl Session {
         };
         if !wait {
             return match self.attempt(&attempt).await? {
-                (AcquireOutcome::Granted(g), sent) => self.adopt(&attempt, g, sent).await.map(Some),
+                (AcquireOutcome::Granted(g), sent) => self
+                    .adopt_grant(attempt.key.clone(), attempt.ttl, g, sent)
+                    .await
+                    .map(Some),
                 (AcquireOutcome::Done, _) => Err(Error::done(key)),
                 (AcquireOutcome::Held { .. }, _) => Ok(None),
             };
@@ -88,12 +91,11 @@ impl Session {
             let (outcome, sent) = self.attempt(&attempt).await?;
             let remaining = match outcome {
                 AcquireOutcome::Granted(g) => {
-                    let grant = self.adopt(&attempt, g, sent).await?;
+                    let grant = self
+                        .adopt_grant(attempt.key.clone(), attempt.ttl, g, sent)
+                        .await?;
                     if cancel.is_cancelled() {
-                        if grant.mark_released() {
-                            self.keepalive.remove(grant.fence);
-                            self.scope.give_back(&grant.key, grant.fence).await;
-                        }
+                        self.give_back_unused(&grant).await;
                         return Err(Error::cancelled(&format!("acquire of {key:?}")));
                     }
                     return Ok(Some(grant));
@@ -182,11 +184,6 @@ impl Session {
             .outcome
             .take()
             .unwrap_or_else(|| Err(Error::internal("an answer was read twice")))
-    }
-
-    async fn adopt(&self, attempt: &Attempt, g: Granted, sent: Instant) -> Result<Arc<Grant>> {
-        self.adopt_grant(attempt.key.clone(), attempt.ttl, g, sent)
-            .await
     }
 
     /// Hands a grant to the keepalive; a grant that arrives after the session closed is given

@@ -132,6 +132,15 @@ impl Session {
         }
     }
 
+    /// [`Session::abandon`], waiting for the give-back: for a grant that a cancelled wait
+    /// received, so that the caller's error means nothing is left held.
+    pub async fn give_back_unused(&self, grant: &Grant) {
+        if grant.mark_released() {
+            self.keepalive.remove(grant.fence);
+            self.scope.give_back(&grant.key, grant.fence).await;
+        }
+    }
+
     /// Ends everything now: waiters and subscriptions see `Closed`, the keepalive stops, and
     /// every grant still held is lost for the reason that the client closed. Returns those
     /// grants, for [`Session::close`] to release.

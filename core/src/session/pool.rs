@@ -6,18 +6,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::acquire::HoldsGrants;
+use super::acquire::{HoldsGrants, EXPIRY_SLACK, MAX_WAIT_SLICE};
 use super::grant::Grant;
 use super::Session;
 use crate::backend::{ClaimRequest, Claimed};
 use crate::error::{Error, Result};
 use crate::options::{ClaimOptions, PoolCounts};
 use crate::validate::{self, OFFER_BATCH};
-
-/// A waiting claim re-checks at least this often even without a wake-up.
-const MAX_WAIT_SLICE: Duration = Duration::from_secs(30);
-/// Wake a little after the soonest holder's expiry so that the coordinator's clock passed it.
-const EXPIRY_SLACK: Duration = Duration::from_millis(5);
 
 impl HoldsGrants for Claimed {
     fn grants(&mut self) -> Vec<(String, i64)> {
@@ -111,10 +106,7 @@ impl Session {
             if !granted.is_empty() {
                 if cancel.is_cancelled() {
                     for grant in &granted {
-                        if grant.mark_released() {
-                            self.keepalive.remove(grant.fence);
-                            self.scope.give_back(&grant.key, grant.fence).await;
-                        }
+                        self.give_back_unused(grant).await;
                     }
                     return Err(Error::cancelled(&format!("claim of {pool:?}")));
                 }
