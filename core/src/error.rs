@@ -106,6 +106,12 @@ impl Error {
         self
     }
 
+    /// The same kind and message, for one more caller of a statement that many callers
+    /// shared (the source stays with the first).
+    pub(crate) fn copy_for_another_caller(&self) -> Self {
+        Error::new(self.kind, self.message.clone())
+    }
+
     /// The kind of failure.
     pub fn kind(&self) -> ErrorKind {
         self.kind

@@ -172,7 +172,11 @@ impl Lease {
         if !self.grant.begin_ending(true)? {
             return Ok(());
         }
-        let released = self.session.scope.backend.release(self.lease_ref()).await;
+        let released = self
+            .session
+            .scope
+            .release(&self.grant.key, self.grant.fence)
+            .await;
         self.finish(released, LeaseStatus::Released)
     }
 
@@ -195,8 +199,7 @@ impl Lease {
         let done = self
             .session
             .scope
-            .backend
-            .done(self.lease_ref(), text.as_deref())
+            .done(&self.grant.key, self.grant.fence, text)
             .await;
         let merged = done.as_ref().ok().and_then(Option::clone);
         self.finish(done.map(|d| d.is_some()), LeaseStatus::Done)?;

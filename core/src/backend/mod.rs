@@ -95,6 +95,14 @@ pub(crate) struct BatchItem {
     pub ttl: Duration,
 }
 
+/// One lease of a batched done.
+pub(crate) struct DoneItem {
+    pub key: String,
+    pub fence: i64,
+    /// JSON object text to merge, already validated.
+    pub metadata: Option<String>,
+}
+
 pub(crate) enum ResetOutcome {
     Reset,
     NotFound,
@@ -146,6 +154,22 @@ pub(crate) trait Backend: Send + Sync + 'static {
     async fn release(&self, lease: LeaseRef<'_>) -> Result<bool>;
     /// Mark the key done if this grant still holds it; `None` otherwise.
     async fn done(&self, lease: LeaseRef<'_>, metadata: Option<&str>) -> Result<Option<Metadata>>;
+    /// [`Backend::release`] for many leases of one owner in one statement; returns the fences
+    /// the coordinator still recorded (released now, or already by this very grant).
+    async fn release_batch(
+        &self,
+        namespace: &str,
+        owner: &str,
+        items: &[(String, i64)],
+    ) -> Result<Vec<i64>>;
+    /// [`Backend::done`] for many leases of one owner in one statement; returns the fences
+    /// done (now, or already by this very grant) with their metadata.
+    async fn done_batch(
+        &self,
+        namespace: &str,
+        owner: &str,
+        items: &[DoneItem],
+    ) -> Result<Vec<(i64, Metadata)>>;
     async fn reset(&self, namespace: &str, key: &str) -> Result<ResetOutcome>;
     async fn list(&self, namespace: &str, query: &ListQuery) -> Result<ListPage>;
     async fn notify(&self, channel: &str, payload: &str) -> Result<()>;

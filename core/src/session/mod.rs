@@ -10,6 +10,7 @@ mod dispatch;
 mod grant;
 mod keepalive;
 mod pool;
+mod rounds;
 mod scope;
 mod waiters;
 
@@ -66,6 +67,7 @@ impl Session {
                 namespace: options.namespace.clone(),
                 owner: options.owner.clone().unwrap_or_else(default_owner),
                 runtime,
+                rounds: Default::default(),
             }),
             ttl: options.ttl,
             pid: std::process::id(),

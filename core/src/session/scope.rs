@@ -5,12 +5,18 @@
 use std::sync::Arc;
 
 use crate::backend::{DynBackend, LeaseRef};
+use crate::error::Result;
+use crate::metadata::Metadata;
+
+use super::rounds::{Ending, Rounds};
 
 pub(crate) struct Scope {
     pub backend: DynBackend,
     pub namespace: String,
     pub owner: String,
     pub runtime: tokio::runtime::Handle,
+    /// Releases and dones in flight, grouped into one statement per round.
+    pub rounds: Rounds,
 }
 
 impl Scope {
@@ -23,10 +29,32 @@ impl Scope {
         }
     }
 
+    /// Frees the key if this grant still holds it (or already freed it): true; false when the
+    /// coordinator no longer records the grant. Shares a statement with concurrent endings.
+    pub async fn release(self: &Arc<Self>, key: &str, fence: i64) -> Result<bool> {
+        Ok(Rounds::submit(self, key, fence, Ending::Release)
+            .await?
+            .is_some())
+    }
+
+    /// Marks the key done if this grant still holds it (or already did), with the merged
+    /// metadata; `None` when the coordinator no longer records the grant. Shares a statement
+    /// with concurrent endings.
+    pub async fn done(
+        self: &Arc<Self>,
+        key: &str,
+        fence: i64,
+        metadata: Option<String>,
+    ) -> Result<Option<Metadata>> {
+        Ok(Rounds::submit(self, key, fence, Ending::Done { metadata })
+            .await?
+            .flatten())
+    }
+
     /// Releases a grant nobody will use (fenced, so it never frees a newer grant). Failures
     /// only mean the key stays held until its expiry.
-    pub async fn give_back(&self, key: &str, fence: i64) {
-        if let Err(e) = self.backend.release(self.lease_ref(key, fence)).await {
+    pub async fn give_back(self: &Arc<Self>, key: &str, fence: i64) {
+        if let Err(e) = self.release(key, fence).await {
             tracing::debug!(target: "accord", key, fence, error = %e, "give-back failed; the lease expires at its ttl");
         }
     }

@@ -102,3 +102,66 @@ pub async fn close_ends_every_lease(h: &Harness) {
         .is_some());
     o2.close().await;
 }
+
+/// Group commit: endings that many tasks of one client start at once share statements, and
+/// each still gets its own answer. Half the leases are done, each merging metadata of its
+/// own; the other half released; then every key is in the state its own call chose, with its
+/// own metadata, and each lease reports the status its own call gave it.
+pub async fn concurrent_endings_each_get_their_own_answer(h: &Harness) {
+    const LEASES: usize = 30;
+    let o1 = h.client("o1").await;
+    let mut leases = Vec::new();
+    for i in 0..LEASES {
+        leases.push(
+            o1.acquire(&format!("k{i:02}"), ttl(60 * SEC))
+                .await
+                .unwrap(),
+        );
+    }
+    let endings = leases.iter().enumerate().map(|(i, lease)| async move {
+        if i % 2 == 0 {
+            lease
+                .done(Some(crate::support::meta(serde_json::json!({ "i": i }))))
+                .await
+        } else {
+            lease.release().await
+        }
+    });
+    for result in futures_util::future::join_all(endings).await {
+        result.unwrap();
+    }
+    let page = o1
+        .list(accord::ListQuery::new().prefix("k").limit(100))
+        .await
+        .unwrap();
+    assert_eq!(page.items.len(), LEASES);
+    for info in page.items {
+        let i: usize = info.key[1..].parse().unwrap();
+        if i % 2 == 0 {
+            assert_eq!(info.state, accord::KeyState::Done, "{}", info.key);
+            assert_eq!(
+                info.metadata.get("i"),
+                Some(&serde_json::json!(i)),
+                "{}",
+                info.key
+            );
+        } else {
+            assert_eq!(info.state, accord::KeyState::Free, "{}", info.key);
+        }
+    }
+    for (i, lease) in leases.iter().enumerate() {
+        let want = if i % 2 == 0 {
+            accord::LeaseStatus::Done
+        } else {
+            accord::LeaseStatus::Released
+        };
+        assert_eq!(lease.status(), want, "{}", lease.key());
+    }
+    // A second done of a done lease, and a release after it, answer as one lease would.
+    assert_eq!(
+        leases[0].done(None).await.unwrap_err().kind(),
+        ErrorKind::LeaseLost
+    );
+    leases[0].release().await.unwrap();
+    o1.close().await;
+}

@@ -19,8 +19,8 @@ use self::listener::Listener;
 use self::pool::{Failure, Pool};
 use self::sql::Sql;
 use super::{
-    AcquireOutcome, AcquireRequest, Backend, BatchItem, ClaimRequest, Claimed, EventSink, Granted,
-    LeaseRef, Renewed, ResetOutcome,
+    AcquireOutcome, AcquireRequest, Backend, BatchItem, ClaimRequest, Claimed, DoneItem, EventSink,
+    Granted, LeaseRef, Renewed, ResetOutcome,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::metadata::Metadata;
@@ -201,6 +201,48 @@ impl Backend for PgBackend {
             })
             .await?;
         row.map(|r| parse_metadata(r.get(0))).transpose()
+    }
+
+    async fn release_batch(
+        &self,
+        namespace: &str,
+        owner: &str,
+        items: &[(String, i64)],
+    ) -> Result<Vec<i64>> {
+        let channel = self.wakeup_channel.as_str();
+        let keys: Vec<&str> = items.iter().map(|(key, _)| key.as_str()).collect();
+        let fences: Vec<i64> = items.iter().map(|(_, fence)| *fence).collect();
+        let params: [&(dyn ToSql + Sync); 5] = [&namespace, &owner, &keys, &fences, &channel];
+        let rows = self
+            .pool
+            .run_retrying("release", |c| async move {
+                c.client.query(&c.stmts.release_batch, &params).await
+            })
+            .await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    async fn done_batch(
+        &self,
+        namespace: &str,
+        owner: &str,
+        items: &[DoneItem],
+    ) -> Result<Vec<(i64, Metadata)>> {
+        let channel = self.wakeup_channel.as_str();
+        let keys: Vec<&str> = items.iter().map(|i| i.key.as_str()).collect();
+        let fences: Vec<i64> = items.iter().map(|i| i.fence).collect();
+        let metadata: Vec<Option<&str>> = items.iter().map(|i| i.metadata.as_deref()).collect();
+        let params: [&(dyn ToSql + Sync); 6] =
+            [&namespace, &owner, &keys, &fences, &metadata, &channel];
+        let rows = self
+            .pool
+            .run_retrying("done", |c| async move {
+                c.client.query(&c.stmts.done_batch, &params).await
+            })
+            .await?;
+        rows.iter()
+            .map(|r| Ok((r.get(0), parse_metadata(r.get(1))?)))
+            .collect()
     }
 
     async fn reset(&self, namespace: &str, key: &str) -> Result<ResetOutcome> {

@@ -20,6 +20,8 @@ pub(crate) struct Prepared {
     pub renew_batch: Statement,
     pub release: Statement,
     pub done: Statement,
+    pub release_batch: Statement,
+    pub done_batch: Statement,
     pub reset: Statement,
     pub list: Statement,
     pub notify: Statement,
@@ -133,6 +135,8 @@ impl Pool {
             prep(&sql.renew_batch),
             prep(&sql.release),
             prep(&sql.done),
+            prep(&sql.release_batch),
+            prep(&sql.done_batch),
             prep(&sql.reset),
             prep(&sql.list),
             prep(sql.notify),
@@ -140,8 +144,21 @@ impl Pool {
             prep(&sql.claim),
             prep(&sql.counts),
         );
-        let (acquire, renew, renew_batch, release, done, reset, list, notify, offer, claim, counts) =
-            r.map_err(|e| classify(&self.spec.display, "preparing statements", e).into_error())?;
+        let (
+            acquire,
+            renew,
+            renew_batch,
+            release,
+            done,
+            release_batch,
+            done_batch,
+            reset,
+            list,
+            notify,
+            offer,
+            claim,
+            counts,
+        ) = r.map_err(|e| classify(&self.spec.display, "preparing statements", e).into_error())?;
         Ok(Arc::new(Conn {
             client,
             _driver: driver,
@@ -151,6 +168,8 @@ impl Pool {
                 renew_batch,
                 release,
                 done,
+                release_batch,
+                done_batch,
                 reset,
                 list,
                 notify,

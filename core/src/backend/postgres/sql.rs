@@ -28,6 +28,8 @@ pub(crate) struct Sql {
     pub renew_batch: String,
     pub release: String,
     pub done: String,
+    pub release_batch: String,
+    pub done_batch: String,
     pub reset: String,
     pub list: String,
     pub notify: &'static str,
@@ -149,6 +151,50 @@ impl Sql {
                  SELECT l.metadata::text, 0 FROM {s}.leases l
                   WHERE l.namespace = $1 AND l.key = $2 AND l.owner = $3 AND l.fence = $4 AND l.done
                     AND NOT EXISTS (SELECT 1 FROM finished)"
+            ),
+            // Group commit: the releases of many leases of one owner ($2) in one statement,
+            // the same rule as `release` per lease. Answers the fences still recorded: freed
+            // now, or (a retry) already freed by this very grant. The second half reads the
+            // statement's snapshot, where rows freed now still look held: nothing is counted twice.
+            release_batch: format!(
+                "WITH b AS (SELECT * FROM unnest($3::text[], $4::bigint[]) AS b(key, fence)),
+                 released AS (
+                   UPDATE {s}.leases AS l
+                      SET owner = NULL, expires_at = NULL, attempt = NULL, updated_at = clock_timestamp()
+                     FROM b
+                    WHERE l.namespace = $1 AND l.key = b.key AND l.owner = $2 AND l.fence = b.fence
+                      AND NOT l.done AND l.expires_at > clock_timestamp()
+                   RETURNING l.key, l.fence)
+                 SELECT r.fence, pg_notify($5, json_build_array($1::text, r.key)::text)::text
+                   FROM released r
+                 UNION ALL
+                 SELECT l.fence, NULL FROM {s}.leases l JOIN b ON l.key = b.key AND l.fence = b.fence
+                  WHERE l.namespace = $1 AND l.owner IS NULL AND l.expires_at IS NULL AND NOT l.done"
+            ),
+            // Group commit of `done`, the same rule per lease; $5 holds each lease's metadata to
+            // merge (NULL: kept as it is). Answers the fences done, now or already by this grant.
+            done_batch: format!(
+                "WITH b AS (SELECT * FROM unnest($3::text[], $4::bigint[], $5::text[])
+                              AS b(key, fence, metadata)),
+                 finished AS (
+                   UPDATE {s}.leases AS l
+                      SET done = true, expires_at = NULL, attempt = NULL,
+                          metadata = CASE WHEN b.metadata IS NULL THEN l.metadata
+                                          ELSE l.metadata || b.metadata::jsonb END,
+                          updated_at = clock_timestamp()
+                     FROM b
+                    WHERE l.namespace = $1 AND l.key = b.key AND l.owner = $2 AND l.fence = b.fence
+                      AND NOT l.done AND l.expires_at > clock_timestamp()
+                   RETURNING l.key, l.fence, l.metadata, l.pool),
+                 woken AS (
+                   SELECT count(pg_notify($6, json_build_array($1::text, key)::text)) AS n
+                     FROM finished WHERE pool IS NULL)
+                 SELECT f.fence, f.metadata::text, (SELECT n FROM woken)
+                   FROM finished f
+                 UNION ALL
+                 SELECT l.fence, l.metadata::text, 0 FROM {s}.leases l
+                   JOIN b ON l.key = b.key AND l.fence = b.fence
+                  WHERE l.namespace = $1 AND l.owner = $2 AND l.done"
             ),
             // A live lease is never reset: its holder would keep believing it holds the key.
             reset: format!(

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use self::store::{db_error, now_ms, Location, Store};
 use super::{
     AcquireOutcome, AcquireRequest, Backend, BackendEvent, BatchItem, ClaimRequest, Claimed,
-    EventSink, Granted, LeaseRef, Renewed, ResetOutcome,
+    DoneItem, EventSink, Granted, LeaseRef, Renewed, ResetOutcome,
 };
 use crate::error::{Error, Result};
 use crate::metadata::Metadata;
@@ -287,6 +287,68 @@ fn add_event(tx: &Connection, channel: &str, payload: &str, now: i64) -> Result<
     Ok(())
 }
 
+/// Frees `key` if grant `fence` of `owner` holds it: (recorded, wake-up stored).
+fn release_one(
+    tx: &Connection,
+    ns: &str,
+    owner: &str,
+    key: &str,
+    fence: i64,
+    now: i64,
+) -> Result<(bool, bool)> {
+    let Some(row) = read_key(tx, ns, key, "release")? else {
+        return Ok((false, false));
+    };
+    if rules::holds(&row.view(), owner, fence, now) {
+        tx.execute(
+            "UPDATE leases SET owner = NULL, expires_at_ms = NULL, attempt = NULL,
+                               updated_at_ms = ?3
+              WHERE namespace = ?1 AND key = ?2",
+            params![ns, key, now],
+        )
+        .map_err(|e| db_error("release", e))?;
+        add_event(tx, WAKEUP_CHANNEL, &wakeup_payload(ns, key), now)?;
+        return Ok((true, true));
+    }
+    Ok((rules::released_by(&row.view(), fence), false))
+}
+
+/// Marks `key` done if grant `fence` of `owner` holds it: (merged metadata, wake-up stored).
+fn done_one(
+    tx: &Connection,
+    ns: &str,
+    owner: &str,
+    key: &str,
+    fence: i64,
+    metadata: Option<&str>,
+    now: i64,
+) -> Result<(Option<Metadata>, bool)> {
+    let Some(row) = read_key(tx, ns, key, "done")? else {
+        return Ok((None, false));
+    };
+    if !rules::holds(&row.view(), owner, fence, now) {
+        // A retry that finds the key done by this very grant succeeds.
+        return if rules::done_by(&row.view(), owner, fence) {
+            Ok((Some(parse_metadata(&row.metadata)?), false))
+        } else {
+            Ok((None, false))
+        };
+    }
+    let (text, merged) = merge(&row.metadata, metadata)?;
+    tx.execute(
+        "UPDATE leases SET done = 1, expires_at_ms = NULL, attempt = NULL, metadata = ?3,
+                           updated_at_ms = ?4
+          WHERE namespace = ?1 AND key = ?2",
+        params![ns, key, text, now],
+    )
+    .map_err(|e| db_error("done", e))?;
+    let wakes = rules::done_wakes(row.pool.as_deref());
+    if wakes {
+        add_event(tx, WAKEUP_CHANNEL, &wakeup_payload(ns, key), now)?;
+    }
+    Ok((Some(merged), wakes))
+}
+
 #[async_trait]
 impl Backend for SqliteBackend {
     async fn acquire(&self, r: &AcquireRequest<'_>) -> Result<AcquireOutcome> {
@@ -423,21 +485,7 @@ impl Backend for SqliteBackend {
             l.fence,
         );
         self.write("release", move |tx, now| {
-            let Some(row) = read_key(tx, &ns, &key, "release")? else {
-                return Ok((false, false));
-            };
-            if rules::holds(&row.view(), &owner, fence, now) {
-                tx.execute(
-                    "UPDATE leases SET owner = NULL, expires_at_ms = NULL, attempt = NULL,
-                                       updated_at_ms = ?3
-                      WHERE namespace = ?1 AND key = ?2",
-                    params![ns, key, now],
-                )
-                .map_err(|e| db_error("release", e))?;
-                add_event(tx, WAKEUP_CHANNEL, &wakeup_payload(&ns, &key), now)?;
-                return Ok((true, true));
-            }
-            Ok((rules::released_by(&row.view(), fence), false))
+            release_one(tx, &ns, &owner, &key, fence, now)
         })
         .await
     }
@@ -451,30 +499,57 @@ impl Backend for SqliteBackend {
         );
         let metadata = metadata.map(str::to_string);
         self.write("done", move |tx, now| {
-            let Some(row) = read_key(tx, &ns, &key, "done")? else {
-                return Ok((None, false));
-            };
-            if !rules::holds(&row.view(), &owner, fence, now) {
-                // A retry that finds the key done by this very grant succeeds.
-                return if rules::done_by(&row.view(), &owner, fence) {
-                    Ok((Some(parse_metadata(&row.metadata)?), false))
-                } else {
-                    Ok((None, false))
-                };
+            done_one(tx, &ns, &owner, &key, fence, metadata.as_deref(), now)
+        })
+        .await
+    }
+
+    // The batches take the write lock once: one transaction (one commit) for every lease.
+    async fn release_batch(
+        &self,
+        namespace: &str,
+        owner: &str,
+        items: &[(String, i64)],
+    ) -> Result<Vec<i64>> {
+        let (ns, owner, items) = (namespace.to_string(), owner.to_string(), items.to_vec());
+        self.write("release", move |tx, now| {
+            let mut recorded = Vec::new();
+            let mut evented = false;
+            for (key, fence) in &items {
+                let (held, woke) = release_one(tx, &ns, &owner, key, *fence, now)?;
+                evented |= woke;
+                if held {
+                    recorded.push(*fence);
+                }
             }
-            let (text, merged) = merge(&row.metadata, metadata.as_deref())?;
-            tx.execute(
-                "UPDATE leases SET done = 1, expires_at_ms = NULL, attempt = NULL, metadata = ?3,
-                                   updated_at_ms = ?4
-                  WHERE namespace = ?1 AND key = ?2",
-                params![ns, key, text, now],
-            )
-            .map_err(|e| db_error("done", e))?;
-            let wakes = rules::done_wakes(row.pool.as_deref());
-            if wakes {
-                add_event(tx, WAKEUP_CHANNEL, &wakeup_payload(&ns, &key), now)?;
+            Ok((recorded, evented))
+        })
+        .await
+    }
+
+    async fn done_batch(
+        &self,
+        namespace: &str,
+        owner: &str,
+        items: &[DoneItem],
+    ) -> Result<Vec<(i64, Metadata)>> {
+        let (ns, owner) = (namespace.to_string(), owner.to_string());
+        let items: Vec<(String, i64, Option<String>)> = items
+            .iter()
+            .map(|i| (i.key.clone(), i.fence, i.metadata.clone()))
+            .collect();
+        self.write("done", move |tx, now| {
+            let mut finished = Vec::new();
+            let mut evented = false;
+            for (key, fence, metadata) in &items {
+                let (merged, woke) =
+                    done_one(tx, &ns, &owner, key, *fence, metadata.as_deref(), now)?;
+                evented |= woke;
+                if let Some(merged) = merged {
+                    finished.push((*fence, merged));
+                }
             }
-            Ok((Some(merged), wakes))
+            Ok((finished, evented))
         })
         .await
     }

@@ -1,0 +1,129 @@
+//! Client-side group commit on PostgreSQL: the endings (release, done) that many tasks of one
+//! client start at once go out as a few statements, not one each, and each caller still gets
+//! its own answer, also when the coordinator no longer records some of the grants.
+//!
+//! Statements are counted by pg_stat_statements for a schema of this test's own (its name is
+//! in their text), so other tests running meanwhile do not count.
+
+mod support;
+
+use std::time::Duration;
+
+use accord::{AcquireOptions, ErrorKind, LeaseStatus, LostReason};
+use support::Harness;
+
+const LEASES: usize = 40;
+
+#[tokio::test]
+async fn endings_started_together_share_statements() {
+    let h = Harness::postgres("group_commit").await;
+    if h.admin()
+        .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .await
+        .is_err()
+    {
+        assert!(
+            std::env::var("ACCORD_TEST_PGDATA").is_err(),
+            "pg_stat_statements is missing from the test cluster"
+        );
+        eprintln!(
+            "endings_started_together_share_statements: skipped, pg_stat_statements is not loaded"
+        );
+        return;
+    }
+    let schema = format!("gc_{}", h.tag);
+    let client = h
+        .client_with(
+            "o1",
+            h.options("o1")
+                .schema(schema.clone())
+                .ttl(Duration::from_secs(60)),
+        )
+        .await;
+    let mut leases = Vec::new();
+    for i in 0..LEASES {
+        let lease = client
+            .try_acquire(&format!("k{i:02}"), AcquireOptions::new())
+            .await
+            .unwrap()
+            .unwrap();
+        leases.push(lease);
+    }
+    // Two grants expire behind the client's back (as if its keepalive had been partitioned
+    // away): the coordinator no longer records them, the client does not know yet.
+    let expired = ["k00", "k01"];
+    h.admin()
+        .execute(
+            &format!(
+                "UPDATE \"{schema}\".leases SET expires_at = clock_timestamp() - interval '1 second'
+                  WHERE key = ANY($1)"
+            ),
+            &[&expired.to_vec()],
+        )
+        .await
+        .unwrap();
+    let endings = |kind: &'static str| {
+        let schema = schema.clone();
+        let admin = h.admin();
+        async move {
+            let row = admin
+                .query_one(
+                    "SELECT COALESCE(sum(calls), 0)::bigint FROM pg_stat_statements
+                      WHERE query LIKE $1 AND query LIKE $2",
+                    &[&format!("%\"{schema}\".leases%"), &format!("%{kind}%")],
+                )
+                .await
+                .unwrap();
+            row.get::<_, i64>(0)
+        }
+    };
+    let (dones_before, releases_before) = (
+        endings("finished AS (").await,
+        endings("released AS (").await,
+    );
+    // Even keys done, odd ones released, all at once.
+    let results =
+        futures_util::future::join_all(leases.iter().enumerate().map(|(i, lease)| async move {
+            if i % 2 == 0 {
+                lease.done(None).await
+            } else {
+                lease.release().await
+            }
+        }))
+        .await;
+    let dones = endings("finished AS (").await - dones_before;
+    let releases = endings("released AS (").await - releases_before;
+    // One round for each kind when every call joined the first; two when the first round
+    // went out before the rest had queued (each call queues before its task yields, so on
+    // this test's single-threaded runtime it is one).
+    assert!(
+        (1..=2).contains(&dones),
+        "{} dones took {dones} statements",
+        LEASES / 2
+    );
+    assert!(
+        (1..=2).contains(&releases),
+        "{} releases took {releases} statements",
+        LEASES / 2
+    );
+    for ((lease, result), i) in leases.iter().zip(&results).zip(0..) {
+        if expired.contains(&lease.key()) {
+            assert_eq!(
+                result.as_ref().unwrap_err().kind(),
+                ErrorKind::LeaseLost,
+                "{}",
+                lease.key()
+            );
+            assert_eq!(lease.status(), LeaseStatus::Lost(LostReason::NotRecorded));
+        } else {
+            result.as_ref().unwrap();
+            let want = if i % 2 == 0 {
+                LeaseStatus::Done
+            } else {
+                LeaseStatus::Released
+            };
+            assert_eq!(lease.status(), want, "{}", lease.key());
+        }
+    }
+    client.close().await;
+}
