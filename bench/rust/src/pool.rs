@@ -8,6 +8,17 @@
 //! - `rust/pool-raw-sql`: the floor, a hand-written queue table on raw tokio-postgres: a
 //!   `FOR UPDATE SKIP LOCKED` claim of 50 and one UPDATE per done key.
 //!
+//! Then throughput, with no work: `--pool-keys` × 5 keys, the same workers claiming 50 and
+//! marking each claimed batch done at once, until empty:
+//!
+//! - `rust/pool-batch-accord`: each worker with its client; the dones of a batch are started
+//!   together (`join_all`), so the client's group commit sends them as one statement;
+//! - `rust/pool-batch-raw-sql`: the floor, each worker on a connection of its own, one
+//!   `UPDATE … WHERE key = ANY($1)` for its batch's dones.
+//!
+//! And `rust/pool-restart`: a restarted worker (a new client) asks a drained pool for work: one
+//! claim, one statement, however many keys are done.
+//!
 //! Measured: the wall time from the first claim to the last done, keys claimed and done per
 //! second, and the statements the database ran (pg_stat_statements, when it is loaded; the
 //! client's own count of its calls otherwise). With a superuser connection the contenders also
@@ -35,6 +46,8 @@ enum Way {
     Accord,
     TryAcquire,
     RawSql,
+    BatchAccord,
+    BatchRawSql,
 }
 
 impl Way {
@@ -46,6 +59,10 @@ impl Way {
             (Way::Accord, true) => "rust/pool-accord-fsync",
             (Way::TryAcquire, true) => "rust/pool-try-acquire-fsync",
             (Way::RawSql, true) => "rust/pool-raw-sql-fsync",
+            (Way::BatchAccord, false) => "rust/pool-batch-accord",
+            (Way::BatchRawSql, false) => "rust/pool-batch-raw-sql",
+            (Way::BatchAccord, true) => "rust/pool-batch-accord-fsync",
+            (Way::BatchRawSql, true) => "rust/pool-batch-raw-sql-fsync",
         }
     }
 
@@ -57,6 +74,12 @@ impl Way {
             }
             Way::RawSql => format!(
                 "raw SQL: {workers} workers, FOR UPDATE SKIP LOCKED claim of {BATCH}, an UPDATE per done"
+            ),
+            Way::BatchAccord => format!(
+                "accord: {workers} workers claim {BATCH}, no work, the batch's dones started together"
+            ),
+            Way::BatchRawSql => format!(
+                "raw SQL: {workers} workers, claim of {BATCH}, no work, one UPDATE for the batch's dones"
             ),
         }
     }
@@ -237,6 +260,129 @@ async fn drain_raw(conns: &[tokio_postgres::Client], pool: &str) -> BenchResult<
     })
 }
 
+/// Throughput: workers claim a batch and mark it done at once, with no work.
+async fn drain_batches_accord(clients: &[Client], prefix: &str) -> BenchResult<Drain> {
+    let calls = AtomicU64::new(0);
+    let started = Instant::now();
+    let tasks = clients.iter().map(|client| {
+        let calls = &calls;
+        async move {
+            let mut dones = Vec::new();
+            loop {
+                let claimed = client
+                    .claim(prefix, ClaimOptions::new().limit(BATCH))
+                    .await?;
+                calls.fetch_add(1, Ordering::Relaxed);
+                if claimed.is_empty() {
+                    break;
+                }
+                let t = Instant::now();
+                try_join_all(claimed.iter().map(|lease| lease.done(None))).await?;
+                calls.fetch_add(claimed.len() as u64, Ordering::Relaxed);
+                dones.extend(std::iter::repeat_n(t.elapsed(), claimed.len()));
+            }
+            BenchResult::Ok(dones)
+        }
+    });
+    let dones = try_join_all(tasks).await?.concat();
+    Ok(Drain {
+        dones,
+        elapsed: started.elapsed(),
+        calls: calls.into_inner(),
+    })
+}
+
+const RAW_DONE_BATCH: &str = "UPDATE accord_bench.raw_queue
+    SET done = true, expires_at = NULL
+  WHERE key = ANY($1) AND owner = $2 AND NOT done";
+
+/// The floor of the throughput rows: a connection per worker, one UPDATE per batch of dones.
+async fn drain_batches_raw(conns: &[tokio_postgres::Client], pool: &str) -> BenchResult<Drain> {
+    let mut prepared = Vec::new();
+    for db in conns {
+        prepared.push((
+            db.prepare(RAW_CLAIM).await?,
+            db.prepare(RAW_DONE_BATCH).await?,
+        ));
+    }
+    let calls = AtomicU64::new(0);
+    let started = Instant::now();
+    let workers = conns
+        .iter()
+        .zip(prepared)
+        .enumerate()
+        .map(|(i, (db, (claim, done)))| {
+            let calls = &calls;
+            async move {
+                let owner = format!("raw-batch-worker-{i}");
+                let mut dones = Vec::new();
+                loop {
+                    let rows = db.query(&claim, &[&pool, &owner, &(BATCH as i64)]).await?;
+                    calls.fetch_add(1, Ordering::Relaxed);
+                    if rows.is_empty() {
+                        break;
+                    }
+                    let keys: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+                    let t = Instant::now();
+                    let n = db.execute(&done, &[&keys, &owner]).await?;
+                    if n != keys.len() as u64 {
+                        return Err(
+                            format!("raw batch done found {n} of {} claims", keys.len()).into()
+                        );
+                    }
+                    calls.fetch_add(1, Ordering::Relaxed);
+                    dones.extend(std::iter::repeat_n(t.elapsed(), keys.len()));
+                }
+                BenchResult::Ok(dones)
+            }
+        });
+    let dones = try_join_all(workers).await?.concat();
+    Ok(Drain {
+        dones,
+        elapsed: started.elapsed(),
+        calls: calls.into_inner(),
+    })
+}
+
+/// A restarted worker (a new client) asks the drained pool for work: one claim, empty.
+async fn restart(
+    config: &Config,
+    db: &tokio_postgres::Client,
+    prefix: &str,
+    durable: bool,
+    stat_statements: bool,
+) -> BenchResult<Record> {
+    let client = connect_accord(config).await?;
+    let before = statements(db).await;
+    let t = Instant::now();
+    let claimed = client
+        .claim(prefix, ClaimOptions::new().limit(BATCH))
+        .await?;
+    let took = t.elapsed();
+    let after = statements(db).await;
+    client.close().await;
+    if !claimed.is_empty() {
+        return Err(format!("{prefix}: a drained pool granted {} keys", claimed.len()).into());
+    }
+    let id = if durable {
+        "rust/pool-restart-fsync"
+    } else {
+        "rust/pool-restart"
+    };
+    let mut record = Record::new(
+        id,
+        "accord: a restarted worker's first claim on the drained pool",
+    );
+    record.add(vec![took], took);
+    let stmts = match (before, after) {
+        (Some(b), Some(a)) if stat_statements => (a - b - 1).max(0) as u64,
+        _ => 1,
+    };
+    record.metric("statements", stmts);
+    record.metric("fsync", u64::from(durable));
+    Ok(record)
+}
+
 /// Statements this database has run so far, when pg_stat_statements is loaded.
 async fn statements(db: &tokio_postgres::Client) -> Option<i64> {
     db.query_one(
@@ -322,16 +468,24 @@ pub async fn run(config: &Config) -> BenchResult<Vec<Record>> {
                 conns.push(raw::connect(&config.url).await?);
             }
             let mut found = Vec::new();
-            for way in [Way::RawSql, Way::Accord, Way::TryAcquire] {
+            for way in [
+                Way::RawSql,
+                Way::Accord,
+                Way::TryAcquire,
+                Way::BatchRawSql,
+                Way::BatchAccord,
+            ] {
+                let batch_way = matches!(way, Way::BatchAccord | Way::BatchRawSql);
+                let keys = if batch_way { keys * 5 } else { keys };
                 let prefix = format!("bench-pool-{run_id}-{}/", way.id(durable_mode));
                 let names: Vec<String> = (0..keys).map(|i| format!("{prefix}{i:05}")).collect();
                 match way {
-                    Way::Accord => {
+                    Way::Accord | Way::BatchAccord => {
                         for chunk in names.chunks(accord::limits::MAX_OFFER_KEYS) {
                             setup.offer(&prefix, chunk.iter().cloned(), None).await?;
                         }
                     }
-                    Way::RawSql => {
+                    Way::RawSql | Way::BatchRawSql => {
                         db.execute(
                             &format!(
                                 "INSERT INTO {RAW_TABLE} (pool, key) SELECT $1, unnest($2::text[])"
@@ -347,9 +501,11 @@ pub async fn run(config: &Config) -> BenchResult<Vec<Record>> {
                     Way::Accord => drain_accord(&clients, &prefix).await?,
                     Way::TryAcquire => drain_try_acquire(&clients, &names).await?,
                     Way::RawSql => drain_raw(&conns, &prefix).await?,
+                    Way::BatchAccord => drain_batches_accord(&clients, &prefix).await?,
+                    Way::BatchRawSql => drain_batches_raw(&conns, &prefix).await?,
                 };
                 let after = statements(&db).await;
-                if way == Way::Accord {
+                if matches!(way, Way::Accord | Way::BatchAccord) {
                     let counts = setup.counts(&prefix).await?;
                     if counts.done != keys as u64 || counts.total() != keys as u64 {
                         return Err(format!("{prefix}: {counts:?} after the drain").into());
@@ -368,7 +524,14 @@ pub async fn run(config: &Config) -> BenchResult<Vec<Record>> {
                 record.metric("keys", keys as u64);
                 record.metric("workers", workers as u64);
                 record.metric("batch", BATCH as u64);
-                record.metric("work_ms", WORK.as_secs_f64() * 1000.0);
+                record.metric(
+                    "work_ms",
+                    if batch_way {
+                        0.0
+                    } else {
+                        WORK.as_secs_f64() * 1000.0
+                    },
+                );
                 record.metric("fsync", u64::from(durable_mode));
                 record.metric("wall_s", drain.elapsed.as_secs_f64());
                 record.metric("client_calls", drain.calls);
@@ -383,6 +546,9 @@ pub async fn run(config: &Config) -> BenchResult<Vec<Record>> {
                     if stat_statements { 1u64 } else { 0u64 },
                 );
                 found.push(record);
+                if way == Way::Accord {
+                    found.push(restart(config, &db, &prefix, durable_mode, stat_statements).await?);
+                }
             }
             for client in clients {
                 client.close().await;

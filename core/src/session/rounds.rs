@@ -2,20 +2,21 @@
 //! share one statement per round, as the keepalive's renewals already do (G3).
 //!
 //! While one round's statement is in flight, the next round collects; when no round is in
-//! flight, a new one starts at once (no timer, no added delay for a lone caller). A round of one
-//! runs the single-lease statement, so a lone caller's latency is that statement's. Each caller
+//! flight, a round starts at once (no timer): its first caller yields once, so that endings
+//! started together join it, and alone it sends its single-lease statement from its own task,
+//! so a lone caller's latency is that statement's. A round of one runs that statement too. Each caller
 //! gets its own answer: the batch statements report, per fence, whether the coordinator still
 //! recorded the grant; an error of the round's statement reaches every caller of that round.
 //!
-//! A round runs on a task of its own: a caller that stops waiting (its future dropped) leaves
-//! the others' round intact, and its statement still goes out, as a lone statement would.
+//! The rounds after the first run on a task of the session: a caller that stops waiting (its
+//! future dropped) leaves the others' round intact.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
-use crate::backend::{DoneItem, LeaseRef};
+use crate::backend::DoneItem;
 use crate::error::{Error, Result};
 use crate::metadata::Metadata;
 
@@ -55,6 +56,12 @@ pub(crate) struct Rounds {
 
 impl Rounds {
     /// Queues one ending and waits for the round that carries it.
+    ///
+    /// The caller that finds no round in flight leads the next one: it yields once, so that
+    /// endings started in the same breath (a `join_all` over a claimed batch) join it, then
+    /// takes the queue. Alone in it, it sends its own single statement from its own task (a
+    /// lone caller pays one yield for group commit, no hand-over to another task); with
+    /// company, the round and the ones after it run on a task of the session.
     pub async fn submit(
         scope: &Arc<Scope>,
         key: &str,
@@ -67,21 +74,81 @@ impl Rounds {
             fence,
             answer: tx,
         };
-        let start = {
+        let lead = {
             let mut queue = scope.rounds.queue.lock().unwrap();
-            match ending {
+            match &ending {
                 Ending::Release => queue.releases.push(pending),
-                Ending::Done { metadata } => queue.dones.push((pending, metadata)),
+                Ending::Done { metadata } => queue.dones.push((pending, metadata.clone())),
             }
             !std::mem::replace(&mut queue.running, true)
         };
-        if start {
-            scope.runtime.spawn(run(scope.clone()));
+        let answer = |rx: oneshot::Receiver<Result<Answer>>| async move {
+            rx.await.map_err(|_| {
+                Error::internal("the round carrying this statement ended without an answer")
+            })?
+        };
+        if !lead {
+            return answer(rx).await;
         }
-        rx.await.map_err(|_| {
-            Error::internal("the round carrying this statement ended without an answer")
-        })?
+        // From here on, whatever happens to this call (even its future dropped), what is
+        // queued gets its round.
+        let next = NextRound(scope.clone());
+        tokio::task::yield_now().await;
+        let alone = {
+            let mut queue = scope.rounds.queue.lock().unwrap();
+            if queue.releases.len() + queue.dones.len() == 1 {
+                queue.releases.clear();
+                queue.dones.clear();
+                true
+            } else {
+                false
+            }
+        };
+        if !alone {
+            drop(next);
+            return answer(rx).await;
+        }
+        let result = match ending {
+            Ending::Release => release_one(scope, key, fence).await,
+            Ending::Done { metadata } => done_one(scope, key, fence, metadata.as_deref()).await,
+        };
+        drop(next);
+        result
     }
+}
+
+/// When the leader is done with the queue (or dropped), the endings queued meanwhile get a
+/// task of the session to run their rounds; with none queued, no round is in flight any more.
+struct NextRound(Arc<Scope>);
+
+impl Drop for NextRound {
+    fn drop(&mut self) {
+        let more = {
+            let mut queue = self.0.rounds.queue.lock().unwrap();
+            let more = !(queue.releases.is_empty() && queue.dones.is_empty());
+            queue.running = more;
+            more
+        };
+        if more {
+            self.0.runtime.spawn(run(self.0.clone()));
+        }
+    }
+}
+
+async fn release_one(scope: &Scope, key: &str, fence: i64) -> Result<Answer> {
+    scope
+        .backend
+        .release(scope.lease_ref(key, fence))
+        .await
+        .map(|recorded| recorded.then_some(None))
+}
+
+async fn done_one(scope: &Scope, key: &str, fence: i64, metadata: Option<&str>) -> Result<Answer> {
+    scope
+        .backend
+        .done(scope.lease_ref(key, fence), metadata)
+        .await
+        .map(|merged| merged.map(Some))
 }
 
 /// Runs rounds until nothing is pending.
@@ -113,12 +180,7 @@ async fn release_round(scope: &Scope, round: Vec<Pending>) {
         0 => {}
         1 => {
             let p = round.into_iter().next().expect("one");
-            let answer = scope
-                .backend
-                .release(scope.lease_ref(&p.key, p.fence))
-                .await
-                .map(|recorded| recorded.then_some(None));
-            let _ = p.answer.send(answer);
+            let _ = p.answer.send(release_one(scope, &p.key, p.fence).await);
         }
         _ => {
             let items: Vec<(String, i64)> =
@@ -147,13 +209,9 @@ async fn done_round(scope: &Scope, round: Vec<(Pending, Option<String>)>) {
         0 => {}
         1 => {
             let (p, metadata) = round.into_iter().next().expect("one");
-            let lease: LeaseRef<'_> = scope.lease_ref(&p.key, p.fence);
-            let answer = scope
-                .backend
-                .done(lease, metadata.as_deref())
-                .await
-                .map(|merged| merged.map(Some));
-            let _ = p.answer.send(answer);
+            let _ = p
+                .answer
+                .send(done_one(scope, &p.key, p.fence, metadata.as_deref()).await);
         }
         _ => {
             let items: Vec<DoneItem> = round
