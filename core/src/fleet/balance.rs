@@ -28,6 +28,10 @@ pub(crate) struct View<'a> {
     pub holders: &'a HashMap<String, String>,
     /// Shards this member asked for, whose hand-off it is still waiting for.
     pub in_flight: &'a BTreeSet<String>,
+    /// Free shards that the previous read saw held by a member that is still live: a hand-off
+    /// in transit to its asker, which is woken by the release; not taken this period (if
+    /// still free at the next read, they are).
+    pub settling: &'a BTreeSet<String>,
     /// The most hand-offs this member asks for in one period.
     pub max_handoffs: usize,
 }
@@ -93,7 +97,11 @@ pub(crate) fn plan(view: &View<'_>) -> Plan {
     let free: Vec<&String> = view
         .shards
         .iter()
-        .filter(|s| !view.holders.contains_key(*s) && !view.in_flight.contains(*s))
+        .filter(|s| {
+            !view.holders.contains_key(*s)
+                && !view.in_flight.contains(*s)
+                && !view.settling.contains(*s)
+        })
         .collect();
     for shard in rotated(&free, view.me).into_iter().take(target - mine) {
         plan.take.push(shard.clone());
@@ -176,6 +184,7 @@ mod tests {
             shards,
             holders,
             in_flight: &BTreeSet::new(),
+            settling: &BTreeSet::new(),
             max_handoffs: max,
         })
     }
@@ -195,6 +204,7 @@ mod tests {
             shards: &shards,
             holders: &HashMap::new(),
             in_flight: &BTreeSet::new(),
+            settling: &BTreeSet::new(),
             max_handoffs: 1,
         });
         assert_eq!(p.target, 16);
@@ -336,6 +346,24 @@ mod tests {
                 "{loads:?} took (the last round moves nothing) {rounds} rounds"
             );
         }
+    }
+
+    #[test]
+    fn shards_in_transit_are_left_to_their_asker() {
+        let shards = names("s", 8);
+        let members = names("m", 2);
+        let holders = layout(&members, &shards, &[3, 4]);
+        let settling: BTreeSet<String> = [shards[7].clone()].into();
+        let p = plan(&View {
+            me: "m0",
+            members: &members,
+            shards: &shards,
+            holders: &holders,
+            in_flight: &BTreeSet::new(),
+            settling: &settling,
+            max_handoffs: 1,
+        });
+        assert!(p.take.is_empty() && p.ask.is_empty(), "{p:?}");
     }
 
     #[test]

@@ -148,6 +148,7 @@ impl Task {
         // Some shards in the pool are not this handle's (another handle opened the fleet with
         // other shards): then take by name, never by claim.
         let mut outsiders = false;
+        let mut last_holders: HashMap<String, String> = HashMap::new();
         // The first decision waits one period, so that members started together see each
         // other and split the shards instead of the first one taking them all.
         let period = self.settings.period;
@@ -158,7 +159,7 @@ impl Task {
                 _ = self.stop.cancelled() => break,
                 _ = self.session.closed.cancelled() => break,
                 _ = ticker.tick() => {
-                    if let Err(e) = self.period(&mut asks, &mut in_flight, &mine, &mut outsiders).await {
+                    if let Err(e) = self.period(&mut asks, &mut in_flight, &mine, &mut outsiders, &mut last_holders).await {
                         if e.kind() == crate::ErrorKind::Closed {
                             break;
                         }
@@ -208,6 +209,7 @@ impl Task {
         in_flight: &mut BTreeSet<String>,
         mine: &HashSet<String>,
         outsiders: &mut bool,
+        last_holders: &mut HashMap<String, String>,
     ) -> Result<()> {
         self.session.check_usable()?;
         if self.member.as_ref().is_none_or(|m| m.is_lost()) {
@@ -239,6 +241,16 @@ impl Task {
                 }
             }
         }
+        // Free now, held at the last read by a member still live: a hand-off in transit.
+        let live: HashSet<&String> = members.iter().collect();
+        let settling: BTreeSet<String> = last_holders
+            .iter()
+            .filter(|(shard, owner)| {
+                **owner != me && live.contains(owner) && !holders.contains_key(*shard)
+            })
+            .map(|(shard, _)| shard.clone())
+            .collect();
+        *last_holders = holders.clone();
         // This member's own shards: what it holds, not what the read saw.
         holders.retain(|_, owner| *owner != me);
         for shard in self.shared.held().keys() {
@@ -250,6 +262,7 @@ impl Task {
             shards: &self.settings.shards,
             holders: &holders,
             in_flight,
+            settling: &settling,
             max_handoffs: self.settings.max_handoffs,
         });
         if !plan.take.is_empty() {
@@ -395,10 +408,12 @@ impl Task {
             .iter()
             .filter_map(|s| self.shared.revoke(s, None, RevokeReason::Closed, None))
             .collect();
-        futures_util::future::join_all(leases.iter().map(|l| l.release())).await;
+        // Leave first: members that then find the shards free take them at once (a shard
+        // freed by a member still live is a hand-off in transit, which they leave alone).
         if let Some(member) = self.member.take() {
             let _ = member.leave().await;
         }
+        futures_util::future::join_all(leases.iter().map(|l| l.release())).await;
         self.requests.close().await;
         self.finished.cancel();
     }
