@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use crate::backend::ResetOutcome;
 use crate::error::{Error, ErrorKind, Result};
+use crate::fleet::{Fleet, FleetOptions};
 use crate::lease::Lease;
+use crate::membership::{self, JoinOptions, Member, MemberInfo, MemberWatch};
 use crate::metadata::Metadata;
 use crate::options::{
     AcquireOptions, ClaimOptions, ClientOptions, ListPage, ListQuery, PoolCounts,
@@ -160,6 +162,44 @@ impl Client {
     /// needs. See [`Semaphore`] for what a changed limit does.
     pub async fn semaphore(&self, name: &str, limit: usize) -> Result<Semaphore> {
         Semaphore::open(&self.session, name, limit).await
+    }
+
+    /// Joins the group `group`: a [`Member`] whose lease (key `accord.group/<group>/<owner>`)
+    /// the client's keepalive renews, with a lost signal. Watchers of the group see `Joined`.
+    /// One membership per owner and group: a second join waits for the first to leave (up to
+    /// the ttl, then `Timeout`).
+    pub async fn join(&self, group: &str, options: JoinOptions) -> Result<Member> {
+        validate::name("group", group)?;
+        let prefix = membership::group_prefix(group);
+        let channel = self.group_channel(&prefix);
+        Member::join_at(&self.session, group, &prefix, channel, options).await
+    }
+
+    /// The live members of `group` (owner, metadata, since), oldest first, in one read.
+    pub async fn members(&self, group: &str) -> Result<Vec<MemberInfo>> {
+        validate::name("group", group)?;
+        membership::read_members(&self.session, &membership::group_prefix(group)).await
+    }
+
+    /// Watches `group`: the current members, then `Joined` and `Left` in order. Woken by the
+    /// group's notifications; the members table is the truth (a member whose process died
+    /// leaves at its expiry, and missed notifications are healed on reconnection).
+    pub async fn watch(&self, group: &str) -> Result<MemberWatch> {
+        self.session.check_usable()?;
+        validate::name("group", group)?;
+        let prefix = membership::group_prefix(group);
+        let channel = self.group_channel(&prefix);
+        MemberWatch::open(&self.session, prefix, channel).await
+    }
+
+    fn group_channel(&self, prefix: &str) -> String {
+        membership::channel_for("accord_group", &self.session.scope.namespace, &[prefix])
+    }
+
+    /// Joins the fleet `name` and starts balancing its shards in the background: see
+    /// [`Fleet`] and docs/semantics.md (Membership and fleets).
+    pub async fn fleet(&self, name: &str, options: FleetOptions) -> Result<Fleet> {
+        Fleet::open(&self.session, name, options).await
     }
 
     /// Makes a done (or free) key unknown again, so that it can be acquired. `Ok(false)` if the

@@ -37,7 +37,9 @@
 mod backend;
 mod client;
 mod error;
+mod fleet;
 mod lease;
+mod membership;
 mod metadata;
 mod options;
 mod rules;
@@ -48,7 +50,12 @@ mod validate;
 
 pub use client::Client;
 pub use error::{Error, ErrorKind, Result};
+pub use fleet::{
+    Fleet, FleetEvent, FleetOptions, RevokeReason, ShardLease, Shards, MAX_HANDOFFS_PER_PERIOD,
+    MAX_SHARDS, MIN_PERIOD,
+};
 pub use lease::{Lease, LostSignal};
+pub use membership::{JoinOptions, Member, MemberEvent, MemberInfo, MemberWatch};
 pub use options::{
     AcquireOptions, ClaimOptions, ClientOptions, KeyState, LeaseInfo, ListPage, ListQuery,
     PoolCounts, StateFilter,

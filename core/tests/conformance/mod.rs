@@ -17,6 +17,7 @@
 //! [`Harness`]: crate::support::Harness
 
 pub mod ending;
+pub mod fleet;
 pub mod input;
 pub mod leases;
 pub mod notify;
@@ -60,6 +61,12 @@ macro_rules! conformance_suite {
             pool::p4_waiting_claims_are_woken: [],
             pool::p4_a_dead_claimers_keys_return: [network_faults],
             pool::p6_semaphore_admits_its_limit: [],
+            fleet::m1_members_join_watch_and_leave: [],
+            fleet::f1_shards_split_evenly_and_hold_still: [],
+            fleet::f2_a_newcomer_is_handed_shards: [],
+            fleet::f3_a_dead_members_shards_are_retaken: [network_faults],
+            fleet::f4_close_hands_everything_back: [],
+            fleet::fleet_bad_input_is_refused: [],
         );
     };
 }

@@ -1,0 +1,433 @@
+//! A fleet member's background task: once a period, one read of the fleet and the balancing
+//! decision; in between, hand-off requests from other members and the answers to its own.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::balance::{self, View};
+use super::{
+    handoff_channel, validate_name, FleetOptions, RevokeReason, Shards, Shared,
+    MAX_HANDOFFS_PER_PERIOD, MAX_SHARDS, MIN_PERIOD,
+};
+use crate::error::{Error, Result};
+use crate::lease::{Lease, LostSignal};
+use crate::membership::{self, JoinOptions, Member, MAX_SCAN_ROWS};
+use crate::metadata::Metadata;
+use crate::options::{AcquireOptions, ClaimOptions, KeyState, ListQuery};
+use crate::session::{Event, Grant, LeaseStatus, LostReason, Session};
+use crate::subscription::Subscription;
+use crate::validate::{self, MAX_CLAIM_LIMIT, MAX_TTL};
+
+/// A fleet's options, checked.
+pub(crate) struct Settings {
+    pub shards: Vec<String>,
+    pub ttl: Duration,
+    pub period: Duration,
+    pub max_handoffs: usize,
+    pub handoff_timeout: Duration,
+    pub metadata: Option<Metadata>,
+}
+
+impl Settings {
+    /// Every field checked before anything is sent, naming the one that is wrong.
+    pub fn validate(session: &Session, name: &str, options: FleetOptions) -> Result<Settings> {
+        let shards = match options.shards {
+            Shards::Count(n) => {
+                if n == 0 || n > MAX_SHARDS {
+                    return Err(Error::invalid(
+                        "shards",
+                        format!("{n} is outside 1..={MAX_SHARDS}"),
+                    ));
+                }
+                (0..n).map(|i| i.to_string()).collect()
+            }
+            Shards::Keys(keys) => {
+                if keys.is_empty() || keys.len() > MAX_SHARDS {
+                    return Err(Error::invalid(
+                        "keys",
+                        format!("{} keys is outside 1..={MAX_SHARDS}", keys.len()),
+                    ));
+                }
+                let mut seen = HashSet::new();
+                for key in &keys {
+                    validate::name("keys", key)?;
+                    if !seen.insert(key.as_str()) {
+                        return Err(Error::invalid("keys", format!("{key:?} appears twice")));
+                    }
+                }
+                keys
+            }
+        };
+        validate_name(name, shards.iter().map(String::len).max().unwrap_or(0))?;
+        let ttl = options.ttl.unwrap_or(session.ttl);
+        validate::ttl("ttl", ttl)?;
+        let period = options.period.unwrap_or(ttl / 3);
+        if period < MIN_PERIOD || period > ttl {
+            return Err(Error::invalid(
+                "period",
+                format!("{period:?} is outside {MIN_PERIOD:?}..=ttl ({ttl:?})"),
+            ));
+        }
+        let max_handoffs = options.max_handoffs_per_period;
+        if !(1..=MAX_HANDOFFS_PER_PERIOD).contains(&max_handoffs) {
+            return Err(Error::invalid(
+                "max_handoffs_per_period",
+                format!("{max_handoffs} is outside 1..={MAX_HANDOFFS_PER_PERIOD}"),
+            ));
+        }
+        let handoff_timeout = options.handoff_timeout.unwrap_or(ttl);
+        if handoff_timeout.is_zero() || handoff_timeout > MAX_TTL {
+            return Err(Error::invalid(
+                "handoff_timeout",
+                format!("{handoff_timeout:?} is outside (0s, 24h]"),
+            ));
+        }
+        if let Some(metadata) = &options.metadata {
+            validate::metadata("metadata", metadata)?;
+        }
+        Ok(Settings {
+            shards,
+            ttl,
+            period,
+            max_handoffs,
+            handoff_timeout,
+            metadata: options.metadata,
+        })
+    }
+}
+
+/// A hand-off request, the payload on the holder's channel: `{"shard": …, "has": n}`, `has`
+/// being how many shards the asker holds (or is already asking for).
+struct Request {
+    shard: String,
+    has: usize,
+}
+
+impl Request {
+    fn encode(&self) -> String {
+        serde_json::json!({ "shard": self.shard, "has": self.has }).to_string()
+    }
+
+    fn decode(payload: &str) -> Option<Request> {
+        let value: serde_json::Value = serde_json::from_str(payload).ok()?;
+        Some(Request {
+            shard: value.get("shard")?.as_str()?.to_string(),
+            has: usize::try_from(value.get("has")?.as_u64()?).ok()?,
+        })
+    }
+}
+
+type Asked = (String, Result<Option<Arc<Grant>>>);
+
+pub(crate) struct Task {
+    pub session: Arc<Session>,
+    pub shared: Arc<Shared>,
+    pub settings: Settings,
+    /// `accord.fleet/<name>/`: members and shards come back in one read of it.
+    pub base: String,
+    /// `<base>s/`: the work pool of the shards.
+    pub pool: String,
+    /// `<base>m/`: the fleet's membership.
+    pub members_prefix: String,
+    pub member: Option<Member>,
+    pub requests: Subscription,
+    pub stop: CancellationToken,
+    pub finished: CancellationToken,
+}
+
+impl Task {
+    pub async fn run(mut self) {
+        let mut asks: JoinSet<Asked> = JoinSet::new();
+        let mut in_flight: BTreeSet<String> = BTreeSet::new();
+        let mine: HashSet<String> = self.settings.shards.iter().cloned().collect();
+        // Some shards in the pool are not this handle's (another handle opened the fleet with
+        // other shards): then take by name, never by claim.
+        let mut outsiders = false;
+        let mut last_holders: HashMap<String, String> = HashMap::new();
+        // The first decision waits one period, so that members started together see each
+        // other and split the shards instead of the first one taking them all.
+        let period = self.settings.period;
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = self.stop.cancelled() => break,
+                _ = self.session.closed.cancelled() => break,
+                _ = ticker.tick() => {
+                    if let Err(e) = self.period(&mut asks, &mut in_flight, &mine, &mut outsiders, &mut last_holders).await {
+                        if e.kind() == crate::ErrorKind::Closed {
+                            break;
+                        }
+                        tracing::warn!(target: "accord", fleet = %self.shared.name, error = %e, "fleet period failed; retrying next period");
+                    }
+                }
+                event = self.requests.recv() => match event {
+                    Ok(Some(Event::Message(message))) => self.on_request(&message.payload),
+                    // Requests missed meanwhile: their askers time out and ask again.
+                    Ok(Some(Event::Reconnected)) => {}
+                    Ok(None) | Err(_) => break,
+                },
+                Some(answer) = asks.join_next() => {
+                    if let Ok((shard, result)) = answer {
+                        in_flight.remove(&shard);
+                        match result {
+                            Ok(Some(grant)) => self.adopt(shard, grant),
+                            Ok(None) => {}
+                            // Timeout: the holder did not hand it off; it is left alone.
+                            Err(e) => tracing::debug!(target: "accord", fleet = %self.shared.name, shard, error = %e, "hand-off not received"),
+                        }
+                    }
+                }
+            }
+        }
+        self.shutdown(asks).await;
+    }
+
+    fn key(&self, shard: &str) -> String {
+        format!("{}{shard}", self.pool)
+    }
+
+    /// Holds a granted shard: `Assigned`, and a watcher that yields `Revoked(Lost)` the moment
+    /// its lost signal fires (the local deadline, before the coordinator's expiry).
+    fn adopt(&self, shard: String, grant: Arc<Grant>) {
+        let lease = Lease::new(self.session.clone(), grant);
+        let signal = lease.lost_signal();
+        let fence = lease.fence();
+        if self.shared.adopt(shard.clone(), lease).is_ok() {
+            tokio::spawn(watch_lost(self.shared.clone(), shard, fence, signal));
+        }
+    }
+
+    async fn period(
+        &mut self,
+        asks: &mut JoinSet<Asked>,
+        in_flight: &mut BTreeSet<String>,
+        mine: &HashSet<String>,
+        outsiders: &mut bool,
+        last_holders: &mut HashMap<String, String>,
+    ) -> Result<()> {
+        self.session.check_usable()?;
+        if self.member.as_ref().is_none_or(|m| m.is_lost()) {
+            self.rejoin().await?;
+        }
+        let me = self.session.scope.owner.clone();
+        let query = ListQuery::new()
+            .prefix(&self.base)
+            .state(KeyState::Held)
+            .limit(MAX_SCAN_ROWS);
+        let rows = self
+            .session
+            .scope
+            .backend
+            .list(&self.session.scope.namespace, &query)
+            .await?
+            .items;
+        let mut members = Vec::new();
+        let mut holders = HashMap::new();
+        for row in rows {
+            if let Some(owner) = row.key.strip_prefix(&self.members_prefix) {
+                members.push(owner.to_string());
+            } else if let (Some(shard), Some(owner)) = (row.key.strip_prefix(&self.pool), row.owner)
+            {
+                if mine.contains(shard) {
+                    holders.insert(shard.to_string(), owner);
+                } else {
+                    *outsiders = true;
+                }
+            }
+        }
+        // Free now, held at the last read by a member still live: a hand-off in transit.
+        let live: HashSet<&String> = members.iter().collect();
+        let settling: BTreeSet<String> = last_holders
+            .iter()
+            .filter(|(shard, owner)| {
+                **owner != me && live.contains(owner) && !holders.contains_key(*shard)
+            })
+            .map(|(shard, _)| shard.clone())
+            .collect();
+        *last_holders = holders.clone();
+        // This member's own shards: what it holds, not what the read saw.
+        holders.retain(|_, owner| *owner != me);
+        for shard in self.shared.held().keys() {
+            holders.insert(shard.clone(), me.clone());
+        }
+        let plan = balance::plan(&View {
+            me: &me,
+            members: &members,
+            shards: &self.settings.shards,
+            holders: &holders,
+            in_flight,
+            settling: &settling,
+            max_handoffs: self.settings.max_handoffs,
+        });
+        if !plan.take.is_empty() {
+            if in_flight.is_empty() && !*outsiders {
+                self.claim(plan.take.len(), mine, outsiders).await?;
+            } else {
+                for shard in &plan.take {
+                    let options = AcquireOptions::new().ttl(self.settings.ttl);
+                    if let Some(grant) = self
+                        .session
+                        .acquire(&self.key(shard), options, false)
+                        .await?
+                    {
+                        self.adopt(shard.clone(), grant);
+                    }
+                }
+            }
+        }
+        let mut has = self.shared.held().len() + in_flight.len();
+        for (holder, shard) in plan.ask {
+            if self.shared.held().contains_key(&shard) {
+                continue;
+            }
+            in_flight.insert(shard.clone());
+            let session = self.session.clone();
+            let key = self.key(&shard);
+            let wait = AcquireOptions::new()
+                .ttl(self.settings.ttl)
+                .timeout(self.settings.handoff_timeout + self.settings.period);
+            let asked = shard.clone();
+            // Waiting first: the holder's release wakes this acquire at once.
+            asks.spawn(async move { (asked, session.acquire(&key, wait, true).await) });
+            let request = Request { shard, has }.encode();
+            let channel = handoff_channel(&self.session.scope.namespace, &self.base, &holder);
+            self.session
+                .scope
+                .backend
+                .notify(&channel, &request)
+                .await?;
+            has += 1;
+        }
+        Ok(())
+    }
+
+    /// Takes up to `n` free shards in claim statements (oldest offer first).
+    async fn claim(&self, n: usize, mine: &HashSet<String>, outsiders: &mut bool) -> Result<()> {
+        let mut left = n;
+        while left > 0 {
+            let limit = left.min(MAX_CLAIM_LIMIT);
+            let options = ClaimOptions::new().limit(limit).ttl(self.settings.ttl);
+            let grants = self.session.claim(&self.pool, options, None).await?;
+            let got = grants.len();
+            for grant in grants {
+                let shard = grant
+                    .key
+                    .strip_prefix(&self.pool)
+                    .unwrap_or_default()
+                    .to_string();
+                if mine.contains(&shard) {
+                    self.adopt(shard, grant);
+                } else {
+                    *outsiders = true;
+                    self.session.give_back_unused(&grant).await;
+                }
+            }
+            if got < limit {
+                break;
+            }
+            left -= got;
+        }
+        Ok(())
+    }
+
+    /// The member lease was lost (the process was stopped, the network cut): join again.
+    async fn rejoin(&mut self) -> Result<()> {
+        drop(self.member.take());
+        let join = JoinOptions {
+            metadata: self.settings.metadata.clone(),
+            ttl: Some(self.settings.ttl),
+        };
+        let channel = membership::channel_for(
+            "accord_group",
+            &self.session.scope.namespace,
+            &[&self.members_prefix],
+        );
+        self.member = Some(
+            Member::join_at(
+                &self.session,
+                &self.shared.name,
+                &self.members_prefix,
+                channel,
+                join,
+            )
+            .await?,
+        );
+        Ok(())
+    }
+
+    /// Another member asks for a shard: hand it off if this member holds it and would still
+    /// hold two more than the asker. `Revoked(Handoff)` goes out now; the release follows the
+    /// user's next `next_event` call, or the hand-off timeout.
+    fn on_request(&self, payload: &str) {
+        let Some(request) = Request::decode(payload) else {
+            tracing::debug!(target: "accord", fleet = %self.shared.name, payload, "not a hand-off request");
+            return;
+        };
+        let held = self.shared.held().len();
+        if !balance::should_hand_off(held, request.has) {
+            return;
+        }
+        let (ack, acked) = oneshot::channel();
+        let Some(lease) =
+            self.shared
+                .revoke(&request.shard, None, RevokeReason::Handoff, Some(ack))
+        else {
+            return;
+        };
+        let timeout = self.settings.handoff_timeout;
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(timeout, acked).await;
+            if let Err(e) = lease.release().await {
+                tracing::debug!(target: "accord", key = lease.key(), error = %e, "hand-off release failed");
+            }
+        });
+    }
+
+    /// Everything back: `Revoked(Closed)` for each shard, released together, the membership
+    /// left, then the handle's `next_event` ends.
+    async fn shutdown(mut self, mut asks: JoinSet<Asked>) {
+        // A dropped acquire gives back a grant it received.
+        asks.abort_all();
+        while asks.join_next().await.is_some() {}
+        let shards: Vec<String> = {
+            let held = self.shared.held();
+            *self
+                .shared
+                .stopping
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = true;
+            held.keys().cloned().collect()
+        };
+        let leases: Vec<Lease> = shards
+            .iter()
+            .filter_map(|s| self.shared.revoke(s, None, RevokeReason::Closed, None))
+            .collect();
+        // Leave first: members that then find the shards free take them at once (a shard
+        // freed by a member still live is a hand-off in transit, which they leave alone).
+        if let Some(member) = self.member.take() {
+            let _ = member.leave().await;
+        }
+        futures_util::future::join_all(leases.iter().map(|l| l.release())).await;
+        self.requests.close().await;
+        self.finished.cancel();
+    }
+}
+
+/// Yields `Revoked` when a held shard's lease is lost: `Lost`, or `Closed` when its client
+/// closed.
+async fn watch_lost(shared: Arc<Shared>, shard: String, fence: i64, signal: LostSignal) {
+    if let LeaseStatus::Lost(why) = signal.ended().await {
+        let reason = if why == LostReason::ClientClosed {
+            RevokeReason::Closed
+        } else {
+            RevokeReason::Lost
+        };
+        drop(shared.revoke(&shard, Some(fence), reason, None));
+    }
+}
