@@ -8,6 +8,7 @@
 //! contend URL NAMESPACE notify CHANNEL PAYLOAD     # send one notification
 //! contend URL NAMESPACE hammer KEY GRANTS          # try_acquire + release until granted GRANTS times
 //! contend URL NAMESPACE drain PREFIX BATCH         # claim BATCH → 1 ms of work → done, until the pool is empty
+//! contend URL NAMESPACE fleet FLEET SHARDS TTL_MS PERIOD_MS  # a member of a fleet until SIGTERM or EOF
 //! ```
 //!
 //! `contend` proves exclusion without trusting any client: TABLE (created by the caller as
@@ -23,18 +24,25 @@
 //! before it works, then `DONE <key> <fence>` for every key it finished and `DRAINED <n>` at the end
 //! (tests/polyglot's pool run, beside Python and Node workers doing the same).
 //!
+//! `fleet` prints `READY <owner>` once the fleet is open, then a line per event (`ASSIGNED <shard>
+//! <fence>`, `REVOKED <shard> <reason> <fence>`); for each assignment it writes the shard's row
+//! of the table `fleet_resource` (created by the caller) only if its fence is newer than the
+//! row's, printing `WROTE <shard> <fence> <1|0>` (accepted or refused). On SIGTERM or the end of
+//! its standard input it closes the fleet (printing the `closed` revocations) and prints
+//! `CLOSED` (tests/polyglot's fleet run, beside Python and Node members doing the same).
+//!
 //! `hold` prints `RELEASED` once it released the key. With `-` for MILLIS it keeps the key until
 //! its standard input ends (a line or EOF): the caller decides when, no timer does, as with the
 //! C test binary's `hold` mode.
 
 use std::time::Duration;
 
-use accord::{AcquireOptions, ClaimOptions, Client, ClientOptions};
+use accord::{AcquireOptions, ClaimOptions, Client, ClientOptions, FleetEvent, FleetOptions};
 
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: contend URL NAMESPACE (contend KEY ROUNDS TABLE | hold KEY (MILLIS | -) | notify CHANNEL PAYLOAD | hammer KEY GRANTS | drain PREFIX BATCH)";
+    let usage = "usage: contend URL NAMESPACE (contend KEY ROUNDS TABLE | hold KEY (MILLIS | -) | notify CHANNEL PAYLOAD | hammer KEY GRANTS | drain PREFIX BATCH | fleet FLEET SHARDS TTL_MS PERIOD_MS)";
     let [url, namespace, command, a, b, rest @ ..] = args.as_slice() else {
         eprintln!("{usage}");
         std::process::exit(2);
@@ -138,6 +146,16 @@ async fn main() {
             println!("DRAINED {finished}");
             0
         }
+        "fleet" => {
+            let shards: usize = b.parse().expect("SHARDS is a number");
+            let [ttl, period, ..] = rest else {
+                eprintln!("{usage}");
+                std::process::exit(2);
+            };
+            let ms = |v: &str| Duration::from_millis(v.parse().expect("a number of milliseconds"));
+            let options = FleetOptions::shards(shards).ttl(ms(ttl)).period(ms(period));
+            fleet_member(&client, url, &owner, a, options).await
+        }
         _ => {
             eprintln!("{usage}");
             2
@@ -180,4 +198,65 @@ async fn contend(
     }
     println!("OK {rounds}");
     0
+}
+
+async fn fleet_member(
+    client: &Client,
+    url: &str,
+    owner: &str,
+    name: &str,
+    options: FleetOptions,
+) -> i32 {
+    let (db, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect for the resource table");
+    tokio::spawn(connection);
+    let write = "INSERT INTO fleet_resource (shard, fence, owner) VALUES ($1, $2, $3)
+                 ON CONFLICT (shard) DO UPDATE SET fence = EXCLUDED.fence, owner = EXCLUDED.owner
+                  WHERE fleet_resource.fence < EXCLUDED.fence";
+    let fleet = client.fleet(name, options).await.expect("fleet");
+    println!("READY {owner}");
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    let stdin_ends = tokio::task::spawn_blocking(|| {
+        let _ = std::io::stdin().read_line(&mut String::new());
+    });
+    tokio::pin!(stdin_ends);
+    loop {
+        tokio::select! {
+            event = fleet.next_event() => match event {
+                Some(event) => report(&db, write, owner, event).await,
+                None => break,
+            },
+            _ = sigterm.recv() => break,
+            _ = &mut stdin_ends => break,
+        }
+    }
+    // Closing yields a `closed` revocation for every shard still held; they are printed too.
+    let (_, ()) = tokio::join!(fleet.close(), async {
+        while let Some(event) = fleet.next_event().await {
+            report(&db, write, owner, event).await;
+        }
+    });
+    println!("CLOSED");
+    0
+}
+
+async fn report(db: &tokio_postgres::Client, write: &str, owner: &str, event: FleetEvent) {
+    match event {
+        FleetEvent::Assigned { shard, lease } => {
+            println!("ASSIGNED {shard} {}", lease.fence());
+            let accepted = db
+                .execute(write, &[&shard, &lease.fence(), &owner])
+                .await
+                .expect("fenced write");
+            println!("WROTE {shard} {} {accepted}", lease.fence());
+        }
+        FleetEvent::Revoked {
+            shard,
+            reason,
+            fence,
+        } => println!("REVOKED {shard} {reason} {fence}"),
+        _ => {}
+    }
 }

@@ -339,10 +339,17 @@ impl Fleet {
             session.offer(&pool, batch, None).await?;
         }
         // Listen for requests before joining: once members see this one, they may ask it.
+        // The membership's channel too: a member that joins, leaves or gives its shards back
+        // says so there, and the others rebalance at once instead of at their next period.
         let owner = session.scope.owner.clone();
+        let members_channel =
+            membership::channel_for("accord_group", &session.scope.namespace, &[&members_prefix]);
         let requests = Subscription::open(
             session,
-            vec![handoff_channel(&session.scope.namespace, &base, &owner)],
+            vec![
+                handoff_channel(&session.scope.namespace, &base, &owner),
+                members_channel.clone(),
+            ],
         )
         .await?;
         let join = JoinOptions {
@@ -353,7 +360,7 @@ impl Fleet {
             session,
             name,
             &members_prefix,
-            membership::channel_for("accord_group", &session.scope.namespace, &[&members_prefix]),
+            members_channel.clone(),
             join,
         )
         .await?;
@@ -376,6 +383,7 @@ impl Fleet {
                 members_prefix: members_prefix.clone(),
                 member: Some(member),
                 requests,
+                members_channel,
                 stop: stop.clone(),
                 finished: finished.clone(),
             }

@@ -136,6 +136,8 @@ pub(crate) struct Task {
     pub members_prefix: String,
     pub member: Option<Member>,
     pub requests: Subscription,
+    /// Where members announce joins, leaves and shards given back.
+    pub members_channel: String,
     pub stop: CancellationToken,
     pub finished: CancellationToken,
 }
@@ -154,11 +156,15 @@ impl Task {
         let period = self.settings.period;
         let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_period = tokio::time::Instant::now();
+        let mut first_decision_made = false;
         loop {
             tokio::select! {
                 _ = self.stop.cancelled() => break,
                 _ = self.session.closed.cancelled() => break,
                 _ = ticker.tick() => {
+                    last_period = tokio::time::Instant::now();
+                    first_decision_made = true;
                     if let Err(e) = self.period(&mut asks, &mut in_flight, &mine, &mut outsiders, &mut last_holders).await {
                         if e.kind() == crate::ErrorKind::Closed {
                             break;
@@ -167,6 +173,15 @@ impl Task {
                     }
                 }
                 event = self.requests.recv() => match event {
+                    Ok(Some(Event::Message(message))) if message.channel == self.members_channel => {
+                        // Rebalance now, but at most five times a period, however many
+                        // members speak at once; never before the first decision, which
+                        // waits for members started together to see each other.
+                        if first_decision_made {
+                            let soonest = last_period + period / 5;
+                            ticker.reset_at(soonest.max(tokio::time::Instant::now()));
+                        }
+                    }
                     Ok(Some(Event::Message(message))) => self.on_request(&message.payload),
                     // Requests missed meanwhile: their askers time out and ask again.
                     Ok(Some(Event::Reconnected)) => {}
@@ -414,6 +429,15 @@ impl Task {
             let _ = member.leave().await;
         }
         futures_util::future::join_all(leases.iter().map(|l| l.release())).await;
+        if !leases.is_empty() {
+            // The shards are free: the members left take them now, not at their next period.
+            let _ = self
+                .session
+                .scope
+                .backend
+                .notify(&self.members_channel, "")
+                .await;
+        }
         self.requests.close().await;
         self.finished.cancel();
     }
