@@ -143,6 +143,7 @@ class Report:
         self.notify()
         self.keepalive()
         self.pool()
+        self.fleet()
         self.bindings()
         self.peers()
 
@@ -450,6 +451,90 @@ class Report:
                 for r in restarts
             )
             or "not measured",
+        )
+
+    def fleet(self) -> None:
+        changes = [r for r in self.results.values() if r.id.startswith("fleet/")]
+        if not changes:
+            self.target(
+                "(9) a fleet converges within 5 periods of a join or leave", None, ""
+            )
+            self.target(
+                "(9) at most one read and one keepalive per member and period", None, ""
+            )
+            return
+        rows = []
+        order = {"join": 0, "leave": 1, "kill": 2, "stable": 3}
+        for r in sorted(
+            changes,
+            key=lambda r: (
+                r.metrics.get("shards", 0),
+                r.metrics.get("members", 0),
+                order.get(str(r.metrics.get("change", "stable")), 3),
+            ),
+        ):
+            m = r.metrics
+            if "statements_per_member_period" in m:
+                continue
+            rows.append(
+                [
+                    f"`{r.id}`",
+                    str(m.get("change")),
+                    f"{m.get('shards', 0):,.0f}",
+                    f"{m.get('members', 0):.0f}",
+                    f"{r.seconds * 1000:,.0f} ms",
+                    f"{m.get('periods', math.nan):.1f}",
+                    num(float(m.get("moves", math.nan))),
+                ]
+            )
+        stable = [r for r in changes if "statements_per_member_period" in r.metrics]
+        first = changes[0].metrics
+        self.table(
+            "9. Fleets: convergence after a change",
+            f"Members are processes (ttl {first.get('ttl_ms', 0):,.0f} ms, period "
+            f"{first.get('period_ms', 0):,.0f} ms). Time from the change (a member started, "
+            "SIGTERM to one, SIGKILL to one) until every live member holds its share (every "
+            "shard held, counts within 1); moves: shards assigned after the change. A killed "
+            "member's shards wait for its ttl; a join waits one period before its first "
+            "decision (members started together see each other first).",
+            ["id", "change", "shards", "members", "time", "periods", "moves"],
+            rows,
+        )
+        self.table(
+            "9b. Fleets: statements per member and period, membership stable",
+            "Every statement the database ran in 10 stable periods (pg_stat_statements), over "
+            "members × periods: one read of the fleet and the client's one keepalive tick.",
+            ["id", "shards", "members", "statements / member / period"],
+            [
+                [
+                    f"`{r.id}`",
+                    f"{r.metrics.get('shards', 0):,.0f}",
+                    f"{r.metrics.get('members', 0):.0f}",
+                    f"{r.metrics['statements_per_member_period']:.2f}",
+                ]
+                for r in stable
+            ],
+        )
+        graceful = [r for r in changes if r.metrics.get("change") in ("join", "leave")]
+        worst = max(graceful, key=lambda r: r.metrics.get("periods", 0), default=None)
+        self.target(
+            "(9) a fleet converges within 5 periods of a join or leave",
+            worst.metrics.get("periods", 99) <= 5 if worst else None,
+            f"slowest {worst.metrics.get('periods', 0):.1f} periods (`{worst.id}`)"
+            if worst
+            else "",
+        )
+        most = max(
+            stable,
+            key=lambda r: r.metrics["statements_per_member_period"],
+            default=None,
+        )
+        self.target(
+            "(9) at most one read and one keepalive per member and period",
+            most.metrics["statements_per_member_period"] <= 2.05 if most else None,
+            f"at most {most.metrics['statements_per_member_period']:.2f} (`{most.id}`)"
+            if most
+            else "",
         )
 
     def bindings(self) -> None:

@@ -6,6 +6,7 @@
 #   make bench-rust     scenarios 1-5 and 8 only (needs ACCORD_TEST_DATABASE_URL, e.g. through
 #                       scripts/with-postgres.sh); bench-c, bench-go, bench-python and
 #                       bench-node are in their own fragments
+#   make bench-fleet    scenario 9 (fleets: members as processes, killed for real)
 #   make bench-report   the report from whatever target/bench holds
 #
 # Every program gets the same URL, without TLS (loopback: what the comparison is about is
@@ -16,7 +17,7 @@ BENCH_OUT_DIR ?= target/bench
 BENCH_DOC := docs/benchmarks.md
 BENCH_PLOT := docs/benchmarks.png
 
-.PHONY: bench bench-all bench-build bench-rust bench-report
+.PHONY: bench bench-all bench-build bench-rust bench-fleet bench-report
 
 bench: ## the whole benchmark (own PostgreSQL): docs/benchmarks.md and .png
 	$(WITH_PG) $(MAKE) --no-print-directory bench-all
@@ -24,12 +25,13 @@ bench: ## the whole benchmark (own PostgreSQL): docs/benchmarks.md and .png
 # Everything is built before anything is measured, so that no compiler competes with a run.
 bench-build: build-bench-c build-bench-go build-node $(BENCH_NODE_STAMP) bench-python-venv wheel-python
 	$(CARGO) build --release -p accord-bench
+	$(CARGO) build --release -p accord --example contend
 
 bench-all: bench-build
 	rm -rf $(BENCH_OUT_DIR) && mkdir -p $(BENCH_OUT_DIR)
 	u="$$ACCORD_TEST_DATABASE_URL"; case "$$u" in *\?*) u="$$u&sslmode=disable";; *) u="$$u?sslmode=disable";; esac; \
 	  export ACCORD_BENCH_URL="$$u"; \
-	  $(MAKE) --no-print-directory bench-rust bench-c bench-go bench-python bench-node
+	  $(MAKE) --no-print-directory bench-rust bench-fleet bench-c bench-go bench-python bench-node
 	$(MAKE) --no-print-directory bench-report
 
 bench-rust: ## the Rust bench program alone, scenarios 1-5 and 8 → target/bench/rust.json (db)
@@ -37,6 +39,11 @@ bench-rust: ## the Rust bench program alone, scenarios 1-5 and 8 → target/benc
 	$(CARGO) build --release -p accord-bench
 	ACCORD_BENCH_URL="$${ACCORD_BENCH_URL:-$$ACCORD_TEST_DATABASE_URL}" ACCORD_BENCH_OUT=$(BENCH_OUT_DIR)/rust.json \
 	  ACCORD_BENCH_TLS_ROOT_CERT="$$ACCORD_TEST_SSL_ROOT_CERT" target/release/accord-bench
+
+bench-fleet: python-venv ## scenario 9, fleets: members as processes → target/bench/fleet.json (db)
+	@mkdir -p $(BENCH_OUT_DIR)
+	$(CARGO) build --release -p accord --example contend
+	ACCORD_CONTEND=target/release/examples/contend $(PY) bench/fleet_bench.py $(BENCH_OUT_DIR)/fleet.json
 
 bench-report: bench-python-venv ## the report from whatever target/bench holds
 	$(BENCH_PY) bench/report.py $(BENCH_OUT_DIR) $(BENCH_DOC) $(BENCH_PLOT)
@@ -55,7 +62,9 @@ test-bench: python-venv ## the Rust bench and the report at a tiny size, so they
 	ACCORD_BENCH_URL="$$ACCORD_TEST_DATABASE_URL" ACCORD_BENCH_OUT=target/bench-smoke/rust.json \
 	  ACCORD_BENCH_TLS_ROOT_CERT="$$ACCORD_TEST_SSL_ROOT_CERT" target/debug/accord-bench --pairs 40 --warmup 4 --keepalive-seconds 3 --keepalive-leases 300 \
 	  --pool-keys 120 --pool-workers 3
-	$(PY) bench/report.py target/bench-smoke target/bench-smoke/benchmarks.md - --expect 1,2,3,4,5,8
+	$(CARGO) build -p accord --example contend
+	$(PY) bench/fleet_bench.py target/bench-smoke/fleet.json --quick
+	$(PY) bench/report.py target/bench-smoke target/bench-smoke/benchmarks.md - --expect 1,2,3,4,5,8,9
 
 lint-bench: python-venv ## ruff on bench/
 	$(PY_VENV)/bin/ruff check bench && $(PY_VENV)/bin/ruff format --check bench
