@@ -4,10 +4,13 @@
 #
 #   make demo                     build what is missing, then run demo/run.py
 #   make test-demo                the same with 60 tasks, plain output, against ACCORD_TEST_DATABASE_URL
+#   make demo-fleet               a fleet of Rust, Python and Node workers splits 64 shards live
+#                                 (demo/fleet.py): one joins, one is killed, the shards move
+#   make test-demo-fleet          the same with 16 shards and plain output, on the embedded store
 
-.PHONY: demo demo-run demo-build test-demo
+.PHONY: demo demo-run demo-build test-demo demo-fleet demo-fleet-build test-demo-fleet
 
-TEST_SUITES += test-demo
+TEST_SUITES += test-demo test-demo-fleet
 
 DEMO_BIN := target/demo
 
@@ -33,3 +36,12 @@ demo-run: demo-build
 
 test-demo: demo-build ## the demo with 60 tasks and plain output, on PostgreSQL (db)
 	ACCORD_URL="$$ACCORD_TEST_DATABASE_URL" DEMO_TASKS=60 DEMO_PLAIN=1 DEMO_DEADLINE=60 $(PY) demo/run.py
+
+demo-fleet-build: $(DEMO_PY_STAMP) build-node-debug
+	$(CARGO) build -p accord --example contend
+
+demo-fleet: demo-fleet-build ## a fleet of workers in three languages splitting 64 shards, live (SQLite unless ACCORD_URL)
+	$(PY) demo/fleet.py
+
+test-demo-fleet: demo-fleet-build ## the fleet demo with 16 shards and plain output, on the embedded store
+	env -u ACCORD_URL DEMO_SHARDS=16 DEMO_PLAIN=1 DEMO_DEADLINE=60 $(PY) demo/fleet.py

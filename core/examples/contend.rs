@@ -26,8 +26,8 @@
 //!
 //! `fleet` prints `READY <owner>` once the fleet is open, then a line per event (`ASSIGNED <shard>
 //! <fence>`, `REVOKED <shard> <reason> <fence>`); for each assignment it writes the shard's row
-//! of the table `fleet_resource` (created by the caller) only if its fence is newer than the
-//! row's, printing `WROTE <shard> <fence> <1|0>` (accepted or refused). On SIGTERM or the end of
+//! of the table `fleet_resource` (created by the caller; PostgreSQL only) only if its fence is
+//! newer than the row's, printing `WROTE <shard> <fence> <1|0>` (accepted or refused). On SIGTERM or the end of
 //! its standard input it closes the fleet (printing the `closed` revocations) and prints
 //! `CLOSED` (tests/polyglot's fleet run, beside Python and Node members doing the same).
 //!
@@ -207,10 +207,17 @@ async fn fleet_member(
     name: &str,
     options: FleetOptions,
 ) -> i32 {
-    let (db, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .expect("connect for the resource table");
-    tokio::spawn(connection);
+    // The fenced resource is a PostgreSQL table; on the embedded store (the demo) there is none.
+    let db = if url.starts_with("postgres") {
+        let (db, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .expect("connect for the resource table");
+        tokio::spawn(connection);
+        Some(db)
+    } else {
+        None
+    };
+    let db = db.as_ref();
     let write = "INSERT INTO fleet_resource (shard, fence, owner) VALUES ($1, $2, $3)
                  ON CONFLICT (shard) DO UPDATE SET fence = EXCLUDED.fence, owner = EXCLUDED.owner
                   WHERE fleet_resource.fence < EXCLUDED.fence";
@@ -225,7 +232,7 @@ async fn fleet_member(
     loop {
         tokio::select! {
             event = fleet.next_event() => match event {
-                Some(event) => report(&db, write, owner, event).await,
+                Some(event) => report(db, write, owner, event).await,
                 None => break,
             },
             _ = sigterm.recv() => break,
@@ -235,22 +242,24 @@ async fn fleet_member(
     // Closing yields a `closed` revocation for every shard still held; they are printed too.
     let (_, ()) = tokio::join!(fleet.close(), async {
         while let Some(event) = fleet.next_event().await {
-            report(&db, write, owner, event).await;
+            report(db, write, owner, event).await;
         }
     });
     println!("CLOSED");
     0
 }
 
-async fn report(db: &tokio_postgres::Client, write: &str, owner: &str, event: FleetEvent) {
+async fn report(db: Option<&tokio_postgres::Client>, write: &str, owner: &str, event: FleetEvent) {
     match event {
         FleetEvent::Assigned { shard, lease } => {
             println!("ASSIGNED {shard} {}", lease.fence());
-            let accepted = db
-                .execute(write, &[&shard, &lease.fence(), &owner])
-                .await
-                .expect("fenced write");
-            println!("WROTE {shard} {} {accepted}", lease.fence());
+            if let Some(db) = db {
+                let accepted = db
+                    .execute(write, &[&shard, &lease.fence(), &owner])
+                    .await
+                    .expect("fenced write");
+                println!("WROTE {shard} {} {accepted}", lease.fence());
+            }
         }
         FleetEvent::Revoked {
             shard,
