@@ -8,10 +8,16 @@
 
 TEST_SUITES += test-polyglot
 
-test-polyglot: $(DEMO_PY_STAMP) build-node-debug ## the grant audit and the pool run: Rust, Python and Node workers (db)
+test-polyglot: $(DEMO_PY_STAMP) build-node-debug ## the grant audit, the pool run and the fleet runs: Rust, Python and Node workers (db)
 	$(CARGO) build -p accord --example contend
 	$(PY) tests/polyglot/run.py
 	$(PY) tests/polyglot/pool.py
+	$(PY) tests/polyglot/fleet.py
+	$(PY) tests/polyglot/fleet_churn.py
+
+fleet-churn: $(DEMO_PY_STAMP) build-node-debug ## the fleet's property run for a minute: random joins, leaves, kills (db)
+	$(CARGO) build -p accord --example contend
+	ACCORD_CHURN_SECONDS=60 $(PY) tests/polyglot/fleet_churn.py
 
 LINTS += lint-polyglot
 

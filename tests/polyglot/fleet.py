@@ -108,9 +108,9 @@ def read(members: list[Member]) -> None:
                 m.closed = True
 
 
-def wait_for(what: str, members: list[Member], check) -> float:  # type: ignore[no-untyped-def]
+def wait_for(what: str, members: list[Member], check, bound: float = SETTLE) -> float:  # type: ignore[no-untyped-def]
     started = time.monotonic()
-    while time.monotonic() - started < SETTLE:
+    while time.monotonic() - started < bound:
         read(members)
         if check():
             took = time.monotonic() - started
@@ -123,7 +123,7 @@ def wait_for(what: str, members: list[Member], check) -> float:  # type: ignore[
                 )
         time.sleep(0.02)
     layout = {f"{m.lang}:{m.owner}": sorted(m.held) for m in members}
-    raise SystemExit(f"✗ {what}: not within {SETTLE:.0f} s; {layout}")
+    raise SystemExit(f"✗ {what}: not within {bound:.0f} s; {layout}")
 
 
 def even(live: list[Member]) -> bool:
@@ -132,6 +132,67 @@ def even(live: list[Member]) -> bool:
     return (
         len(held) == SHARDS and sum(counts) == SHARDS and max(counts) - min(counts) <= 1
     )
+
+
+def prepare(
+    db: psycopg.Connection[tuple[object, ...]], url: str, audit: str, tag: str
+) -> None:
+    """The schema, the fenced resource table, and the audit of every grant of a shard in
+    namespace `tag`, with the state of the grant it replaced."""
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import accord,sys; accord.Client.connect(sys.argv[1]).close()",
+            url,
+        ],
+        check=True,
+    )
+    db.execute(
+        """DROP TABLE IF EXISTS fleet_resource;
+           CREATE TABLE fleet_resource (shard text PRIMARY KEY, fence bigint NOT NULL,
+                                        owner text NOT NULL)"""
+    )
+    # Every grant of a shard, with the grant it replaced: live (a double grant), released
+    # (a hand-off or a close), or expired (a member that died).
+    db.execute(
+        f"""CREATE TABLE "{audit}" (id bigserial PRIMARY KEY, key text NOT NULL,
+                                    fence bigint NOT NULL, owner text NOT NULL,
+                                    replaced text NOT NULL);
+            CREATE FUNCTION "{audit}"() RETURNS trigger LANGUAGE plpgsql AS $f$
+            BEGIN
+              IF NEW.expires_at IS NOT NULL AND NEW.key LIKE '%/s/%'
+                 AND (TG_OP = 'INSERT' OR NEW.fence IS DISTINCT FROM OLD.fence) THEN
+                INSERT INTO "{audit}" (key, fence, owner, replaced) VALUES (
+                  NEW.key, NEW.fence, NEW.owner,
+                  CASE WHEN TG_OP = 'INSERT' OR OLD.expires_at IS NULL THEN 'released'
+                       WHEN OLD.done THEN 'done'
+                       WHEN OLD.expires_at > clock_timestamp() THEN 'live'
+                       ELSE 'expired' END);
+              END IF;
+              RETURN NULL;
+            END $f$;
+            CREATE TRIGGER "{audit}" AFTER INSERT OR UPDATE ON accord.leases FOR EACH ROW
+              WHEN (NEW.namespace = '{tag}') EXECUTE FUNCTION "{audit}"();"""
+    )
+
+
+def drop_audit(db: psycopg.Connection[tuple[object, ...]], audit: str) -> None:
+    db.execute(f'DROP TRIGGER IF EXISTS "{audit}" ON accord.leases')
+    db.execute(f'DROP FUNCTION IF EXISTS "{audit}"()')
+
+
+def stop_all(members: list[Member]) -> None:
+    """Every member still running: resumed if stopped, closed, killed if it hangs."""
+    for m in members:
+        if m.process.poll() is None:
+            m.process.send_signal(signal.SIGCONT)
+            m.process.send_signal(signal.SIGTERM)
+    for m in members:
+        try:
+            m.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            m.process.kill()
 
 
 def main() -> int:
@@ -146,42 +207,7 @@ def main() -> int:
     members: list[Member] = []
     stopped: Member | None = None
     with psycopg.connect(url, autocommit=True) as db:
-        subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "import accord,sys; accord.Client.connect(sys.argv[1]).close()",
-                url,
-            ],
-            check=True,
-        )
-        db.execute(
-            """DROP TABLE IF EXISTS fleet_resource;
-               CREATE TABLE fleet_resource (shard text PRIMARY KEY, fence bigint NOT NULL,
-                                            owner text NOT NULL)"""
-        )
-        # Every grant of a shard, with the grant it replaced: live (a double grant), released
-        # (a hand-off or a close), or expired (a member that died).
-        db.execute(
-            f"""CREATE TABLE "{audit}" (id bigserial PRIMARY KEY, key text NOT NULL,
-                                        fence bigint NOT NULL, owner text NOT NULL,
-                                        replaced text NOT NULL);
-                CREATE FUNCTION "{audit}"() RETURNS trigger LANGUAGE plpgsql AS $f$
-                BEGIN
-                  IF NEW.expires_at IS NOT NULL AND NEW.key LIKE '%/s/%'
-                     AND (TG_OP = 'INSERT' OR NEW.fence IS DISTINCT FROM OLD.fence) THEN
-                    INSERT INTO "{audit}" (key, fence, owner, replaced) VALUES (
-                      NEW.key, NEW.fence, NEW.owner,
-                      CASE WHEN TG_OP = 'INSERT' OR OLD.expires_at IS NULL THEN 'released'
-                           WHEN OLD.done THEN 'done'
-                           WHEN OLD.expires_at > clock_timestamp() THEN 'live'
-                           ELSE 'expired' END);
-                  END IF;
-                  RETURN NULL;
-                END $f$;
-                CREATE TRIGGER "{audit}" AFTER INSERT OR UPDATE ON accord.leases FOR EACH ROW
-                  WHEN (NEW.namespace = '{tag}') EXECUTE FUNCTION "{audit}"();"""
-        )
+        prepare(db, url, audit, tag)
         try:
             members = [start(lang, url, tag) for lang in langs]
             live = list(members)
@@ -286,17 +312,8 @@ def main() -> int:
                 f"{'✓' if set(moved_in) <= {'released'} else '✗'} F4: taken as released ({moved_in})"
             )
         finally:
-            for m in members:
-                if m.process.poll() is None:
-                    m.process.send_signal(signal.SIGCONT)
-                    m.process.send_signal(signal.SIGTERM)
-            for m in members:
-                try:
-                    m.process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    m.process.kill()
-            db.execute(f'DROP TRIGGER IF EXISTS "{audit}" ON accord.leases')
-            db.execute(f'DROP FUNCTION IF EXISTS "{audit}"()')
+            stop_all(members)
+            drop_audit(db, audit)
         rows = db.execute(
             f'SELECT key, fence, owner, replaced FROM "{audit}" ORDER BY id'
         ).fetchall()
