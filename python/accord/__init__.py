@@ -13,6 +13,13 @@ database: they take leases on named keys, mark units of work done, and notify ea
   ``lost`` signal fires before the coordinator could grant the key to anyone else (sync: a
   ``LostSignal``, like a ``threading.Event``; async: an awaitable); ``status`` and
   ``lost_reason`` say where it stands.
+- Membership: ``join`` a group (a ``Member``, ``AsyncMember``: a lease kept alive, with
+  ``update_metadata`` and ``leave``), ``members`` (``MemberInfo`` records) and ``watch`` (a
+  ``MemberWatch``, ``AsyncMemberWatch``: ``Members``, then ``Joined`` and ``Left``).
+- Fleets: ``fleet(name, shards=n | keys=[...])`` (a ``Fleet``, ``AsyncFleet``) splits shards
+  among its members; iterate it for ``Assigned`` (with a ``ShardLease``: its fence) and
+  ``Revoked`` (reason "handoff", "lost" or "closed"). Asking for the next event acknowledges
+  a hand-off: do its work in the loop body. ``close`` hands every shard back.
 - Errors are subclasses of ``AccordError``, one per kind (``ERROR_CODES`` lists their codes).
 
 Durations (``ttl``, ``timeout``) are in seconds.
@@ -26,27 +33,43 @@ from ._accord import (
     ERROR_CODES,
     MAX_CHANNEL_BYTES,
     MAX_CLAIM_LIMIT,
+    MAX_HANDOFFS_PER_PERIOD,
     MAX_LIST_LIMIT,
     MAX_METADATA_BYTES,
     MAX_NAME_BYTES,
     MAX_OFFER_KEYS,
     MAX_PERMITS,
     MAX_POOL_SIZE,
+    MAX_SHARDS,
     MAX_TTL,
+    MIN_PERIOD,
     MIN_TTL,
+    Assigned,
     AsyncClient,
+    AsyncFleet,
     AsyncLease,
+    AsyncMember,
+    AsyncMemberWatch,
     AsyncSemaphore,
     AsyncSubscription,
     Client,
+    Fleet,
+    Joined,
     Lease,
     LeaseInfo,
+    Left,
     ListPage,
     LostSignal,
+    Member,
+    MemberInfo,
+    Members,
+    MemberWatch,
     Message,
     PoolCounts,
     Reconnected,
+    Revoked,
     Semaphore,
+    ShardLease,
     Subscription,
     __version__,
     migration_sql,
@@ -70,21 +93,34 @@ from ._errors import (
 Event = Union[Message, Reconnected]
 """What a subscription yields."""
 
+MemberEvent = Union[Members, Joined, Left]
+"""What a member watch yields: ``Members`` first, then ``Joined`` and ``Left``."""
+
+FleetEvent = Union[Assigned, Revoked]
+"""What a fleet yields: ``Assigned``, then ``Revoked``, per shard."""
+
 __all__ = [
     "ERROR_CODES",
     "MAX_CHANNEL_BYTES",
     "MAX_CLAIM_LIMIT",
+    "MAX_HANDOFFS_PER_PERIOD",
     "MAX_LIST_LIMIT",
     "MAX_METADATA_BYTES",
     "MAX_NAME_BYTES",
     "MAX_OFFER_KEYS",
     "MAX_PERMITS",
     "MAX_POOL_SIZE",
+    "MAX_SHARDS",
     "MAX_TTL",
+    "MIN_PERIOD",
     "MIN_TTL",
     "AccordError",
+    "Assigned",
     "AsyncClient",
+    "AsyncFleet",
     "AsyncLease",
+    "AsyncMember",
+    "AsyncMemberWatch",
     "AsyncSemaphore",
     "AsyncSubscription",
     "Cancelled",
@@ -94,19 +130,30 @@ __all__ = [
     "Database",
     "Done",
     "Event",
+    "Fleet",
+    "FleetEvent",
     "Held",
     "Internal",
     "InvalidArgument",
+    "Joined",
     "Lease",
     "LeaseInfo",
     "LeaseLost",
+    "Left",
     "ListPage",
     "LostSignal",
+    "Member",
+    "MemberEvent",
+    "MemberInfo",
+    "MemberWatch",
+    "Members",
     "Message",
     "Opening",
     "PoolCounts",
     "Reconnected",
+    "Revoked",
     "Semaphore",
+    "ShardLease",
     "Subscription",
     "Timeout",
     "Unsupported",

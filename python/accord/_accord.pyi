@@ -23,6 +23,9 @@ MAX_LIST_LIMIT: int
 MAX_OFFER_KEYS: int
 MAX_CLAIM_LIMIT: int
 MAX_PERMITS: int
+MAX_SHARDS: int
+MAX_HANDOFFS_PER_PERIOD: int
+MIN_PERIOD: float
 ERROR_CODES: tuple[str, ...]
 """The ``code`` of every error kind of the core, in its order: each has its exception class."""
 
@@ -30,28 +33,44 @@ __all__ = [
     "ERROR_CODES",
     "MAX_CHANNEL_BYTES",
     "MAX_CLAIM_LIMIT",
+    "MAX_HANDOFFS_PER_PERIOD",
     "MAX_LIST_LIMIT",
     "MAX_METADATA_BYTES",
     "MAX_NAME_BYTES",
     "MAX_OFFER_KEYS",
     "MAX_PERMITS",
     "MAX_POOL_SIZE",
+    "MAX_SHARDS",
     "MAX_TTL",
+    "MIN_PERIOD",
     "MIN_TTL",
+    "Assigned",
     "AsyncClient",
+    "AsyncFleet",
     "AsyncLease",
+    "AsyncMember",
+    "AsyncMemberWatch",
     "AsyncSemaphore",
     "AsyncSubscription",
     "Client",
     "Completer",
+    "Fleet",
+    "Joined",
     "Lease",
     "LeaseInfo",
+    "Left",
     "ListPage",
     "LostSignal",
+    "Member",
+    "MemberInfo",
+    "MemberWatch",
+    "Members",
     "Message",
     "PoolCounts",
     "Reconnected",
+    "Revoked",
     "Semaphore",
+    "ShardLease",
     "Subscription",
     "__version__",
     "_error_for_code",
@@ -63,6 +82,7 @@ _Metadata = dict[str, Any]
 _State = Literal["held", "free", "done", "all"]
 _LeaseStatus = Literal["held", "ending", "released", "done", "lost"]
 _LostReason = Literal["not_renewed", "not_recorded", "client_closed", "forked"]
+_RevokeReason = Literal["handoff", "lost", "closed"]
 
 def migration_sql(schema: str = "accord") -> str:
     """The SQL that creates or upgrades accord's schema, for DBAs who apply it by hand."""
@@ -340,6 +360,262 @@ class AsyncSubscription:
     ) -> Literal[False]: ...
 
 @final
+class MemberInfo:
+    """One member of a group, as ``members()`` and a watch report it."""
+
+    @property
+    def owner(self) -> str:
+        """The member's owner (its client's owner)."""
+    @property
+    def metadata(self) -> _Metadata:
+        """The member's metadata, as it last set it."""
+    @property
+    def since(self) -> datetime:
+        """When it joined, by the coordinator's clock (timezone-aware, UTC)."""
+    @property
+    def fence(self) -> int:
+        """The fence of its member lease: a member that joined again has a new one."""
+    @property
+    def expires_at(self) -> Optional[datetime]:
+        """When its member lease expires unless renewed (the coordinator's clock)."""
+    def __eq__(self, other: object, /) -> bool: ...
+
+@final
+class Members:
+    """A watch's first event: the members of the group when it started, oldest first."""
+
+    __match_args__ = ("members",)
+    @property
+    def members(self) -> builtins.list[MemberInfo]: ...
+    def __eq__(self, other: object, /) -> bool: ...
+
+@final
+class Joined:
+    """A member joined the group."""
+
+    __match_args__ = ("member",)
+    @property
+    def member(self) -> MemberInfo: ...
+    def __eq__(self, other: object, /) -> bool: ...
+
+@final
+class Left:
+    """A member left the group: it left, its client closed, or its lease expired."""
+
+    __match_args__ = ("member",)
+    @property
+    def member(self) -> MemberInfo: ...
+    def __eq__(self, other: object, /) -> bool: ...
+
+_MemberEvent = Union[Members, Joined, Left]
+
+@final
+class Member:
+    """Membership of a group (sync API), kept by the client's keepalive; a context manager
+    that leaves at the end of the block."""
+
+    @property
+    def group(self) -> str: ...
+    @property
+    def key(self) -> str:
+        """The key of the member lease (``accord.group/<group>/<owner>``)."""
+    @property
+    def fence(self) -> int: ...
+    @property
+    def owner(self) -> str: ...
+    @property
+    def ttl(self) -> float: ...
+    @property
+    def status(self) -> _LeaseStatus:
+        """The member lease's status ("released" once left)."""
+    @property
+    def lost_reason(self) -> Optional[_LostReason]: ...
+    @property
+    def is_lost(self) -> bool: ...
+    @property
+    def lost(self) -> LostSignal:
+        """The lost signal: ``is_set()`` (and ``bool()``), ``wait(timeout)``."""
+    def update_metadata(self, metadata: _Metadata) -> None:
+        """Replaces the member's metadata (what ``members`` shows), renewing it."""
+    def leave(self) -> None:
+        """Leaves the group now; leaving again is harmless. Raises LeaseLost if lost."""
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException] = None,
+        tb: Optional[TracebackType] = None,
+    ) -> Literal[False]: ...
+
+@final
+class AsyncMember:
+    """Membership of a group (asyncio API); ``async with`` leaves at the end of the block."""
+
+    @property
+    def group(self) -> str: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def fence(self) -> int: ...
+    @property
+    def owner(self) -> str: ...
+    @property
+    def ttl(self) -> float: ...
+    @property
+    def status(self) -> _LeaseStatus: ...
+    @property
+    def lost_reason(self) -> Optional[_LostReason]: ...
+    @property
+    def is_lost(self) -> bool: ...
+    @property
+    def lost(self) -> asyncio.Future[None]:
+        """Completes when the membership is lost; never for one that ends otherwise."""
+    async def update_metadata(self, metadata: _Metadata) -> None: ...
+    async def leave(self) -> None: ...
+    async def __aenter__(self) -> Self: ...
+    async def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException] = None,
+        tb: Optional[TracebackType] = None,
+    ) -> Literal[False]: ...
+
+@final
+class MemberWatch:
+    """The members of a group, then every change (sync API); iteration ends once closed."""
+
+    @property
+    def closed(self) -> bool: ...
+    def next(self, timeout: Optional[float] = None) -> _MemberEvent:
+        """The next event; raises Timeout after ``timeout`` seconds, Closed once closed."""
+    def __iter__(self) -> Self: ...
+    def __next__(self) -> _MemberEvent: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException] = None,
+        tb: Optional[TracebackType] = None,
+    ) -> Literal[False]: ...
+
+@final
+class AsyncMemberWatch:
+    """The members of a group, then every change (asyncio API); ``async for`` ends once
+    closed."""
+
+    @property
+    def closed(self) -> bool: ...
+    async def next(self, timeout: Optional[float] = None) -> _MemberEvent: ...
+    def __aiter__(self) -> Self: ...
+    async def __anext__(self) -> _MemberEvent: ...
+    async def close(self) -> None: ...
+    async def __aenter__(self) -> Self: ...
+    async def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException] = None,
+        tb: Optional[TracebackType] = None,
+    ) -> Literal[False]: ...
+
+@final
+class ShardLease:
+    """A shard's lease as a fleet's user sees it (the fleet holds, renews and releases it)."""
+
+    @property
+    def shard(self) -> str: ...
+    @property
+    def key(self) -> str:
+        """The key of its lease (``accord.fleet/<name>/s/<shard>``)."""
+    @property
+    def fence(self) -> int:
+        """The fence of this grant of the shard: larger than every earlier grant's."""
+    @property
+    def status(self) -> _LeaseStatus: ...
+    @property
+    def lost_reason(self) -> Optional[_LostReason]: ...
+    @property
+    def is_lost(self) -> bool: ...
+    @property
+    def lost(self) -> LostSignal: ...
+
+@final
+class Assigned:
+    """This member now holds ``shard``; ``lease.fence`` is its fence."""
+
+    __match_args__ = ("shard", "lease")
+    @property
+    def shard(self) -> str: ...
+    @property
+    def lease(self) -> ShardLease: ...
+
+@final
+class Revoked:
+    """This member no longer holds ``shard`` (for "handoff": once the next event is asked
+    for, or the hand-off timeout passed)."""
+
+    __match_args__ = ("shard", "reason", "fence")
+    @property
+    def shard(self) -> str: ...
+    @property
+    def reason(self) -> _RevokeReason: ...
+    @property
+    def fence(self) -> int:
+        """The fence of the grant revoked."""
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+_FleetEvent = Union[Assigned, Revoked]
+
+@final
+class Fleet:
+    """A member of a fleet (sync API): iterate it for its events; asking for the next one
+    acknowledges the previous (a hand-off is released then). ``close`` hands every shard
+    back; a context manager that closes it at the end of the block."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def closed(self) -> bool: ...
+    def shards(self) -> builtins.list[str]:
+        """The shards this member holds now, in name order."""
+    def members(self) -> builtins.list[MemberInfo]: ...
+    def next_event(self, timeout: Optional[float] = None) -> Optional[_FleetEvent]:
+        """The next event; None once closed and every event was read. Raises Timeout."""
+    def __iter__(self) -> Self: ...
+    def __next__(self) -> _FleetEvent: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException] = None,
+        tb: Optional[TracebackType] = None,
+    ) -> Literal[False]: ...
+
+@final
+class AsyncFleet:
+    """A member of a fleet (asyncio API): ``async for event in fleet``; see ``Fleet``."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def closed(self) -> bool: ...
+    def shards(self) -> builtins.list[str]: ...
+    async def members(self) -> builtins.list[MemberInfo]: ...
+    async def next_event(self, timeout: Optional[float] = None) -> Optional[_FleetEvent]: ...
+    def __aiter__(self) -> Self: ...
+    async def __anext__(self) -> _FleetEvent: ...
+    async def close(self) -> None: ...
+    async def __aenter__(self) -> Self: ...
+    async def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException] = None,
+        tb: Optional[TracebackType] = None,
+    ) -> Literal[False]: ...
+
+@final
 class Client:
     """A connection to a coordinator (sync API); thread-safe."""
 
@@ -390,6 +666,23 @@ class Client:
         """Up to ``limit`` free keys of the pool; empty when none came (after ``timeout``)."""
     def counts(self, prefix: str) -> PoolCounts: ...
     def semaphore(self, name: str, limit: int) -> Semaphore: ...
+    def join(
+        self, group: str, *, metadata: Optional[_Metadata] = None, ttl: Optional[float] = None
+    ) -> Member: ...
+    def members(self, group: str) -> builtins.list[MemberInfo]: ...
+    def watch(self, group: str) -> MemberWatch: ...
+    def fleet(
+        self,
+        name: str,
+        shards: Optional[int] = None,
+        *,
+        keys: Optional[Iterable[str]] = None,
+        ttl: Optional[float] = None,
+        period: Optional[float] = None,
+        max_handoffs_per_period: Optional[int] = None,
+        handoff_timeout: Optional[float] = None,
+        metadata: Optional[_Metadata] = None,
+    ) -> Fleet: ...
     def reset(self, key: str) -> bool: ...
     def list(
         self,
@@ -463,6 +756,23 @@ class AsyncClient:
     ) -> builtins.list[AsyncLease]: ...
     async def counts(self, prefix: str) -> PoolCounts: ...
     async def semaphore(self, name: str, limit: int) -> AsyncSemaphore: ...
+    def join(
+        self, group: str, *, metadata: Optional[_Metadata] = None, ttl: Optional[float] = None
+    ) -> Opening[AsyncMember]: ...
+    async def members(self, group: str) -> builtins.list[MemberInfo]: ...
+    def watch(self, group: str) -> Opening[AsyncMemberWatch]: ...
+    def fleet(
+        self,
+        name: str,
+        shards: Optional[int] = None,
+        *,
+        keys: Optional[Iterable[str]] = None,
+        ttl: Optional[float] = None,
+        period: Optional[float] = None,
+        max_handoffs_per_period: Optional[int] = None,
+        handoff_timeout: Optional[float] = None,
+        metadata: Optional[_Metadata] = None,
+    ) -> Opening[AsyncFleet]: ...
     async def reset(self, key: str) -> bool: ...
     async def list(
         self,

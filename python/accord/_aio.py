@@ -167,3 +167,12 @@ async def exit_lease(release: Awaitable[None], body_failed: bool) -> bool:
 async def exit_closing(close: Awaitable[None]) -> bool:
     await close
     return False
+
+
+async def stop_at_none(read: Awaitable[Optional[T]]) -> T:
+    """``__anext__`` of a fleet or a member watch: the read's answer, or
+    ``StopAsyncIteration`` when it is None (closed)."""
+    value = await read
+    if value is None:
+        raise StopAsyncIteration
+    return value

@@ -6,7 +6,9 @@ use pyo3::types::{PyCFunction, PyTuple};
 
 use crate::convert;
 use crate::errors::IntoPyResult;
+use crate::fleet::{self, AsyncFleet, Fleet};
 use crate::lease::{AsyncLease, Lease};
+use crate::membership::{self, AsyncMember, AsyncMemberWatch, Member, MemberInfo, MemberWatch};
 use crate::pool::{self, AsyncSemaphore, PoolCounts, Semaphore};
 use crate::runtime::{self, aio, block_on, block_on_settled};
 use crate::subscription::{AsyncSubscription, Subscription};
@@ -230,6 +232,71 @@ impl Client {
         let limit = accord::limits::permits(limit).py()?;
         let semaphore = block_on(py, self.inner.semaphore(name, limit))?.py()?;
         Ok(Semaphore::new(semaphore))
+    }
+
+    /// Joins `group`: a member lease on `accord.group/<group>/<owner>`, kept by the client's
+    /// keepalive. `metadata` is what other members see; `ttl` (seconds) how long after its
+    /// last renewal a member whose process died leaves. Waits up to the ttl for a membership
+    /// this owner still holds (a restarted process), then raises `Timeout`.
+    #[pyo3(signature = (group, *, metadata=None, ttl=None))]
+    fn join(
+        &self,
+        py: Python<'_>,
+        group: &str,
+        metadata: Option<&Bound<'_, PyAny>>,
+        ttl: Option<f64>,
+    ) -> PyResult<Member> {
+        let options = membership::join_options(metadata, ttl)?;
+        let member = block_on(py, self.inner.join(group, options))?.py()?;
+        Ok(Member::new(member))
+    }
+
+    /// The live members of `group`, oldest first, in one read.
+    fn members(&self, py: Python<'_>, group: &str) -> PyResult<Vec<MemberInfo>> {
+        Ok(membership::infos(
+            block_on(py, self.inner.members(group))?.py()?,
+        ))
+    }
+
+    /// Watches `group`: iterate it for `Members` (the members now), then `Joined` and `Left`
+    /// in order.
+    fn watch(&self, py: Python<'_>, group: &str) -> PyResult<MemberWatch> {
+        let watch = block_on(py, self.inner.watch(group))?.py()?;
+        Ok(MemberWatch::new(watch))
+    }
+
+    /// Joins the fleet `name` and balances its shards with the other members in the
+    /// background: `shards` (a count, 1 ..= `MAX_SHARDS`: shards "0" … "n-1") or `keys` (the
+    /// shards' names). Durations in seconds: `ttl` of the member and shard leases (default:
+    /// the client's), `period` of the rebalancing (default: ttl / 3), `handoff_timeout`
+    /// (default: the ttl); at most `max_handoffs_per_period` hand-offs asked for per period
+    /// (default 4). Iterate the fleet for its events.
+    #[pyo3(signature = (name, shards=None, *, keys=None, ttl=None, period=None,
+        max_handoffs_per_period=None, handoff_timeout=None, metadata=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn fleet(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        shards: Option<i64>,
+        keys: Option<&Bound<'_, PyAny>>,
+        ttl: Option<f64>,
+        period: Option<f64>,
+        max_handoffs_per_period: Option<i64>,
+        handoff_timeout: Option<f64>,
+        metadata: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Fleet> {
+        let options = fleet::fleet_options(
+            shards,
+            keys,
+            ttl,
+            period,
+            max_handoffs_per_period,
+            handoff_timeout,
+            metadata,
+        )?;
+        let fleet = block_on(py, self.inner.fleet(name, options))?.py()?;
+        Ok(Fleet::new(fleet))
     }
 
     /// Makes a done (or free) key unknown again, so that it can be acquired. Returns False if
@@ -501,6 +568,87 @@ impl AsyncClient {
             Ok(AsyncSemaphore::new(
                 client.semaphore(&name, limit).await.py()?,
             ))
+        })
+    }
+
+    /// Joins `group`; see `Client.join`. Await it, or use it with `async with` to leave at
+    /// the end of the block.
+    #[pyo3(signature = (group, *, metadata=None, ttl=None))]
+    fn join<'py>(
+        &self,
+        py: Python<'py>,
+        group: String,
+        metadata: Option<&Bound<'py, PyAny>>,
+        ttl: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let options = membership::join_options(metadata, ttl)?;
+        let client = self.inner.clone();
+        opening(py, move |py| {
+            let (client, group, options) = (client.clone(), group.clone(), options.clone());
+            let joining = runtime::future_into_py(py, async move {
+                let member = client.join(&group, options).await.py()?;
+                Ok(AsyncMember::new(member))
+            })?;
+            Ok(joining.unbind())
+        })
+    }
+
+    /// The live members of `group`, oldest first, in one read.
+    fn members<'py>(&self, py: Python<'py>, group: String) -> PyResult<Bound<'py, PyAny>> {
+        let client = self.inner.clone();
+        runtime::future_into_py(py, async move {
+            Ok(membership::infos(client.members(&group).await.py()?))
+        })
+    }
+
+    /// Watches `group`; see `Client.watch`. Await it, or use it with `async with` to close the
+    /// watch at the end of the block.
+    fn watch<'py>(&self, py: Python<'py>, group: String) -> PyResult<Bound<'py, PyAny>> {
+        let client = self.inner.clone();
+        opening(py, move |py| {
+            let (client, group) = (client.clone(), group.clone());
+            let watching = runtime::future_into_py(py, async move {
+                let watch = client.watch(&group).await.py()?;
+                Ok(AsyncMemberWatch::new(watch))
+            })?;
+            Ok(watching.unbind())
+        })
+    }
+
+    /// Joins the fleet `name`; see `Client.fleet`. Await it, or use it with `async with` to
+    /// close the fleet at the end of the block.
+    #[pyo3(signature = (name, shards=None, *, keys=None, ttl=None, period=None,
+        max_handoffs_per_period=None, handoff_timeout=None, metadata=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn fleet<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        shards: Option<i64>,
+        keys: Option<&Bound<'py, PyAny>>,
+        ttl: Option<f64>,
+        period: Option<f64>,
+        max_handoffs_per_period: Option<i64>,
+        handoff_timeout: Option<f64>,
+        metadata: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let options = fleet::fleet_options(
+            shards,
+            keys,
+            ttl,
+            period,
+            max_handoffs_per_period,
+            handoff_timeout,
+            metadata,
+        )?;
+        let client = self.inner.clone();
+        opening(py, move |py| {
+            let (client, name, options) = (client.clone(), name.clone(), options.clone());
+            let opening = runtime::future_into_py(py, async move {
+                let fleet = client.fleet(&name, options).await.py()?;
+                Ok(AsyncFleet::new(fleet))
+            })?;
+            Ok(opening.unbind())
         })
     }
 

@@ -230,6 +230,15 @@ pub struct LostSignal {
 }
 
 impl LostSignal {
+    /// The lost signal of a lease this binding has no `Lease` object of (a member's, a
+    /// shard's): its status is the signal's.
+    pub fn detached(signal: accord::LostSignal) -> Self {
+        LostSignal {
+            signal,
+            lease: Weak::new(),
+        }
+    }
+
     fn lost(&self) -> bool {
         match self.lease.upgrade() {
             Some(lease) => lease.is_lost(),

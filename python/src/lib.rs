@@ -7,7 +7,9 @@ mod client;
 mod completion;
 mod convert;
 mod errors;
+mod fleet;
 mod lease;
+mod membership;
 mod pool;
 mod runtime;
 mod subscription;
@@ -41,6 +43,19 @@ fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<types::LeaseInfo>()?;
     m.add_class::<types::ListPage>()?;
     m.add_class::<completion::Completer>()?;
+    m.add_class::<membership::Member>()?;
+    m.add_class::<membership::AsyncMember>()?;
+    m.add_class::<membership::MemberInfo>()?;
+    m.add_class::<membership::MemberWatch>()?;
+    m.add_class::<membership::AsyncMemberWatch>()?;
+    m.add_class::<membership::Members>()?;
+    m.add_class::<membership::Joined>()?;
+    m.add_class::<membership::Left>()?;
+    m.add_class::<fleet::Fleet>()?;
+    m.add_class::<fleet::AsyncFleet>()?;
+    m.add_class::<fleet::ShardLease>()?;
+    m.add_class::<fleet::Assigned>()?;
+    m.add_class::<fleet::Revoked>()?;
     m.add_function(wrap_pyfunction!(migration_sql, m)?)?;
     m.add_function(wrap_pyfunction!(errors::_error_for_code, m)?)?;
     m.add("ERROR_CODES", errors::codes(m.py())?)?;
@@ -64,5 +79,8 @@ fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_OFFER_KEYS", accord::limits::MAX_OFFER_KEYS)?;
     m.add("MAX_CLAIM_LIMIT", accord::limits::MAX_CLAIM_LIMIT)?;
     m.add("MAX_PERMITS", accord::limits::MAX_PERMITS)?;
+    m.add("MAX_SHARDS", accord::MAX_SHARDS)?;
+    m.add("MAX_HANDOFFS_PER_PERIOD", accord::MAX_HANDOFFS_PER_PERIOD)?;
+    m.add("MIN_PERIOD", accord::MIN_PERIOD.as_secs_f64())?;
     Ok(())
 }
