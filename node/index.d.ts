@@ -59,6 +59,30 @@ export declare class Client {
    */
   semaphore(name: string, limit: number): Promise<Semaphore>
   /**
+   * Joins the group `group`: a `Member` whose lease (key `accord.group/<group>/<owner>`) the
+   * client's keepalive renews. Watchers of the group see `'joined'`. One membership per owner
+   * and group: a second join waits for the first to leave (up to the ttl, then
+   * `ACCORD_TIMEOUT`).
+   */
+  join(group: string, options?: JoinOptions | null): Promise<Member>
+  /**
+   * The live members of `group` (owner, metadata, since, fence, expiresAt), oldest first,
+   * in one read.
+   */
+  members(group: string): Promise<MemberInfo[]>
+  /**
+   * Watches `group`: iterate it with `for await` for the current members (`'members'`), then
+   * `'joined'` and `'left'` in order. Resolves once listening, so no change made after it
+   * resolves is missed.
+   */
+  watch(group: string): Promise<MemberWatch>
+  /**
+   * Joins the fleet `name` and starts balancing its shards in the background: `shards: n`
+   * (named `"0"` to `"n-1"`) or `keys`, exactly one. Read its events with `for await` or
+   * `nextEvent()`; `close()` hands every shard back.
+   */
+  fleet(name: string, options: FleetOptions): Promise<Fleet>
+  /**
    * Makes a done (or free) key unknown again, so that it can be acquired. Resolves with
    * `false` if the key was not known; rejects with `ACCORD_HELD` if a live lease holds it.
    */
@@ -82,6 +106,55 @@ export declare class Client {
    */
   close(): Promise<void>
   /** `await using client = await connect(url)` closes it at the end of the block. */
+  [globalThis.Symbol.asyncDispose](): Promise<void>
+}
+
+/**
+ * A member of a fleet, opened by `client.fleet(name, { shards })`: it takes and gives back
+ * shards in the background so that the fleet's members hold about as many each. Read what
+ * happens with `for await (const event of fleet)` or `await fleet.nextEvent()`.
+ *
+ * Asking for the next event tells the fleet the previous one was handled: a shard revoked
+ * for a hand-off is released then (or after `handoffTimeout`), so do the hand-off's work
+ * (a checkpoint) in the loop body, before asking again. Nothing reads events ahead of you.
+ *
+ * `close()` (also what leaving a `for await` loop and `await using` do) hands every shard back:
+ * each yields `'revoked'` with reason `'closed'`, then the events end. A fleet does not keep
+ * the Node process alive by itself, only a pending `nextEvent()` does; a fleet collected
+ * without `close()` closes in the background.
+ */
+export declare class Fleet {
+  /** The fleet's name. */
+  get name(): string
+  /** True once the fleet stopped (closed, or its client closed). */
+  get closed(): boolean
+  /** The shards this member holds now, in name order. */
+  shards(): Array<string>
+  /** The fleet's live members (one read), oldest first. */
+  members(): Promise<MemberInfo[]>
+  /**
+   * The next event; `null` once the fleet is closed and every event was read. Asking
+   * acknowledges the previous `'revoked'` hand-off (see the class).
+   */
+  nextEvent(): Promise<FleetEvent | null>
+  /**
+   * `nextEvent()` as an iterator step: `{ done: false, value }`, or `{ done: true }` once the
+   * fleet is closed and every event was read.
+   */
+  next(): Promise<IteratorResult<FleetEvent, undefined>>
+  /** Closes the fleet (what leaving a `for await` loop calls). */
+  return(): Promise<IteratorReturnResult<undefined>>
+  /**
+   * Hands every shard back (each yields `'revoked'` with reason `'closed'`, then is
+   * released, waking the members waiting for it), leaves the fleet's membership and stops.
+   * Resolves once all that is done. Idempotent.
+   */
+  close(): Promise<void>
+  [globalThis.Symbol.asyncIterator](): this
+  /**
+   * `await using fleet = await client.fleet(name, options)` closes it at the end of the
+   * block.
+   */
   [globalThis.Symbol.asyncDispose](): Promise<void>
 }
 
@@ -160,6 +233,77 @@ export declare class Lease {
 }
 
 /**
+ * Membership of a group, opened by `client.join(group)`: a lease on the member key, renewed
+ * by the client's keepalive. Watchers of the group see it join and leave.
+ *
+ * Use it with `await using` (it leaves on dispose), or call `leave()`. Watch `lost`: once it
+ * resolves, this process is no longer a member. A member does not keep the Node process alive
+ * by itself; a member collected without `leave()` leaves in the background.
+ */
+export declare class Member {
+  /** The group joined. */
+  get group(): string
+  /** The member's owner (the client's owner). */
+  get owner(): string
+  /** The key of the member lease (`accord.group/<group>/<owner>`, readable with `list`). */
+  get key(): string
+  /** The fence of the member lease. */
+  get fence(): bigint
+  /**
+   * The member lease's status, as `lease.status` reads: `'held'` while a member, then
+   * `'released'` after `leave()`, or `'lost'`.
+   */
+  get status(): 'held' | 'ending' | 'released' | 'done' | 'lost'
+  /** True once the membership is lost. */
+  get isLost(): boolean
+  /** Why the membership was lost, as `lease.lostReason`; `null` unless lost. */
+  get lostReason(): 'not_renewed' | 'not_recorded' | 'client_closed' | 'forked' | null
+  /**
+   * Resolves when the membership is lost (not renewed in time, or the client closed);
+   * never if it ends by `leave()`. Waiting on it keeps the event loop alive until the
+   * membership ends.
+   */
+  get lost(): Promise<void>
+  /**
+   * Replaces the member's metadata (what `members()` and watchers see), renewing the
+   * member lease. Rejects with `ACCORD_LEASE_LOST` once the membership is lost or left.
+   */
+  updateMetadata(metadata: Record<string, unknown>): Promise<void>
+  /**
+   * Leaves the group now; watchers see `'left'`. Leaving again is harmless; rejects with
+   * `ACCORD_LEASE_LOST` if the membership was already lost.
+   */
+  leave(): Promise<void>
+  /** `await using member = await client.join(group)` leaves at the end of the block. */
+  [globalThis.Symbol.asyncDispose](): Promise<void>
+}
+
+/**
+ * The members of a group, then every change: `for await (const event of watch)` yields a
+ * `'members'` event first, then `'joined'` and `'left'`. Opened by `client.watch(group)`.
+ *
+ * The watch reads the group when it is asked for its next event (woken by the group's
+ * notifications, reconnections and members' expiries), so it keeps the Node process alive only
+ * while a `next()` is pending. `close()` it (or leave the `for await` loop) when done.
+ */
+export declare class MemberWatch {
+  /** True once `close()` was called. */
+  get closed(): boolean
+  /**
+   * The next event: `{ done: false, value }`, or `{ done: true }` once the watch is closed.
+   * Rejects with `ACCORD_CLOSED` once the client is closed.
+   */
+  next(): Promise<IteratorResult<MemberEvent, undefined>>
+  /** Closes the watch (what leaving a `for await` loop calls). */
+  return(): Promise<IteratorReturnResult<undefined>>
+  /** Stops the watch: a pending `next()` resolves with `done: true`. Idempotent. */
+  close(): Promise<void>
+  [globalThis.Symbol.asyncIterator](): this
+  /** `await using watch = await client.watch(group)` closes it at the end of the block. */
+  [globalThis.Symbol.asyncDispose](): Promise<void>
+}
+
+/**
  * A semaphore opened by `client.semaphore(name, limit)`: each holder holds one of `limit`
  * permits as an ordinary `Lease` (its key is the permit, fenced, renewed and lost like any
  * other). Release the lease, or mark it done, to give the permit back.
@@ -180,6 +324,32 @@ export declare class Semaphore {
   acquire(options?: AcquireOptions | null): Promise<Lease>
   /** Tries once: resolves with a permit's lease if one is free, `null` if all are held. */
   tryAcquire(options?: TryAcquireOptions | null): Promise<Lease | null>
+}
+
+/**
+ * A shard's lease as the fleet's user sees it (in an `'assigned'` event): its fence, to pass
+ * to the resources you write, and its status. The fleet holds, renews and releases the lease
+ * itself: there is nothing to release here.
+ */
+export declare class ShardLease {
+  /** The shard. */
+  get shard(): string
+  /** The key of its lease (`accord.fleet/<name>/s/<shard>`). */
+  get key(): string
+  /** The fence of this grant of the shard: larger than every earlier grant's. */
+  get fence(): bigint
+  /** The lease's status now, as `lease.status` reads. */
+  get status(): 'held' | 'ending' | 'released' | 'done' | 'lost'
+  /** True once the lease was lost. */
+  get isLost(): boolean
+  /** Why the lease was lost, as `lease.lostReason`; `null` unless lost. */
+  get lostReason(): 'not_renewed' | 'not_recorded' | 'client_closed' | 'forked' | null
+  /**
+   * Resolves when the lease is lost (the fleet then yields `'revoked'` with reason
+   * `'lost'`); never if the fleet gives it back. Waiting on it keeps the event loop alive
+   * until the lease ends.
+   */
+  get lost(): Promise<void>
 }
 
 /**
@@ -289,6 +459,65 @@ export declare function connect(url: string, options?: ClientOptions | null): Pr
  */
 export declare const ERROR_CODES: ReadonlyArray<string>
 
+/**
+ * What a fleet yields, in order per shard: `'assigned'` (this member now holds `shard`; its
+ * `lease` carries the fence), then `'revoked'` (it no longer does; `fence` is the fence of
+ * the grant revoked), then perhaps `'assigned'` again. A revocation's `reason`: `'handoff'`,
+ * another member asked for the shard and it is released when you ask for the next event, so
+ * checkpoint first; `'lost'`, its lease was lost; `'closed'`, the fleet or client closed.
+ */
+export type FleetEvent =
+  | { type: 'assigned'; shard: string; lease: ShardLease }
+  | { type: 'revoked'; shard: string; reason: 'handoff' | 'lost' | 'closed'; fence: bigint }
+
+/**
+ * Options of `client.fleet()`: the shards (`shards` or `keys`, exactly one) and how the
+ * member balances them. Durations are in milliseconds.
+ */
+export interface FleetOptions {
+  /** `n` shards, named `"0"` to `"n-1"` (1 ..= 10000). */
+  shards?: number
+  /** Shards with these names (1 ..= 10000 distinct, non-empty names), instead of `shards`. */
+  keys?: Array<string>
+  /**
+   * The ttl of the member and shard leases (default: the client's). A member that dies
+   * loses its shards this long after its last renewal.
+   */
+  ttl?: number
+  /**
+   * How often the member reads the fleet and rebalances (default: a third of the ttl; at
+   * least 10, at most the ttl).
+   */
+  period?: number
+  /**
+   * The most hand-offs this member asks for in one period, one shard per request
+   * (default 4; 1 ..= 1000).
+   */
+  maxHandoffsPerPeriod?: number
+  /**
+   * How long a holder asked for a shard waits for its user to finish with it (to ask for
+   * the next event) before releasing it anyway; also how long the asker waits for it
+   * (default: the ttl).
+   */
+  handoffTimeout?: number
+  /** This member's metadata in the fleet's membership (`fleet.members()`). */
+  metadata?: Record<string, unknown>
+}
+
+/** Options of `client.join()`. */
+export interface JoinOptions {
+  /**
+   * What other members see of this one (`members()`, watch events); replaced whole by
+   * `member.updateMetadata()`.
+   */
+  metadata?: Record<string, unknown>
+  /**
+   * The member lease's ttl in milliseconds (default: the client's): a member whose process
+   * dies leaves the group this long after its last renewal.
+   */
+  ttl?: number
+}
+
 /** One key as the coordinator knows it. */
 export interface LeaseInfo {
   key: string
@@ -328,6 +557,30 @@ export interface ListQuery {
   limit?: number
   /** Continue after the page that returned this `nextCursor`. */
   cursor?: string
+}
+
+/**
+ * What a watch yields: `type: 'members'` first (the members when the watch started, oldest
+ * first), then `'joined'` and `'left'` (a member left: it called `leave`, its client closed,
+ * or its lease expired), in the order the watch found them.
+ */
+export type MemberEvent =
+  | { type: 'members'; members: Array<MemberInfo> }
+  | { type: 'joined'; member: MemberInfo }
+  | { type: 'left'; member: MemberInfo }
+
+/** One member of a group, as `client.members()`, `fleet.members()` and watches report it. */
+export interface MemberInfo {
+  /** The member's owner (its client's owner). */
+  owner: string
+  /** The member's metadata, as it last set it. */
+  metadata: Record<string, unknown>
+  /** When it joined, by the coordinator's clock. */
+  since: Date
+  /** The fence of its member lease: a member that left and joined again has a new one. */
+  fence: bigint
+  /** When its member lease expires unless renewed (the coordinator's clock). */
+  expiresAt: Date | null
 }
 
 /**

@@ -836,8 +836,12 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.Client = nativeBinding.Client
+module.exports.Fleet = nativeBinding.Fleet
 module.exports.Lease = nativeBinding.Lease
+module.exports.Member = nativeBinding.Member
+module.exports.MemberWatch = nativeBinding.MemberWatch
 module.exports.Semaphore = nativeBinding.Semaphore
+module.exports.ShardLease = nativeBinding.ShardLease
 module.exports.Subscription = nativeBinding.Subscription
 module.exports.connect = nativeBinding.connect
 module.exports.ERROR_CODES = nativeBinding.ERROR_CODES

@@ -1,5 +1,5 @@
-//! `connect` and `Client`: acquire, tryAcquire, offer, claim, counts, semaphore, reset, list,
-//! notify, listen, close.
+//! `connect` and `Client`: acquire, tryAcquire, offer, claim, counts, semaphore, join, members,
+//! watch, fleet, reset, list, notify, listen, close.
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
@@ -10,7 +10,9 @@ use crate::convert::{
     property, settle, settle_map, settle_ok, string, strings,
 };
 use crate::error::{Failure, Outcome};
+use crate::fleet::{parse_fleet, Fleet};
 use crate::lease::Lease;
+use crate::membership::{member_infos, Member, MemberInfo, MemberWatch};
 use crate::semaphore::Semaphore;
 use crate::subscription::Subscription;
 
@@ -561,6 +563,107 @@ impl Client {
                 Ok(client.semaphore(&name, limit).await?)
             },
             |_, inner| Ok(Semaphore::new(inner)),
+        )
+    }
+
+    /// Joins the group `group`: a `Member` whose lease (key `accord.group/<group>/<owner>`) the
+    /// client's keepalive renews. Watchers of the group see `'joined'`. One membership per owner
+    /// and group: a second join waits for the first to leave (up to the ttl, then
+    /// `ACCORD_TIMEOUT`).
+    #[napi(
+        ts_args_type = "group: string, options?: JoinOptions | null",
+        ts_return_type = "Promise<Member>"
+    )]
+    pub fn join<'e>(
+        &self,
+        env: &'e Env,
+        group: Unknown,
+        options: Option<Unknown>,
+    ) -> Result<PromiseRaw<'e, Member>> {
+        let parsed = (|| -> Outcome<_> {
+            let group = string("group", &group)?;
+            let mut parsed = accord::JoinOptions::new();
+            if let Some(o) = opt_object("options", options)? {
+                if let Some(m) = opt_metadata(env, "options.metadata", &property(&o, "metadata")?)?
+                {
+                    parsed = parsed.metadata(m);
+                }
+                if let Some(ttl) = opt_millis("options.ttl", &property(&o, "ttl")?, false)? {
+                    parsed = parsed.ttl(ttl);
+                }
+            }
+            Ok((group, parsed))
+        })();
+        let client = self.inner.clone();
+        settle_map(
+            env,
+            async move {
+                let (group, options) = parsed?;
+                Ok(client.join(&group, options).await?)
+            },
+            |_, member| Ok(Member::adopt(member)),
+        )
+    }
+
+    /// The live members of `group` (owner, metadata, since, fence, expiresAt), oldest first,
+    /// in one read.
+    #[napi(
+        ts_args_type = "group: string",
+        ts_return_type = "Promise<MemberInfo[]>"
+    )]
+    pub fn members<'e>(
+        &self,
+        env: &'e Env,
+        group: Unknown,
+    ) -> Result<PromiseRaw<'e, Vec<MemberInfo>>> {
+        let group = string("group", &group);
+        let client = self.inner.clone();
+        settle_map(
+            env,
+            async move { Ok(client.members(&group?).await?) },
+            |_, members| Ok(member_infos(members)),
+        )
+    }
+
+    /// Watches `group`: iterate it with `for await` for the current members (`'members'`), then
+    /// `'joined'` and `'left'` in order. Resolves once listening, so no change made after it
+    /// resolves is missed.
+    #[napi(
+        ts_args_type = "group: string",
+        ts_return_type = "Promise<MemberWatch>"
+    )]
+    pub fn watch<'e>(&self, env: &'e Env, group: Unknown) -> Result<PromiseRaw<'e, MemberWatch>> {
+        let group = string("group", &group);
+        let client = self.inner.clone();
+        settle_map(
+            env,
+            async move { Ok(client.watch(&group?).await?) },
+            |_, watch| Ok(MemberWatch::adopt(watch)),
+        )
+    }
+
+    /// Joins the fleet `name` and starts balancing its shards in the background: `shards: n`
+    /// (named `"0"` to `"n-1"`) or `keys`, exactly one. Read its events with `for await` or
+    /// `nextEvent()`; `close()` hands every shard back.
+    #[napi(
+        ts_args_type = "name: string, options: FleetOptions",
+        ts_return_type = "Promise<Fleet>"
+    )]
+    pub fn fleet<'e>(
+        &self,
+        env: &'e Env,
+        name: Unknown,
+        options: Option<Unknown>,
+    ) -> Result<PromiseRaw<'e, Fleet>> {
+        let parsed = parse_fleet(env, &name, options);
+        let client = self.inner.clone();
+        settle_map(
+            env,
+            async move {
+                let (name, options) = parsed?;
+                Ok(client.fleet(&name, options).await?)
+            },
+            |_, fleet| Ok(Fleet::adopt(fleet)),
         )
     }
 

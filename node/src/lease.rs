@@ -41,12 +41,12 @@ impl Lease {
 }
 
 /// `lease.status`: the core's name for the status.
-fn status_name(status: LeaseStatus) -> Outcome<&'static str> {
+pub(crate) fn status_name(status: LeaseStatus) -> Outcome<&'static str> {
     Ok(status.as_str())
 }
 
 /// The lost reason: the core's name for it; none unless lost.
-fn lost_reason_name(status: LeaseStatus) -> Outcome<Option<&'static str>> {
+pub(crate) fn lost_reason_name(status: LeaseStatus) -> Outcome<Option<&'static str>> {
     Ok(status.lost_reason().map(|why| why.as_str()))
 }
 
@@ -54,7 +54,7 @@ fn lost_reason_name(status: LeaseStatus) -> Outcome<Option<&'static str>> {
 /// released, done, lost, or dropped with its last handle), the wait is pending on the bridge,
 /// which keeps the event loop alive while someone may be waiting for the loss of a held lease;
 /// nothing keeps it alive afterwards, and a lease that ended otherwise leaves it pending.
-fn lost_promise<'e>(env: &'e Env, signal: accord::LostSignal) -> Result<Object<'e>> {
+pub(crate) fn lost_promise<'e>(env: &'e Env, signal: accord::LostSignal) -> Result<Object<'e>> {
     let slot: Rc<RefCell<Option<FunctionRef<(), ()>>>> = Rc::default();
     let filled = slot.clone();
     let executor =

@@ -1,5 +1,5 @@
 //! The Node.js binding of accord (napi-rs): `connect`, `Client`, `Lease`, `Semaphore`,
-//! `Subscription`.
+//! `Member`, `MemberWatch`, `Fleet`, `ShardLease`, `Subscription`.
 //!
 //! A thin layer: every rule lives in the core crate. This crate converts arguments (with
 //! clear `ACCORD_INVALID_ARGUMENT` errors), runs the core's futures on napi's tokio runtime,
@@ -11,7 +11,9 @@ mod bridge;
 mod client;
 mod convert;
 mod error;
+mod fleet;
 mod lease;
+mod membership;
 mod semaphore;
 mod subscription;
 
@@ -20,7 +22,9 @@ use napi_derive::napi;
 
 pub use client::{connect, Client};
 pub use error::{ReadonlyArray, ERROR_CODES};
+pub use fleet::{Fleet, ShardLease};
 pub use lease::Lease;
+pub use membership::{Member, MemberWatch};
 pub use semaphore::Semaphore;
 pub use subscription::Subscription;
 

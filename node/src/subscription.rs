@@ -76,13 +76,32 @@ impl Drop for Subscription {
     }
 }
 
-/// An iteration step, as `next()` and `return()` resolve it (typed as `IteratorResult`).
-pub struct Step {
+/// An iteration step, as `next()` and `return()` resolve it (typed as `IteratorResult`), of
+/// a subscription, a member watch or a fleet.
+pub struct Step<T = SubscriptionEvent> {
     done: bool,
-    value: Option<SubscriptionEvent>,
+    value: Option<T>,
 }
 
-impl ToNapiValue for Step {
+impl<T> Step<T> {
+    /// `{ done: false, value }`.
+    pub(crate) fn of(value: T) -> Self {
+        Step {
+            done: false,
+            value: Some(value),
+        }
+    }
+
+    /// `{ done: true, value: undefined }`.
+    pub(crate) fn end() -> Self {
+        Step {
+            done: true,
+            value: None,
+        }
+    }
+}
+
+impl<T: ToNapiValue> ToNapiValue for Step<T> {
     unsafe fn to_napi_value(env: sys::napi_env, step: Self) -> Result<sys::napi_value> {
         let env = Env::from_raw(env);
         let mut object = Object::new(&env)?;
