@@ -7,8 +7,9 @@
  *   it, with the name every other language gives the error kind) and take a last argument
  *   `accord_error **err`: pass NULL to ignore details, or the address of a pointer that is then
  *   set to NULL on success and to an error object on failure (free it with accord_error_free()).
- * - Handles (accord_client, accord_lease, accord_subscription, accord_list_page, option objects,
- *   accord_cancel_token) are opaque; each has a *_free() that accepts NULL.
+ * - Handles (accord_client, accord_lease, accord_subscription, accord_list_page, accord_semaphore,
+ *   accord_member, accord_member_watch, accord_fleet, option objects, accord_cancel_token) are
+ *   opaque; each has a *_free() that accepts NULL.
  * - Strings passed in are NUL-terminated UTF-8, borrowed for the duration of the call. Strings
  *   returned as `const char *` are owned by the handle they came from and valid until it is
  *   freed; strings returned as `char *` belong to the caller, who frees them with
@@ -105,6 +106,44 @@ typedef enum {
 } accord_client_event_kind;
 
 /**
+ * What a fleet event is.
+ */
+typedef enum {
+  /**
+   * This member now holds `shard`: `lease` is set.
+   */
+  ACCORD_FLEET_EVENT_ASSIGNED = 1,
+  /**
+   * This member no longer holds `shard` (for a hand-off: will not once the next event is
+   * asked for, or the hand-off timeout passes): `reason` is set.
+   */
+  ACCORD_FLEET_EVENT_REVOKED = 2,
+} accord_fleet_event_kind;
+
+/**
+ * Why a shard was revoked.
+ */
+typedef enum {
+  /**
+   * Not a Revoked event.
+   */
+  ACCORD_REVOKE_NONE = 0,
+  /**
+   * Another member asked for it: do the hand-off's work (a checkpoint), then ask for the next
+   * event, which releases it.
+   */
+  ACCORD_REVOKE_HANDOFF = 1,
+  /**
+   * Its lease was lost (not renewed in time): someone else may get it after its expiry.
+   */
+  ACCORD_REVOKE_LOST = 2,
+  /**
+   * The fleet or its client was closed; it was given back.
+   */
+  ACCORD_REVOKE_CLOSED = 3,
+} accord_revoke_reason;
+
+/**
  * Where a lease stands (the core keeps it; every binding reads the same).
  */
 typedef enum {
@@ -157,6 +196,24 @@ typedef enum {
 } accord_key_state;
 
 /**
+ * What a member event is.
+ */
+typedef enum {
+  /**
+   * The members when the watch started (the first event only; may be none).
+   */
+  ACCORD_MEMBER_EVENT_MEMBERS = 1,
+  /**
+   * A member joined: `members[0]`.
+   */
+  ACCORD_MEMBER_EVENT_JOINED = 2,
+  /**
+   * A member left (it left, its client closed, or its lease expired): `members[0]`.
+   */
+  ACCORD_MEMBER_EVENT_LEFT = 3,
+} accord_member_event_kind;
+
+/**
  * What an event is.
  */
 typedef enum {
@@ -207,6 +264,21 @@ typedef struct accord_client_options accord_client_options;
 typedef struct accord_error accord_error;
 
 /**
+ * A member of a fleet, balancing its shards in the background. Every function taking a fleet
+ * may be called from any thread, concurrently, until accord_fleet_free(); its events are meant
+ * for one reader thread. Its shards' leases report their loss to the client's event queue too.
+ */
+typedef struct accord_fleet accord_fleet;
+
+/**
+ * Options of accord_client_fleet(). The shards are required: set them with
+ * accord_fleet_options_set_shards() or accord_fleet_options_set_keys() (not both). Defaults:
+ * the client's ttl, a period of a third of the ttl, 4 hand-off requests per period, a hand-off
+ * timeout of the ttl, no metadata.
+ */
+typedef struct accord_fleet_options accord_fleet_options;
+
+/**
  * A held key. Every function taking a lease may be called from any thread, concurrently,
  * until accord_lease_free().
  */
@@ -223,11 +295,31 @@ typedef struct accord_list_page accord_list_page;
 typedef struct accord_list_query accord_list_query;
 
 /**
+ * A member of a group: a lease on `accord.group/<group>/<owner>`, renewed with the client's
+ * other leases. Every function taking a member may be called from any thread, concurrently,
+ * until accord_member_free(). Its loss is reported to the client's event queue, like a lease's.
+ */
+typedef struct accord_member accord_member;
+
+/**
+ * A watch of a group's members. accord_member_watch_next() may block in one thread while
+ * accord_member_watch_close() is called from another; free only after every call on it has
+ * returned.
+ */
+typedef struct accord_member_watch accord_member_watch;
+
+/**
  * A semaphore of a client: at most `limit` live holders of its name. Every function taking a
  * semaphore may be called from any thread, concurrently, until accord_semaphore_free(). Its
  * leases report their loss to the client's event queue, like the client's own.
  */
 typedef struct accord_semaphore accord_semaphore;
+
+/**
+ * A shard's lease as the fleet's user sees it: its fence and its status. The fleet holds,
+ * renews and releases the lease itself. Owned by the event it came in.
+ */
+typedef struct accord_shard_lease accord_shard_lease;
 
 /**
  * Notifications on one or more channels. next() may block in one thread while close() is
@@ -248,6 +340,64 @@ typedef struct {
    */
   int64_t fence;
 } accord_client_event;
+
+/**
+ * One member of a group. Strings are owned by the array or event it came in.
+ */
+typedef struct {
+  /**
+   * The member's owner (its client's owner).
+   */
+  const char *owner;
+  /**
+   * The member's metadata, a JSON object.
+   */
+  const char *metadata_json;
+  /**
+   * When it joined, in ms since the Unix epoch (the coordinator's clock).
+   */
+  int64_t since_ms;
+  /**
+   * The fence of its member lease: a member that left and joined again has a new one.
+   */
+  int64_t fence;
+  /**
+   * When its member lease expires unless renewed, in ms since the Unix epoch; 0 if unknown.
+   */
+  int64_t expires_at_ms;
+} accord_member_info;
+
+/**
+ * One event of a fleet, in order per shard: Assigned, then Revoked, then perhaps Assigned again.
+ * Free with accord_fleet_event_free().
+ */
+typedef struct {
+  /**
+   * What happened.
+   */
+  accord_fleet_event_kind kind;
+  /**
+   * The shard, NUL-terminated; owned by the event.
+   */
+  const char *shard;
+  /**
+   * The fence of the grant assigned or revoked.
+   */
+  int64_t fence;
+  /**
+   * Why it was revoked (ACCORD_REVOKE_NONE for Assigned).
+   */
+  accord_revoke_reason reason;
+  /**
+   * The name of the reason, "handoff", "lost" or "closed" (static storage); NULL for
+   * Assigned.
+   */
+  const char *reason_name;
+  /**
+   * The shard's lease (Assigned only; NULL for Revoked); owned by the event.
+   */
+  const accord_shard_lease *lease;
+} accord_fleet_event;
 
 /**
  * One key as the coordinator knows it. Strings are owned by the page.
@@ -282,6 +432,24 @@ typedef struct {
    */
   int64_t updated_at_ms;
 } accord_lease_info;
+
+/**
+ * One event of a watch. Free with accord_member_event_free().
+ */
+typedef struct {
+  /**
+   * What happened.
+   */
+  accord_member_event_kind kind;
+  /**
+   * The members concerned (owned by the event; NULL when `n_members` is 0).
+   */
+  accord_member_info *members;
+  /**
+   * How many: any number for ACCORD_MEMBER_EVENT_MEMBERS, 1 otherwise.
+   */
+  uintptr_t n_members;
+} accord_member_event;
 
 /**
  * How many keys of a work pool are in each state (by the coordinator's clock).
@@ -477,6 +645,184 @@ void accord_error_free(accord_error *error);
 void accord_string_free(char *string);
 
 /**
+ * New fleet options without shards (set them before use). Free with
+ * accord_fleet_options_free().
+ */
+accord_fleet_options *accord_fleet_options_new(void);
+
+/**
+ * Frees fleet options. NULL is accepted.
+ */
+void accord_fleet_options_free(accord_fleet_options *object);
+
+/**
+ * `n` shards, named "0" to "n-1" (1 ..= 10000, checked by accord_client_fleet()).
+ */
+accord_status accord_fleet_options_set_shards(accord_fleet_options *options,
+                                              int64_t n,
+                                              accord_error **err);
+
+/**
+ * Shards with the names `keys[0..n_keys]` (1 ..= 10000 distinct non-empty names, checked by
+ * accord_client_fleet()); the strings are copied.
+ */
+accord_status accord_fleet_options_set_keys(accord_fleet_options *options,
+                                            const char *const *keys,
+                                            uintptr_t n_keys,
+                                            accord_error **err);
+
+/**
+ * The ttl of the member and shard leases in milliseconds (default: the client's; 100 ..=
+ * 86400000). A member that dies loses its shards this long after its last renewal.
+ */
+accord_status accord_fleet_options_set_ttl_ms(accord_fleet_options *options,
+                                              int64_t ttl_ms,
+                                              accord_error **err);
+
+/**
+ * How often the member reads the fleet and rebalances, in milliseconds (default: a third of
+ * the ttl; 10 ..= the ttl).
+ */
+accord_status accord_fleet_options_set_period_ms(accord_fleet_options *options,
+                                                 int64_t period_ms,
+                                                 accord_error **err);
+
+/**
+ * The most hand-offs this member asks for in one period (default 4; 1 ..= 1000).
+ */
+accord_status accord_fleet_options_set_max_handoffs_per_period(accord_fleet_options *options,
+                                                               int64_t n,
+                                                               accord_error **err);
+
+/**
+ * How long a holder asked for a shard waits for its user to finish with it (the next
+ * accord_fleet_next_event()) before releasing it anyway, in milliseconds (default: the ttl;
+ * up to 86400000).
+ */
+accord_status accord_fleet_options_set_handoff_timeout_ms(accord_fleet_options *options,
+                                                          int64_t timeout_ms,
+                                                          accord_error **err);
+
+/**
+ * This member's metadata in the fleet's membership: a JSON object; NULL clears it.
+ */
+accord_status accord_fleet_options_set_metadata_json(accord_fleet_options *options,
+                                                     const char *metadata_json,
+                                                     accord_error **err);
+
+/**
+ * Joins the fleet `name` with `options` (required: its shards) and starts balancing its shards
+ * in the background (docs/semantics.md, "Membership and fleets"). On success `*out_fleet` is a
+ * fleet to read with accord_fleet_next_event() and free with accord_fleet_free(). Blocks.
+ */
+accord_status accord_client_fleet(const accord_client *client,
+                                  const char *name,
+                                  const accord_fleet_options *options,
+                                  accord_fleet **out_fleet,
+                                  accord_error **err);
+
+/**
+ * The fleet's name; owned by the fleet (NULL for NULL).
+ */
+const char *accord_fleet_name(const accord_fleet *fleet);
+
+/**
+ * Whether the fleet stopped (closed, or its client closed).
+ */
+bool accord_fleet_is_closed(const accord_fleet *fleet);
+
+/**
+ * The shards this member holds now, in name order: `*out_shards` is an array of `*out_n`
+ * strings (NULL and 0 when none), freed with accord_string_array_free(). Never blocks.
+ */
+accord_status accord_fleet_shards(const accord_fleet *fleet,
+                                  char ***out_shards,
+                                  uintptr_t *out_n,
+                                  accord_error **err);
+
+/**
+ * Frees an array of `n` strings that accord returned (pass the count it came with) and the
+ * strings in it. NULL is accepted.
+ */
+void accord_string_array_free(char **strings, uintptr_t n);
+
+/**
+ * The fleet's live members, oldest first, in one read: `*out_members` is an array of
+ * `*out_n` members, freed with accord_member_info_array_free(). Blocks for one round trip.
+ */
+accord_status accord_fleet_members(const accord_fleet *fleet,
+                                   accord_member_info **out_members,
+                                   uintptr_t *out_n,
+                                   accord_error **err);
+
+/**
+ * Waits up to `timeout_ms` (negative: without limit; 0: only what is queued) for the fleet's
+ * next event. Asking for it acknowledges the previous one: a shard revoked for a hand-off is
+ * released now (or at the hand-off timeout, whichever comes first), so do the hand-off's work
+ * before calling again. ACCORD_OK with `*out_event` set (free it with
+ * accord_fleet_event_free()); ACCORD_TIMEOUT if none came; ACCORD_CANCELLED when `cancel` (may
+ * be NULL) fires; ACCORD_CLOSED once the fleet is closed and every event was read. Blocks.
+ */
+accord_status accord_fleet_next_event(const accord_fleet *fleet,
+                                      int64_t timeout_ms,
+                                      const accord_cancel_token *cancel,
+                                      accord_fleet_event **out_event,
+                                      accord_error **err);
+
+/**
+ * Frees a fleet event and what it holds (its shard lease included). NULL is accepted.
+ */
+void accord_fleet_event_free(accord_fleet_event *event);
+
+/**
+ * The shard; owned by the shard lease (NULL for NULL).
+ */
+const char *accord_shard_lease_shard(const accord_shard_lease *lease);
+
+/**
+ * The key of the shard's lease (`accord.fleet/<name>/s/<shard>`); owned by the shard lease.
+ */
+const char *accord_shard_lease_key(const accord_shard_lease *lease);
+
+/**
+ * The fence of this grant of the shard: pass it to the resources you write (0 for NULL).
+ */
+int64_t accord_shard_lease_fence(const accord_shard_lease *lease);
+
+/**
+ * Whether the shard's lease is lost.
+ */
+bool accord_shard_lease_is_lost(const accord_shard_lease *lease);
+
+/**
+ * The status of the shard's lease (RELEASED once the fleet gave it back).
+ */
+accord_lease_status_code accord_shard_lease_status(const accord_shard_lease *lease);
+
+/**
+ * Waits up to `timeout_ms` (negative: without limit) for the shard's lease to be lost:
+ * ACCORD_OK once lost, ACCORD_TIMEOUT if not (a shard given back is never lost),
+ * ACCORD_CLOSED if its client was closed. Blocks.
+ */
+accord_status accord_shard_lease_wait_lost(const accord_shard_lease *lease,
+                                           int64_t timeout_ms,
+                                           accord_error **err);
+
+/**
+ * Closes the fleet: every shard held yields Revoked with ACCORD_REVOKE_CLOSED (read them with
+ * accord_fleet_next_event(), which then returns ACCORD_CLOSED) and is given back, so that the
+ * other members take it at their next period; the membership is left. Blocks until done.
+ * Idempotent; NULL is ignored. The handle stays valid until freed.
+ */
+void accord_fleet_close(const accord_fleet *fleet);
+
+/**
+ * Frees the fleet handle; a fleet not closed closes in the background. No other thread may use
+ * the handle during or after this call. NULL is accepted.
+ */
+void accord_fleet_free(accord_fleet *fleet);
+
+/**
  * The key held; owned by the lease.
  */
 const char *accord_lease_key(const accord_lease *lease);
@@ -575,6 +921,133 @@ const char *accord_list_page_next_cursor(const accord_list_page *page);
  * Frees a page and every string it holds. NULL is accepted.
  */
 void accord_list_page_free(accord_list_page *page);
+
+/**
+ * Joins `group` as this client's owner: `metadata_json` (a JSON object, or NULL) is what other
+ * members see of this one; `ttl_ms` is the member lease's ttl (0: the client's; 100 ..=
+ * 86400000). One membership per owner and group: while this owner is a member already, it
+ * waits up to the ttl for that membership to end (then ACCORD_TIMEOUT). On success
+ * `*out_member` is a member to free with accord_member_free() (which leaves the group in the
+ * background). Blocks.
+ */
+accord_status accord_client_join(const accord_client *client,
+                                 const char *group,
+                                 const char *metadata_json,
+                                 int64_t ttl_ms,
+                                 accord_member **out_member,
+                                 accord_error **err);
+
+/**
+ * The group joined; owned by the member (NULL for NULL).
+ */
+const char *accord_member_group(const accord_member *member);
+
+/**
+ * The key of the member's lease (`accord.group/<group>/<owner>`); owned by the member.
+ */
+const char *accord_member_key(const accord_member *member);
+
+/**
+ * The fence of the member's lease (0 for NULL).
+ */
+int64_t accord_member_fence(const accord_member *member);
+
+/**
+ * Whether the membership is lost (not renewed in time, or the client closed).
+ */
+bool accord_member_is_lost(const accord_member *member);
+
+/**
+ * The status of the member's lease (ACCORD_LEASE_STATUS_RELEASED once left).
+ */
+accord_lease_status_code accord_member_status(const accord_member *member);
+
+/**
+ * Waits up to `timeout_ms` (negative: without limit) for the membership to be lost: ACCORD_OK
+ * once lost, ACCORD_TIMEOUT if not (a member that left is never lost), ACCORD_CLOSED if its
+ * client was closed. Blocks.
+ */
+accord_status accord_member_wait_lost(const accord_member *member,
+                                      int64_t timeout_ms,
+                                      accord_error **err);
+
+/**
+ * Replaces the member's metadata (a JSON object; NULL: `{}`), renewing its lease; watchers
+ * see nothing (Joined and Left only), accord_client_members() shows it. After the member left:
+ * ACCORD_LEASE_LOST. Blocks.
+ */
+accord_status accord_member_update_metadata(const accord_member *member,
+                                            const char *metadata_json,
+                                            accord_error **err);
+
+/**
+ * Leaves the group now: watchers see Left. ACCORD_LEASE_LOST if the membership was already
+ * lost; leaving again is harmless. The handle stays valid until freed. Blocks.
+ */
+accord_status accord_member_leave(const accord_member *member, accord_error **err);
+
+/**
+ * Frees the member handle; a member that has not left leaves in the background. No other
+ * thread may use the handle during or after this call. NULL is accepted.
+ */
+void accord_member_free(accord_member *member);
+
+/**
+ * The live members of `group`, oldest first, in one read. On ACCORD_OK `*out_members` is an
+ * array of `*out_n` members (NULL and 0 when there are none), freed with
+ * accord_member_info_array_free(). Blocks for one round trip.
+ */
+accord_status accord_client_members(const accord_client *client,
+                                    const char *group,
+                                    accord_member_info **out_members,
+                                    uintptr_t *out_n,
+                                    accord_error **err);
+
+/**
+ * Frees an array of `n` members (pass the count it came with) and its strings. NULL is
+ * accepted.
+ */
+void accord_member_info_array_free(accord_member_info *members, uintptr_t n);
+
+/**
+ * Watches `group`: the members now, then every Joined and Left in order. Listens before it
+ * returns, so that no change from then on is missed. On success `*out_watch` is a watch to read
+ * with accord_member_watch_next() and free with accord_member_watch_free(). Blocks.
+ */
+accord_status accord_client_watch(const accord_client *client,
+                                  const char *group,
+                                  accord_member_watch **out_watch,
+                                  accord_error **err);
+
+/**
+ * Waits up to `timeout_ms` (negative: without limit; 0: only what is known) for the next
+ * event: the members first (ACCORD_MEMBER_EVENT_MEMBERS), then Joined and Left. ACCORD_OK with `*out_event` set (free it
+ * with accord_member_event_free()); ACCORD_TIMEOUT if none came; ACCORD_CANCELLED when
+ * `cancel` (may be NULL) fires; ACCORD_CLOSED once the watch or its client is closed. Meant for
+ * one reader thread per watch.
+ */
+accord_status accord_member_watch_next(const accord_member_watch *watch,
+                                       int64_t timeout_ms,
+                                       const accord_cancel_token *cancel,
+                                       accord_member_event **out_event,
+                                       accord_error **err);
+
+/**
+ * Frees a member event and what it holds. NULL is accepted.
+ */
+void accord_member_event_free(accord_member_event *event);
+
+/**
+ * Stops the watch: a blocked accord_member_watch_next() returns ACCORD_CLOSED, and so does
+ * every later one. Blocks briefly. Idempotent; NULL is ignored.
+ */
+void accord_member_watch_close(const accord_member_watch *watch);
+
+/**
+ * Frees a watch (closing it if needed). No other thread may use it during or after this call.
+ * NULL is accepted.
+ */
+void accord_member_watch_free(accord_member_watch *watch);
 
 /**
  * New client options with every default. Free with accord_client_options_free().

@@ -21,6 +21,24 @@
 //
 //	client.Offer(ctx, "task/", []string{"task/1", "task/2"}, nil)
 //	leases, err := client.Claim(ctx, "task/", &accord.ClaimOptions{Limit: 10, Timeout: time.Second})
+//
+// Join makes this client a member of a group (Members lists them, Watch follows them). A Fleet
+// splits shards among its members, handing them off as members come and go; its events are
+// pulled with Next, which also acknowledges the previous one (a hand-off's shard is released
+// when Next is called again, so checkpoint first):
+//
+//	fleet, err := client.Fleet(ctx, "orders", accord.FleetOptions{Shards: 16})
+//	for {
+//		ev, err := fleet.Next(ctx) // ErrClosed once closed and drained
+//		if err != nil {
+//			break
+//		}
+//		if ev.Kind == accord.Assigned {
+//			start(ev.Shard, ev.Fence) // pass the fence to what you write
+//		} else {
+//			stop(ev.Shard) // checkpoint; the next call hands the shard off
+//		}
+//	}
 package accord
 
 /*

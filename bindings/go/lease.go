@@ -135,7 +135,12 @@ const (
 func (l *Lease) Status() LeaseStatus {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	switch C.accord_lease_status(l.ptr) {
+	return leaseStatus(C.accord_lease_status(l.ptr))
+}
+
+// leaseStatus is the Go status of a C one (of a lease, a member or a shard lease).
+func leaseStatus(code C.accord_lease_status_code) LeaseStatus {
+	switch code {
 	case C.ACCORD_LEASE_STATUS_HELD:
 		return LeaseHeld
 	case C.ACCORD_LEASE_STATUS_ENDING:

@@ -4,7 +4,7 @@
 use std::ffi::{c_char, CStr, CString};
 use std::sync::Mutex;
 
-use accord_core::{Error, ErrorKind, Lease, LeaseStatus, LostReason};
+use accord_core::{Error, ErrorKind, Lease, LeaseStatus, LostReason, LostSignal};
 use tokio::sync::mpsc;
 
 use crate::client::{accord_client, accord_client_event, accord_client_event_kind};
@@ -31,23 +31,43 @@ impl accord_lease {
         events: &mpsc::UnboundedSender<accord_client_event>,
         lease: Lease,
     ) -> *mut accord_lease {
-        // Reports the loss to the client's event queue; ends when the lease ends in any way
-        // (the core says when: released, done, lost, or dropped with the handle).
-        let (signal, events) = (lease.lost_signal(), events.clone());
-        let event = accord_client_event {
-            kind: accord_client_event_kind::ACCORD_CLIENT_EVENT_LEASE_LOST,
-            fence: lease.fence(),
-        };
-        runtime().spawn(async move {
-            if let LeaseStatus::Lost(_) = signal.ended().await {
-                let _ = events.send(event);
-            }
-        });
+        report_loss(events, lease.lost_signal(), lease.fence());
         Box::into_raw(Box::new(accord_lease {
             key: c_string(lease.key()),
             owner: c_string(lease.owner()),
             lease,
         }))
+    }
+}
+
+/// Reports the loss of the lease behind `signal` to a client's event queue; the task ends when
+/// the lease ends in any way (the core says when: released, done, lost, or dropped with its
+/// handle). Also used for the leases of members and of a fleet's shards.
+pub(crate) fn report_loss(
+    events: &mpsc::UnboundedSender<accord_client_event>,
+    signal: LostSignal,
+    fence: i64,
+) {
+    let events = events.clone();
+    let event = accord_client_event {
+        kind: accord_client_event_kind::ACCORD_CLIENT_EVENT_LEASE_LOST,
+        fence,
+    };
+    runtime().spawn(async move {
+        if let LeaseStatus::Lost(_) = signal.ended().await {
+            let _ = events.send(event);
+        }
+    });
+}
+
+/// The C code of a lease status (shared by leases, members and shard leases).
+pub(crate) fn status_code(status: LeaseStatus) -> accord_lease_status_code {
+    match status {
+        LeaseStatus::Held => accord_lease_status_code::ACCORD_LEASE_STATUS_HELD,
+        LeaseStatus::Ending => accord_lease_status_code::ACCORD_LEASE_STATUS_ENDING,
+        LeaseStatus::Released => accord_lease_status_code::ACCORD_LEASE_STATUS_RELEASED,
+        LeaseStatus::Done => accord_lease_status_code::ACCORD_LEASE_STATUS_DONE,
+        _ => accord_lease_status_code::ACCORD_LEASE_STATUS_LOST,
     }
 }
 
@@ -137,16 +157,10 @@ pub extern "C" fn accord_lease_status(lease: *const accord_lease) -> accord_leas
     run_or(
         accord_lease_status_code::ACCORD_LEASE_STATUS_UNKNOWN,
         || {
-            lease_or_null(lease).map_or(
-                accord_lease_status_code::ACCORD_LEASE_STATUS_UNKNOWN,
-                |l| match l.lease.status() {
-                    LeaseStatus::Held => accord_lease_status_code::ACCORD_LEASE_STATUS_HELD,
-                    LeaseStatus::Ending => accord_lease_status_code::ACCORD_LEASE_STATUS_ENDING,
-                    LeaseStatus::Released => accord_lease_status_code::ACCORD_LEASE_STATUS_RELEASED,
-                    LeaseStatus::Done => accord_lease_status_code::ACCORD_LEASE_STATUS_DONE,
-                    _ => accord_lease_status_code::ACCORD_LEASE_STATUS_LOST,
-                },
-            )
+            lease_or_null(lease)
+                .map_or(accord_lease_status_code::ACCORD_LEASE_STATUS_UNKNOWN, |l| {
+                    status_code(l.lease.status())
+                })
         },
     )
 }
@@ -163,7 +177,7 @@ pub extern "C" fn accord_lease_lost_reason(lease: *const accord_lease) -> *const
 }
 
 /// The core's static names as C strings that live as long as the process (a handful, made once).
-fn static_c_str(name: &'static str) -> *const c_char {
+pub(crate) fn static_c_str(name: &'static str) -> *const c_char {
     static MADE: Mutex<Vec<(&str, &CStr)>> = Mutex::new(Vec::new());
     let mut made = MADE.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, c)) = made.iter().find(|(n, _)| *n == name) {

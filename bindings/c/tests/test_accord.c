@@ -1,6 +1,6 @@
 /*
- * The scenarios of docs/semantics.md that reach C (L1-L9, N1-N6, P1, P3, P4, P6), bad input,
- * the client event queue, fork detection, the client options' timeouts and every status code,
+ * The scenarios of docs/semantics.md that reach C (L1-L9, N1-N6, P1, P3, P4, P6, M1, F2, F4),
+ * bad input, the client event queue, fork detection, the client options' timeouts and every status code,
  * through the installed header and library, against the PostgreSQL named by
  * ACCORD_TEST_DATABASE_URL. Exit status 0 when every check passed, and when every status but
  * ACCORD_INTERNAL was returned by some check (see seen[] and check_every_status_seen()).
@@ -1097,6 +1097,311 @@ static void test_pool_bad_input(void) {
   accord_client_free(c);
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* Membership and fleets (M1, F2, F4 of docs/semantics.md, as C sees them) */
+
+static accord_member_event *watch_next(accord_member_watch *w, int64_t timeout_ms) {
+  accord_member_event *ev = NULL;
+  MUST(accord_member_watch_next(w, timeout_ms, NULL, &ev, &err));
+  CHECK(ev != NULL);
+  return ev;
+}
+
+/* M1: join, members, update_metadata, watch (Members, Joined, Left), leave. */
+static void test_membership(void) {
+  accord_client *a = client("m1", "a"), *b = client("m1", "b");
+  accord_member_watch *w = NULL;
+  MUST(accord_client_watch(b, "team/x", &w, &err));
+  accord_member_event *ev = watch_next(w, 10000 * slow);
+  CHECK(ev->kind == ACCORD_MEMBER_EVENT_MEMBERS && ev->n_members == 0 && ev->members == NULL);
+  accord_member_event_free(ev);
+
+  accord_member *ma = NULL;
+  MUST(accord_client_join(a, "team/x", "{\"role\":\"lead\"}", 0, &ma, &err));
+  CHECK(!strcmp(accord_member_group(ma), "team/x"));
+  CHECK(!strcmp(accord_member_key(ma), "accord.group/team%2Fx/a"));
+  CHECK(accord_member_fence(ma) > 0);
+  CHECK(!accord_member_is_lost(ma));
+  CHECK(accord_member_status(ma) == ACCORD_LEASE_STATUS_HELD);
+  EXPECT(ACCORD_TIMEOUT, accord_member_wait_lost(ma, 0, &err));
+  ev = watch_next(w, 10000 * slow);
+  CHECK(ev->kind == ACCORD_MEMBER_EVENT_JOINED && ev->n_members == 1);
+  CHECK(!strcmp(ev->members[0].owner, "a") && ev->members[0].fence == accord_member_fence(ma));
+  CHECK(strstr(ev->members[0].metadata_json, "\"lead\"") != NULL);
+  CHECK(ev->members[0].since_ms > 0 && ev->members[0].expires_at_ms >= ev->members[0].since_ms);
+  accord_member_event_free(ev);
+
+  accord_member *mb = NULL;
+  MUST(accord_client_join(b, "team/x", NULL, 1000 * slow, &mb, &err));
+  ev = watch_next(w, 10000 * slow);
+  CHECK(ev->kind == ACCORD_MEMBER_EVENT_JOINED && !strcmp(ev->members[0].owner, "b"));
+  accord_member_event_free(ev);
+
+  accord_member_info *infos = NULL;
+  size_t n = 0;
+  MUST(accord_client_members(a, "team/x", &infos, &n, &err));
+  CHECK(n == 2 && !strcmp(infos[0].owner, "a") && !strcmp(infos[1].owner, "b"));
+  CHECK(!strcmp(infos[1].metadata_json, "{}"));
+  accord_member_info_array_free(infos, n);
+  MUST(accord_member_update_metadata(mb, "{\"load\":3}", &err));
+  MUST(accord_client_members(a, "team/x", &infos, &n, &err));
+  CHECK(n == 2 && strstr(infos[1].metadata_json, "\"load\":3") != NULL);
+  accord_member_info_array_free(infos, n);
+  MUST(accord_client_members(a, "team/none", &infos, &n, &err));
+  CHECK(n == 0 && infos == NULL);
+
+  /* Leaving: watchers see Left; the handle answers LEASE_LOST; leaving again is harmless. */
+  MUST(accord_member_leave(mb, &err));
+  ev = watch_next(w, 10000 * slow);
+  CHECK(ev->kind == ACCORD_MEMBER_EVENT_LEFT && !strcmp(ev->members[0].owner, "b"));
+  accord_member_event_free(ev);
+  CHECK(accord_member_status(mb) == ACCORD_LEASE_STATUS_RELEASED && !accord_member_is_lost(mb));
+  EXPECT(ACCORD_LEASE_LOST, accord_member_update_metadata(mb, NULL, &err));
+  MUST(accord_member_leave(mb, &err));
+  accord_member_free(mb);
+  /* Freeing a member leaves in the background. */
+  accord_member_free(ma);
+  ev = watch_next(w, 10000 * slow);
+  CHECK(ev->kind == ACCORD_MEMBER_EVENT_LEFT && !strcmp(ev->members[0].owner, "a"));
+  accord_member_event_free(ev);
+
+  /* Nothing more: a timeout; a cancel token ends a wait; a closed watch says so. */
+  accord_member_event *none = NULL;
+  EXPECT(ACCORD_TIMEOUT, accord_member_watch_next(w, 50, NULL, &none, &err));
+  accord_cancel_token *token = accord_cancel_token_new();
+  accord_cancel_token_cancel(token);
+  EXPECT(ACCORD_CANCELLED, accord_member_watch_next(w, -1, token, &none, &err));
+  accord_cancel_token_free(token);
+  accord_member_watch_close(w);
+  EXPECT(ACCORD_CLOSED, accord_member_watch_next(w, -1, NULL, &none, &err));
+  CHECK(none == NULL);
+  accord_member_watch_close(w);
+  accord_member_watch_free(w);
+
+  /* Bad input: INVALID_ARGUMENT naming the argument, nobody joined. */
+  accord_member *m = NULL;
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "client", accord_client_join(NULL, "g", NULL, 0, &m, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "group", accord_client_join(a, NULL, NULL, 0, &m, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "group", accord_client_join(a, "", NULL, 0, &m, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "metadata_json", accord_client_join(a, "g", "[1]", 0, &m, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "ttl", accord_client_join(a, "g", NULL, 50, &m, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "ttl", accord_client_join(a, "g", NULL, -5, &m, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "out_member", accord_client_join(a, "g", NULL, 0, NULL, &err));
+  CHECK(m == NULL);
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "group", accord_client_members(a, "", &infos, &n, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "out_n", accord_client_members(a, "g", &infos, NULL, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "group", accord_client_watch(a, "", &w, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "watch", accord_member_watch_next(NULL, 0, NULL, &none, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "member", accord_member_leave(NULL, &err));
+  CHECK(accord_member_group(NULL) == NULL && accord_member_fence(NULL) == 0);
+  accord_member_free(NULL);
+  accord_member_watch_free(NULL);
+  accord_member_event_free(NULL);
+  accord_member_info_array_free(NULL, 0);
+  CHECK(list_count(a, NULL, ACCORD_KEY_HELD, NULL) == 0);
+  accord_client_close(a);
+  accord_client_free(a);
+  accord_client_close(b);
+  accord_client_free(b);
+}
+
+static accord_fleet_options *fleet_opts(int64_t shards) {
+  accord_fleet_options *o = accord_fleet_options_new();
+  MUST(accord_fleet_options_set_shards(o, shards, &err));
+  MUST(accord_fleet_options_set_ttl_ms(o, 1500 * slow, &err));
+  MUST(accord_fleet_options_set_period_ms(o, 250 * slow, &err));
+  return o;
+}
+
+/* What a test knows of a fleet member: the shards it holds by its events, and their fences. */
+typedef struct {
+  accord_fleet *fleet;
+  int held[8];
+  int64_t fence[8];
+  int count;
+  int revoked_handoff[8]; /* shards it was asked for */
+  int closed;             /* Revoked(closed) seen */
+} fleet_view;
+
+/* Reads one event of `v` (waiting up to timeout_ms), applying it; 0 if none came (a timeout,
+ * or ACCORD_CLOSED once the fleet is closed and every event was read). */
+static int fleet_step(fleet_view *v, int64_t timeout_ms) {
+  accord_fleet_event *ev = NULL;
+  accord_error *err = NULL;
+  accord_status status = accord_fleet_next_event(v->fleet, timeout_ms, NULL, &ev, &err);
+  saw(status);
+  accord_error_free(err);
+  if (status == ACCORD_TIMEOUT || status == ACCORD_CLOSED) return 0;
+  if (status != ACCORD_OK) FAIL("accord_fleet_next_event: status %d", (int)status);
+  int s = atoi(ev->shard);
+  CHECK(s >= 0 && s < 8);
+  if (ev->kind == ACCORD_FLEET_EVENT_ASSIGNED) {
+    CHECK(!v->held[s] && ev->lease != NULL && ev->reason == ACCORD_REVOKE_NONE && ev->reason_name == NULL);
+    CHECK(accord_shard_lease_fence(ev->lease) == ev->fence && ev->fence > v->fence[s]);
+    CHECK(!strcmp(accord_shard_lease_shard(ev->lease), ev->shard));
+    CHECK(strstr(accord_shard_lease_key(ev->lease), "/s/") != NULL);
+    CHECK(accord_shard_lease_status(ev->lease) == ACCORD_LEASE_STATUS_HELD);
+    CHECK(!accord_shard_lease_is_lost(ev->lease));
+    v->held[s] = 1;
+    v->fence[s] = ev->fence;
+    v->count++;
+  } else {
+    CHECK(ev->kind == ACCORD_FLEET_EVENT_REVOKED && ev->lease == NULL);
+    CHECK(v->held[s] && ev->fence == v->fence[s]);
+    v->held[s] = 0;
+    v->count--;
+    if (ev->reason == ACCORD_REVOKE_HANDOFF) {
+      CHECK(!strcmp(ev->reason_name, "handoff"));
+      v->revoked_handoff[s] = 1;
+    } else {
+      CHECK(ev->reason == ACCORD_REVOKE_CLOSED && !strcmp(ev->reason_name, "closed"));
+      v->closed++;
+    }
+  }
+  accord_fleet_event_free(ev);
+  return 1;
+}
+
+static int fleet_holds(accord_fleet *f) {
+  char **shards = NULL;
+  size_t n = 0;
+  MUST(accord_fleet_shards(f, &shards, &n, &err));
+  for (size_t i = 1; i < n; i++) CHECK(strcmp(shards[i - 1], shards[i]) < 0);
+  accord_string_array_free(shards, n);
+  return (int)n;
+}
+
+/* F2, F4: one member takes all 8 shards; a second joins and they split 4/4 by hand-offs, each
+ * Revoked(handoff) on the first before Assigned on the second, with a larger fence; close
+ * hands back (Revoked(closed)) and the other takes everything again. */
+static void test_fleet(void) {
+  accord_client *a = client("f1", "a"), *b = client("f1", "b");
+  accord_fleet_options *o = fleet_opts(8);
+  fleet_view va = {0}, vb = {0};
+  MUST(accord_client_fleet(a, "orders", o, &va.fleet, &err));
+  CHECK(!strcmp(accord_fleet_name(va.fleet), "orders"));
+  CHECK(!accord_fleet_is_closed(va.fleet));
+  int64_t deadline = mono_ms() + 20000 * slow;
+  while (va.count < 8 && mono_ms() < deadline) fleet_step(&va, 100);
+  CHECK(va.count == 8 && fleet_holds(va.fleet) == 8);
+
+  MUST(accord_client_fleet(b, "orders", o, &vb.fleet, &err));
+  accord_member_info *infos = NULL;
+  size_t n = 0;
+  MUST(accord_fleet_members(vb.fleet, &infos, &n, &err));
+  CHECK(n == 2 && !strcmp(infos[0].owner, "a") && !strcmp(infos[1].owner, "b"));
+  accord_member_info_array_free(infos, n);
+  int64_t before[8];
+  memcpy(before, va.fence, sizeof before);
+  deadline = mono_ms() + 30000 * slow;
+  while ((va.count != 4 || vb.count != 4) && mono_ms() < deadline) {
+    fleet_step(&va, 20);
+    int assigned = vb.count;
+    if (fleet_step(&vb, 20) && vb.count > assigned) {
+      /* Every shard b gets was handed off by a first, and is a newer grant. */
+      for (int s = 0; s < 8; s++)
+        if (vb.held[s]) CHECK(va.revoked_handoff[s] && !va.held[s] && vb.fence[s] > before[s]);
+    }
+  }
+  CHECK(va.count == 4 && vb.count == 4);
+  CHECK(fleet_holds(va.fleet) == 4 && fleet_holds(vb.fleet) == 4);
+  for (int s = 0; s < 8; s++) CHECK(va.held[s] != vb.held[s]);
+
+  /* b closes: Revoked(closed) for its 4, then ACCORD_CLOSED; a takes them back. */
+  accord_fleet_close(vb.fleet);
+  CHECK(accord_fleet_is_closed(vb.fleet));
+  while (fleet_step(&vb, 0)) {}
+  CHECK(vb.closed == 4 && vb.count == 0);
+  accord_fleet_event *none = NULL;
+  EXPECT(ACCORD_CLOSED, accord_fleet_next_event(vb.fleet, -1, NULL, &none, &err));
+  CHECK(none == NULL && fleet_holds(vb.fleet) == 0);
+  deadline = mono_ms() + 20000 * slow;
+  while (va.count < 8 && mono_ms() < deadline) fleet_step(&va, 100);
+  CHECK(va.count == 8);
+  accord_cancel_token *token = accord_cancel_token_new();
+  accord_cancel_token_cancel(token);
+  EXPECT(ACCORD_CANCELLED, accord_fleet_next_event(va.fleet, -1, token, &none, &err));
+  accord_cancel_token_free(token);
+  accord_fleet_free(vb.fleet);
+
+  /* Closing the client closes its fleet: Revoked(closed) for every shard. */
+  accord_client_close(a);
+  while (fleet_step(&va, 1000 * slow)) {}
+  CHECK(va.closed == 8 && va.count == 0);
+  accord_fleet_free(va.fleet);
+  accord_fleet_options_free(o);
+  accord_client_free(a);
+  accord_client_close(b);
+  accord_client_free(b);
+}
+
+/* Bad input to fleets: INVALID_ARGUMENT naming the field, nothing joined or taken. */
+static void test_fleet_bad_input(void) {
+  accord_client *c = client("f-bad", "o1");
+  accord_fleet *f = NULL;
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "options", accord_client_fleet(c, "f", NULL, &f, &err));
+  accord_fleet_options *none = accord_fleet_options_new();
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "shards", accord_client_fleet(c, "f", none, &f, &err));
+  accord_fleet_options_free(none);
+  int64_t counts[] = {0, -1, 10001};
+  for (int i = 0; i < 3; i++) {
+    accord_fleet_options *o = fleet_opts(counts[i]);
+    EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "shards", accord_client_fleet(c, "f", o, &f, &err));
+    accord_fleet_options_free(o);
+  }
+  const char *dup[] = {"x", "y", "x"};
+  const char *nul[] = {"x", NULL};
+  accord_fleet_options *o = accord_fleet_options_new();
+  MUST(accord_fleet_options_set_keys(o, dup, 3, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "keys", accord_client_fleet(c, "f", o, &f, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "keys[1]", accord_fleet_options_set_keys(o, nul, 2, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "keys", accord_fleet_options_set_keys(o, NULL, 1, &err));
+  MUST(accord_fleet_options_set_keys(o, dup, 0, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "keys", accord_client_fleet(c, "f", o, &f, &err));
+  MUST(accord_fleet_options_set_keys(o, dup, 2, &err));
+  MUST(accord_fleet_options_set_shards(o, 4, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "keys", accord_client_fleet(c, "f", o, &f, &err));
+  accord_fleet_options_free(o);
+
+  o = fleet_opts(4);
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "name", accord_client_fleet(c, "", o, &f, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "name", accord_client_fleet(c, NULL, o, &f, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "out_fleet", accord_client_fleet(c, "f", o, NULL, &err));
+  MUST(accord_fleet_options_set_period_ms(o, 5, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "period", accord_client_fleet(c, "f", o, &f, &err));
+  MUST(accord_fleet_options_set_period_ms(o, 250, &err));
+  MUST(accord_fleet_options_set_ttl_ms(o, 50, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "ttl", accord_client_fleet(c, "f", o, &f, &err));
+  MUST(accord_fleet_options_set_ttl_ms(o, 1500, &err));
+  int64_t handoffs[] = {0, -1, 1001};
+  for (int i = 0; i < 3; i++) {
+    MUST(accord_fleet_options_set_max_handoffs_per_period(o, handoffs[i], &err));
+    EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "max_handoffs_per_period", accord_client_fleet(c, "f", o, &f, &err));
+  }
+  MUST(accord_fleet_options_set_max_handoffs_per_period(o, 2, &err));
+  MUST(accord_fleet_options_set_handoff_timeout_ms(o, 0, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "handoff_timeout", accord_client_fleet(c, "f", o, &f, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "metadata_json", accord_fleet_options_set_metadata_json(o, "[", &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "options", accord_fleet_options_set_shards(NULL, 4, &err));
+  accord_fleet_options_free(o);
+  CHECK(f == NULL);
+  accord_fleet_event *ev = NULL;
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "fleet", accord_fleet_next_event(NULL, 0, NULL, &ev, &err));
+  char **shards = NULL;
+  size_t n = 0;
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "fleet", accord_fleet_shards(NULL, &shards, &n, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "lease", accord_shard_lease_wait_lost(NULL, 0, &err));
+  CHECK(accord_fleet_name(NULL) == NULL && !accord_fleet_is_closed(NULL));
+  CHECK(accord_shard_lease_fence(NULL) == 0 && accord_shard_lease_shard(NULL) == NULL);
+  accord_fleet_close(NULL);
+  accord_fleet_free(NULL);
+  accord_fleet_event_free(NULL);
+  accord_string_array_free(NULL, 0);
+  CHECK(list_count(c, NULL, ACCORD_KEY_HELD, NULL) == 0);
+  accord_client_close(c);
+  accord_client_free(c);
+}
+
 /* Every store opens by URL: the embedded SQLite file and the in-process memory store. */
 static void test_embedded_stores(void) {
   char path[256], sqlite_url[300];
@@ -1354,6 +1659,9 @@ int main(int argc, char **argv) {
   test_p3_claim_batch();
   test_p4_waiting_claim();
   test_p6_semaphore();
+  test_membership();
+  test_fleet_bad_input();
+  test_fleet();
   test_embedded_stores();
   test_statement_timeout();
   check_every_status_seen();
