@@ -72,9 +72,10 @@ pub use validate::{
 /// integers against them, so that no binding restates a range or its message.
 pub mod limits {
     pub use crate::validate::{
-        claim_limit, list_limit, permits, pool_size, MAX_CHANNEL_BYTES, MAX_CLAIM_LIMIT,
-        MAX_LIST_LIMIT, MAX_METADATA_BYTES, MAX_NAME_BYTES, MAX_OFFER_KEYS, MAX_PERMITS,
-        MAX_POOL_SIZE, MAX_TTL, MIN_TTL, OFFER_BATCH,
+        claim_limit, handoffs_per_period, list_limit, permits, pool_size, shards,
+        MAX_CHANNEL_BYTES, MAX_CLAIM_LIMIT, MAX_HANDOFFS_PER_PERIOD, MAX_LIST_LIMIT,
+        MAX_METADATA_BYTES, MAX_NAME_BYTES, MAX_OFFER_KEYS, MAX_PERMITS, MAX_POOL_SIZE, MAX_SHARDS,
+        MAX_TTL, MIN_TTL, OFFER_BATCH,
     };
 }
 
@@ -93,9 +94,10 @@ pub fn migration_sql(schema: &str) -> Result<String> {
 }
 
 /// Every statement the PostgreSQL backend prepares, by name (`acquire`, `renew`, `renew_batch`,
-/// `release`, `done`, `reset`, `list`, `notify`, `offer`, `claim`, `counts`), for DBAs reviewing what accord runs and for
+/// `release`, `done`, `release_batch`, `done_batch`, `reset`, `list`, `notify`, `offer`, `claim`,
+/// `counts`), for DBAs reviewing what accord runs and for
 /// the benchmarks, which send the same text raw as the floor accord is measured against.
-/// `release`, `done` and `offer` take the schema's wakeup channel ([`wakeup_channel`]) as a
+/// `release`, `done`, their batches and `offer` take the schema's wakeup channel ([`wakeup_channel`]) as a
 /// parameter.
 pub fn statements(schema: &str) -> Result<Vec<(&'static str, String)>> {
     validate::schema(schema)?;
@@ -106,6 +108,8 @@ pub fn statements(schema: &str) -> Result<Vec<(&'static str, String)>> {
         ("renew_batch", sql.renew_batch),
         ("release", sql.release),
         ("done", sql.done),
+        ("release_batch", sql.release_batch),
+        ("done_batch", sql.done_batch),
         ("reset", sql.reset),
         ("list", sql.list),
         ("notify", sql.notify.to_string()),

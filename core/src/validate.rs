@@ -43,6 +43,28 @@ pub fn permits(value: i64) -> Result<usize> {
     count("limit", value, MAX_PERMITS)
 }
 
+/// Most shards of one fleet.
+pub const MAX_SHARDS: usize = 10_000;
+/// Most hand-offs one fleet member asks for in a period.
+pub const MAX_HANDOFFS_PER_PERIOD: usize = 1_000;
+
+/// A fleet's shard count from a binding's integer: `InvalidArgument` naming `shards` outside
+/// 1..=[`MAX_SHARDS`].
+pub fn shards(value: i64) -> Result<usize> {
+    count("shards", value, MAX_SHARDS)
+}
+
+/// A fleet's hand-offs per period from a binding's integer: `InvalidArgument` naming
+/// `max_handoffs_per_period` outside 1..=[`MAX_HANDOFFS_PER_PERIOD`].
+pub fn handoffs_per_period(value: i64) -> Result<usize> {
+    count("max_handoffs_per_period", value, MAX_HANDOFFS_PER_PERIOD)
+}
+
+/// A count the core received as `usize`, judged by the same words as a binding's integer.
+pub(crate) fn usize_count(value: usize) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
 /// A pool's prefix and the keys offered under it: the prefix is a name; each key is a name that
 /// starts with the prefix and is longer; at most [`MAX_OFFER_KEYS`] keys.
 pub(crate) fn offer(prefix: &str, keys: &[String]) -> Result<()> {

@@ -76,12 +76,7 @@ pub(crate) fn parse_fleet(
         _ => Some(strings("options.keys", &keys)?),
     };
     let mut parsed = match (shards, keys) {
-        (Some(n), None) => accord::FleetOptions::shards(usize::try_from(n).map_err(|_| {
-            Failure::invalid(
-                "shards",
-                format!("{n} is outside 1..={}", accord::MAX_SHARDS),
-            )
-        })?),
+        (Some(n), None) => accord::FleetOptions::shards(accord::limits::shards(n)?),
         (None, Some(keys)) => accord::FleetOptions::keys(keys),
         (Some(_), Some(_)) => {
             return Err(Failure::invalid(
@@ -106,12 +101,7 @@ pub(crate) fn parse_fleet(
         "options.maxHandoffsPerPeriod",
         &property(&o, "maxHandoffsPerPeriod")?,
     )? {
-        parsed = parsed.max_handoffs_per_period(usize::try_from(n).map_err(|_| {
-            Failure::invalid(
-                "max_handoffs_per_period",
-                format!("{n} is outside 1..={}", accord::MAX_HANDOFFS_PER_PERIOD),
-            )
-        })?);
+        parsed = parsed.max_handoffs_per_period(accord::limits::handoffs_per_period(n)?);
     }
     if let Some(t) = opt_millis(
         "options.handoffTimeout",

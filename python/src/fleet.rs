@@ -20,11 +20,6 @@ use crate::pool;
 use crate::runtime::{self, aio, block_on, block_on_settled};
 use crate::types::py_str_repr;
 
-/// A count from Python's int: negative values are refused here, the range is the core's.
-fn count(field: &str, value: i64, max: usize) -> PyResult<usize> {
-    usize::try_from(value).map_err(|_| invalid(field, format!("{value} is outside 1..={max}")))
-}
-
 /// The options of `fleet`: exactly one of `shards` (a count) and `keys` (names).
 #[allow(clippy::too_many_arguments)]
 pub fn fleet_options(
@@ -38,7 +33,7 @@ pub fn fleet_options(
 ) -> PyResult<FleetOptions> {
     let keys = keys.filter(|k| !k.is_none());
     let mut options = match (shards, keys) {
-        (Some(n), None) => FleetOptions::shards(count("shards", n, accord::MAX_SHARDS)?),
+        (Some(n), None) => FleetOptions::shards(accord::limits::shards(n).py()?),
         (None, Some(keys)) => FleetOptions::keys(pool::keys(keys)?),
         (Some(_), Some(_)) => {
             return Err(invalid(
@@ -60,11 +55,7 @@ pub fn fleet_options(
         options = options.period(period);
     }
     if let Some(n) = max_handoffs_per_period {
-        options = options.max_handoffs_per_period(count(
-            "max_handoffs_per_period",
-            n,
-            accord::MAX_HANDOFFS_PER_PERIOD,
-        )?);
+        options = options.max_handoffs_per_period(accord::limits::handoffs_per_period(n).py()?);
     }
     if let Some(timeout) = convert::ttl("handoff_timeout", handoff_timeout)? {
         options = options.handoff_timeout(timeout);

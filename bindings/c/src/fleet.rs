@@ -5,10 +5,7 @@
 use std::ffi::{c_char, CString};
 use std::time::Duration;
 
-use accord_core::{
-    Error, ErrorKind, Fleet, FleetEvent, FleetOptions, RevokeReason, ShardLease,
-    MAX_HANDOFFS_PER_PERIOD, MAX_SHARDS,
-};
+use accord_core::{Error, ErrorKind, Fleet, FleetEvent, FleetOptions, RevokeReason, ShardLease};
 use tokio::sync::mpsc;
 
 use crate::client::{accord_client, accord_client_event};
@@ -34,12 +31,6 @@ pub struct accord_fleet_options {
     metadata: Option<accord_core::Metadata>,
 }
 
-/// A count from C for the core, which judges its range; a negative one is refused here with the
-/// core's words, since it has no `usize`.
-fn count(field: &str, value: i64, max: usize) -> Result<usize, Error> {
-    usize::try_from(value).map_err(|_| invalid(field, &format!("{value} is outside 1..={max}")))
-}
-
 impl accord_fleet_options {
     /// The core's options; every value is judged by the core (`InvalidArgument` naming it).
     fn to_core(&self) -> Result<FleetOptions, Error> {
@@ -49,7 +40,7 @@ impl accord_fleet_options {
             }
             (Some(keys), None) => FleetOptions::keys(keys.iter().cloned()),
             (None, shards) => {
-                FleetOptions::shards(count("shards", shards.unwrap_or(0), MAX_SHARDS)?)
+                FleetOptions::shards(accord_core::limits::shards(shards.unwrap_or(0))?)
             }
         };
         if let Some(ttl) = self.ttl {
@@ -59,11 +50,7 @@ impl accord_fleet_options {
             o = o.period(period);
         }
         if let Some(n) = self.max_handoffs_per_period {
-            o = o.max_handoffs_per_period(count(
-                "max_handoffs_per_period",
-                n,
-                MAX_HANDOFFS_PER_PERIOD,
-            )?);
+            o = o.max_handoffs_per_period(accord_core::limits::handoffs_per_period(n)?);
         }
         if let Some(t) = self.handoff_timeout {
             o = o.handoff_timeout(t);

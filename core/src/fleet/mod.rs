@@ -34,10 +34,7 @@ use crate::session::{LeaseStatus, Session};
 use crate::subscription::Subscription;
 use crate::validate::{self, MAX_NAME_BYTES};
 
-/// Most shards of one fleet.
-pub const MAX_SHARDS: usize = 10_000;
-/// Most hand-offs one member asks for in a period.
-pub const MAX_HANDOFFS_PER_PERIOD: usize = 1_000;
+pub use crate::validate::{MAX_HANDOFFS_PER_PERIOD, MAX_SHARDS};
 /// Shortest period.
 pub const MIN_PERIOD: Duration = Duration::from_millis(10);
 

@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::balance::{self, View};
 use super::{
-    handoff_channel, validate_name, FleetOptions, RevokeReason, Shards, Shared,
-    MAX_HANDOFFS_PER_PERIOD, MAX_SHARDS, MIN_PERIOD,
+    handoff_channel, validate_name, FleetOptions, RevokeReason, Shards, Shared, MAX_SHARDS,
+    MIN_PERIOD,
 };
 use crate::error::{Error, Result};
 use crate::lease::{Lease, LostSignal};
@@ -38,12 +38,7 @@ impl Settings {
     pub fn validate(session: &Session, name: &str, options: FleetOptions) -> Result<Settings> {
         let shards = match options.shards {
             Shards::Count(n) => {
-                if n == 0 || n > MAX_SHARDS {
-                    return Err(Error::invalid(
-                        "shards",
-                        format!("{n} is outside 1..={MAX_SHARDS}"),
-                    ));
-                }
+                let n = validate::shards(validate::usize_count(n))?;
                 (0..n).map(|i| i.to_string()).collect()
             }
             Shards::Keys(keys) => {
@@ -73,13 +68,8 @@ impl Settings {
                 format!("{period:?} is outside {MIN_PERIOD:?}..=ttl ({ttl:?})"),
             ));
         }
-        let max_handoffs = options.max_handoffs_per_period;
-        if !(1..=MAX_HANDOFFS_PER_PERIOD).contains(&max_handoffs) {
-            return Err(Error::invalid(
-                "max_handoffs_per_period",
-                format!("{max_handoffs} is outside 1..={MAX_HANDOFFS_PER_PERIOD}"),
-            ));
-        }
+        let max_handoffs =
+            validate::handoffs_per_period(validate::usize_count(options.max_handoffs_per_period))?;
         let handoff_timeout = options.handoff_timeout.unwrap_or(ttl);
         if handoff_timeout.is_zero() || handoff_timeout > MAX_TTL {
             return Err(Error::invalid(
