@@ -26,8 +26,8 @@
 //!
 //! `fleet` prints `READY <owner>` once the fleet is open, then a line per event (`ASSIGNED <shard>
 //! <fence>`, `REVOKED <shard> <reason> <fence>`); for each assignment it writes the shard's row
-//! of the table `fleet_resource` (created by the caller; PostgreSQL only) only if its fence is
-//! newer than the row's, printing `WROTE <shard> <fence> <1|0>` (accepted or refused). On SIGTERM or the end of
+//! of the table `fleet_resource` (created by the caller, which sets `ACCORD_FLEET_WRITES=1`)
+//! only if its fence is newer than the row's, printing `WROTE <shard> <fence> <1|0>` (accepted or refused). On SIGTERM or the end of
 //! its standard input it closes the fleet (printing the `closed` revocations) and prints
 //! `CLOSED` (tests/polyglot's fleet run, beside Python and Node members doing the same).
 //!
@@ -207,8 +207,9 @@ async fn fleet_member(
     name: &str,
     options: FleetOptions,
 ) -> i32 {
-    // The fenced resource is a PostgreSQL table; on the embedded store (the demo) there is none.
-    let db = if url.starts_with("postgres") {
+    // The fenced resource is a PostgreSQL table the test run creates (ACCORD_FLEET_WRITES=1);
+    // the demo has none.
+    let db = if std::env::var("ACCORD_FLEET_WRITES").as_deref() == Ok("1") {
         let (db, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
             .await
             .expect("connect for the resource table");

@@ -68,6 +68,7 @@ def command(lang: str, url: str, namespace: str) -> list[str]:
 def start(lang: str, url: str, namespace: str) -> Member:
     process = subprocess.Popen(
         command(lang, url, namespace),
+        env={"ACCORD_FLEET_WRITES": "1", **os.environ},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -249,6 +250,21 @@ def main() -> int:
             )
             if not ok:
                 failures.append(f"F2: shards moved by {by_how}")
+            # Every shard that moved went to the newcomer: no donor took back what it handed
+            # off, and no other member picked it up on the way.
+            takers = {
+                row[0]
+                for row in db.execute(
+                    f'SELECT DISTINCT owner FROM "{audit}" WHERE id > %s',
+                    (grants_before,),
+                ).fetchall()
+            }
+            ok = takers == {newcomer.owner}
+            print(
+                f"{'✓' if ok else '✗'} F2: every moved shard went to the newcomer ({sorted(takers)})"
+            )
+            if not ok:
+                failures.append(f"F2: moved shards went to {sorted(takers)}")
             handoffs = [r for m in members for r in m.revoked if r[1] == "handoff"]
             if len(handoffs) < by_how.get("released", 0):
                 failures.append(f"F2: {len(handoffs)} handoff revocations for {by_how}")

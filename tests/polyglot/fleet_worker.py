@@ -72,8 +72,11 @@ def main() -> None:
     owner = f"python-{os.getpid()}"
     signal.signal(signal.SIGTERM, on_sigterm)
     threading.Thread(target=watch_stdin, daemon=True).start()
-    db: Any = psycopg.connect(url, autocommit=True) if HAVE_DRIVER else None
-    if db is None:
+    # The fenced resource is a PostgreSQL table the test run creates (ACCORD_FLEET_WRITES=1);
+    # the demo has none.
+    writes = os.environ.get("ACCORD_FLEET_WRITES") == "1"
+    db: Any = psycopg.connect(url, autocommit=True) if HAVE_DRIVER and writes else None
+    if db is None and writes:
         print(
             "fleet_worker: psycopg is not installed: no fenced writes", file=sys.stderr
         )

@@ -383,6 +383,7 @@ impl Fleet {
                 members_channel,
                 stop: stop.clone(),
                 finished: finished.clone(),
+                handed_off: Default::default(),
             }
             .run(),
         );

@@ -130,6 +130,10 @@ pub(crate) struct Task {
     pub members_channel: String,
     pub stop: CancellationToken,
     pub finished: CancellationToken,
+    /// Shards this member handed off, until when it leaves them to their askers: its own period
+    /// must not take back a shard it just released for someone else (its read may even still
+    /// show it as its own), whatever the store's wake-up latency.
+    pub handed_off: HashMap<String, tokio::time::Instant>,
 }
 
 impl Task {
@@ -248,13 +252,16 @@ impl Task {
         }
         // Free now, held at the last read by a member still live: a hand-off in transit.
         let live: HashSet<&String> = members.iter().collect();
-        let settling: BTreeSet<String> = last_holders
+        let now = tokio::time::Instant::now();
+        self.handed_off.retain(|_, until| *until > now);
+        let mut settling: BTreeSet<String> = last_holders
             .iter()
             .filter(|(shard, owner)| {
                 **owner != me && live.contains(owner) && !holders.contains_key(*shard)
             })
             .map(|(shard, _)| shard.clone())
             .collect();
+        settling.extend(self.handed_off.keys().cloned());
         *last_holders = holders.clone();
         // This member's own shards: what it holds, not what the read saw.
         holders.retain(|_, owner| *owner != me);
@@ -369,7 +376,7 @@ impl Task {
     /// Another member asks for a shard: hand it off if this member holds it and would still
     /// hold two more than the asker. `Revoked(Handoff)` goes out now; the release follows the
     /// user's next `next_event` call, or the hand-off timeout.
-    fn on_request(&self, payload: &str) {
+    fn on_request(&mut self, payload: &str) {
         let Some(request) = Request::decode(payload) else {
             tracing::debug!(target: "accord", fleet = %self.shared.name, payload, "not a hand-off request");
             return;
@@ -386,6 +393,12 @@ impl Task {
             return;
         };
         let timeout = self.settings.handoff_timeout;
+        // The asker waits up to the hand-off timeout plus a period; after that, the shard is
+        // anyone's again, this member's included.
+        self.handed_off.insert(
+            request.shard.clone(),
+            tokio::time::Instant::now() + timeout + 2 * self.settings.period,
+        );
         tokio::spawn(async move {
             let _ = tokio::time::timeout(timeout, acked).await;
             if let Err(e) = lease.release().await {
