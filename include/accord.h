@@ -273,7 +273,7 @@ typedef struct accord_fleet accord_fleet;
 /**
  * Options of accord_client_fleet(). The shards are required: set them with
  * accord_fleet_options_set_shards() or accord_fleet_options_set_keys() (not both). Defaults:
- * the client's ttl, a period of a third of the ttl, 4 hand-off requests per period, a hand-off
+ * the client's ttl, a period of a third of the ttl, hand-off requests of a quarter of the target share (at least 4) per period, a hand-off
  * timeout of the ttl, no metadata.
  */
 typedef struct accord_fleet_options accord_fleet_options;
@@ -688,7 +688,7 @@ accord_status accord_fleet_options_set_period_ms(accord_fleet_options *options,
                                                  accord_error **err);
 
 /**
- * The most hand-offs this member asks for in one period (default 4; 1 ..= 1000).
+ * The most hand-offs this member asks for in one period (default: a quarter of the target share, at least 4; 1 ..= 1000).
  */
 accord_status accord_fleet_options_set_max_handoffs_per_period(accord_fleet_options *options,
                                                                int64_t n,

@@ -491,7 +491,7 @@ export interface FleetOptions {
   period?: number
   /**
    * The most hand-offs this member asks for in one period, one shard per request
-   * (default 4; 1 ..= 1000).
+   * (default: a quarter of the target share, at least 4; 1 ..= 1000).
    */
   maxHandoffsPerPeriod?: number
   /**

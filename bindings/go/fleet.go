@@ -16,8 +16,9 @@ import (
 
 // FleetOptions of Client.Fleet. The shards are required: Shards (n shards named "0" to "n-1",
 // 1..10000) or Keys (1..10000 distinct names), not both. The zero value of every other field
-// means its default: the client's ttl, a period of a third of the ttl, 4 hand-off requests per
-// period, a hand-off timeout of the ttl, no metadata.
+// means its default: the client's ttl, a period of a third of the ttl, hand-off requests of a
+// quarter of the target share (at least 4) per period, a hand-off timeout of the ttl, no
+// metadata.
 type FleetOptions struct {
 	Shards int
 	Keys   []string

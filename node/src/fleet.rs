@@ -32,7 +32,7 @@ pub struct FleetOptions {
     /// least 10, at most the ttl).
     pub period: Option<f64>,
     /// The most hand-offs this member asks for in one period, one shard per request
-    /// (default 4; 1 ..= 1000).
+    /// (default: a quarter of the target share, at least 4; 1 ..= 1000).
     pub max_handoffs_per_period: Option<u32>,
     /// How long a holder asked for a shard waits for its user to finish with it (to ask for
     /// the next event) before releasing it anyway; also how long the asker waits for it

@@ -270,7 +270,7 @@ impl Client {
     /// shards' names). Durations in seconds: `ttl` of the member and shard leases (default:
     /// the client's), `period` of the rebalancing (default: ttl / 3), `handoff_timeout`
     /// (default: the ttl); at most `max_handoffs_per_period` hand-offs asked for per period
-    /// (default 4). Iterate the fleet for its events.
+    /// (default: a quarter of the target share, at least 4). Iterate the fleet for its events.
     #[pyo3(signature = (name, shards=None, *, keys=None, ttl=None, period=None,
         max_handoffs_per_period=None, handoff_timeout=None, metadata=None))]
     #[allow(clippy::too_many_arguments)]

@@ -18,7 +18,7 @@ use crate::runtime::{block_on, elapse};
 
 /// Options of accord_client_fleet(). The shards are required: set them with
 /// accord_fleet_options_set_shards() or accord_fleet_options_set_keys() (not both). Defaults:
-/// the client's ttl, a period of a third of the ttl, 4 hand-off requests per period, a hand-off
+/// the client's ttl, a period of a third of the ttl, hand-off requests of a quarter of the target share (at least 4) per period, a hand-off
 /// timeout of the ttl, no metadata.
 #[derive(Default)]
 pub struct accord_fleet_options {
@@ -156,7 +156,7 @@ pub extern "C" fn accord_fleet_options_set_period_ms(
     })
 }
 
-/// The most hand-offs this member asks for in one period (default 4; 1 ..= 1000).
+/// The most hand-offs this member asks for in one period (default: a quarter of the target share, at least 4; 1 ..= 1000).
 #[no_mangle]
 pub extern "C" fn accord_fleet_options_set_max_handoffs_per_period(
     options: *mut accord_fleet_options,

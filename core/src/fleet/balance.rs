@@ -9,7 +9,8 @@
 //!   shards, only to have them stolen back);
 //! - below the target after that, ask the most loaded members, one shard at a time, each only
 //!   while it would still hold at least two more than this member (so nothing moves when every
-//!   member is within ±1 of the others: no churn when balanced), at most `max_handoffs` a period;
+//!   member is within ±1 of the others: no churn when balanced), at most `max_handoffs` a period
+//!   (by default a quarter of the target share, so convergence does not slow with fleet size);
 //! - each member decides for itself in parallel, so many hand-offs happen in one period.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -33,7 +34,15 @@ pub(crate) struct View<'a> {
     /// still free at the next read, they are).
     pub settling: &'a BTreeSet<String>,
     /// The most hand-offs this member asks for in one period.
-    pub max_handoffs: usize,
+    pub max_handoffs: Option<usize>,
+}
+
+/// The hand-offs one member asks for in a period: the configured number, or by default a
+/// quarter of the target share (at least 4), so that a newcomer is handed its share within
+/// about four periods however large the fleet (with a fixed small limit, a newcomer to a fleet
+/// of 1,024 shards and 4 members took 64 periods).
+pub(crate) fn handoff_limit(configured: Option<usize>, target: usize) -> usize {
+    configured.unwrap_or_else(|| (target / 4).max(4))
 }
 
 /// What to do this period.
@@ -114,7 +123,8 @@ pub(crate) fn plan(view: &View<'_>) -> Plan {
         .map(|(owner, shards)| (*owner, shards.len()))
         .collect();
     let mut asked_of: BTreeMap<&str, usize> = BTreeMap::new();
-    while mine < target && plan.ask.len() < view.max_handoffs {
+    let limit = handoff_limit(view.max_handoffs, target);
+    while mine < target && plan.ask.len() < limit {
         // The most loaded other holder; ties go to the smallest owner, so that every member
         // reading the same table picks the same donor.
         let Some((&donor, &donor_load)) = load
@@ -185,7 +195,7 @@ mod tests {
             holders,
             in_flight: &BTreeSet::new(),
             settling: &BTreeSet::new(),
-            max_handoffs: max,
+            max_handoffs: Some(max),
         })
     }
 
@@ -205,7 +215,7 @@ mod tests {
             holders: &HashMap::new(),
             in_flight: &BTreeSet::new(),
             settling: &BTreeSet::new(),
-            max_handoffs: 1,
+            max_handoffs: Some(1),
         });
         assert_eq!(p.target, 16);
     }
@@ -361,7 +371,7 @@ mod tests {
             holders: &holders,
             in_flight: &BTreeSet::new(),
             settling: &settling,
-            max_handoffs: 1,
+            max_handoffs: Some(1),
         });
         assert!(p.take.is_empty() && p.ask.is_empty(), "{p:?}");
     }
@@ -371,5 +381,34 @@ mod tests {
         assert!(should_hand_off(5, 3));
         assert!(!should_hand_off(4, 3));
         assert!(!should_hand_off(4, 4));
+    }
+
+    #[test]
+    fn the_default_handoff_limit_scales_with_the_share() {
+        assert_eq!(handoff_limit(None, 13), 4, "small fleets: 4");
+        assert_eq!(
+            handoff_limit(None, 205),
+            51,
+            "a quarter of the target share"
+        );
+        assert_eq!(handoff_limit(Some(1), 205), 1, "a configured limit is kept");
+        // A newcomer to 1,024 shards held by 4 members asks for a quarter of its share at once.
+        let members = names("m", 5);
+        let shards = names("s", 1024);
+        let holders = layout(&members, &shards, &[256, 256, 256, 256, 0]);
+        let view = View {
+            me: &members[4],
+            members: &members,
+            shards: &shards,
+            holders: &holders,
+            in_flight: &BTreeSet::new(),
+            settling: &BTreeSet::new(),
+            max_handoffs: None,
+        };
+        let plan = plan(&view);
+        assert_eq!(plan.target, 205);
+        assert_eq!(plan.ask.len(), 51);
+        let donors: BTreeSet<&String> = plan.ask.iter().map(|(donor, _)| donor).collect();
+        assert_eq!(donors.len(), 4, "asked of every loaded member");
     }
 }

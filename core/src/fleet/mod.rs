@@ -53,7 +53,7 @@ pub struct FleetOptions {
     pub(crate) shards: Shards,
     pub(crate) ttl: Option<Duration>,
     pub(crate) period: Option<Duration>,
-    pub(crate) max_handoffs_per_period: usize,
+    pub(crate) max_handoffs_per_period: Option<usize>,
     pub(crate) handoff_timeout: Option<Duration>,
     pub(crate) metadata: Option<Metadata>,
 }
@@ -78,7 +78,7 @@ impl FleetOptions {
             shards,
             ttl: None,
             period: None,
-            max_handoffs_per_period: 4,
+            max_handoffs_per_period: None,
             handoff_timeout: None,
             metadata: None,
         }
@@ -99,9 +99,9 @@ impl FleetOptions {
     }
 
     /// The most hand-offs this member asks for in one period, one shard per request
-    /// (default 4; 1 ..= 1,000).
+    /// (default: a quarter of the target share, at least 4; 1 ..= 1,000).
     pub fn max_handoffs_per_period(mut self, n: usize) -> Self {
-        self.max_handoffs_per_period = n;
+        self.max_handoffs_per_period = Some(n);
         self
     }
 

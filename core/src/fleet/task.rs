@@ -28,7 +28,8 @@ pub(crate) struct Settings {
     pub shards: Vec<String>,
     pub ttl: Duration,
     pub period: Duration,
-    pub max_handoffs: usize,
+    /// `None`: the default, which scales with the fleet (see `balance::handoff_limit`).
+    pub max_handoffs: Option<usize>,
     pub handoff_timeout: Duration,
     pub metadata: Option<Metadata>,
 }
@@ -68,8 +69,10 @@ impl Settings {
                 format!("{period:?} is outside {MIN_PERIOD:?}..=ttl ({ttl:?})"),
             ));
         }
-        let max_handoffs =
-            validate::handoffs_per_period(validate::usize_count(options.max_handoffs_per_period))?;
+        let max_handoffs = options
+            .max_handoffs_per_period
+            .map(|n| validate::handoffs_per_period(validate::usize_count(n)))
+            .transpose()?;
         let handoff_timeout = options.handoff_timeout.unwrap_or(ttl);
         if handoff_timeout.is_zero() || handoff_timeout > MAX_TTL {
             return Err(Error::invalid(
