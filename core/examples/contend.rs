@@ -222,10 +222,11 @@ async fn fleet_member(
     let write = "INSERT INTO fleet_resource (shard, fence, owner) VALUES ($1, $2, $3)
                  ON CONFLICT (shard) DO UPDATE SET fence = EXCLUDED.fence, owner = EXCLUDED.owner
                   WHERE fleet_resource.fence < EXCLUDED.fence";
-    let fleet = client.fleet(name, options).await.expect("fleet");
-    println!("READY {owner}");
+    // The handler is in place before READY: a caller may send SIGTERM as soon as it reads it.
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("SIGTERM handler");
+    let fleet = client.fleet(name, options).await.expect("fleet");
+    println!("READY {owner}");
     let stdin_ends = tokio::task::spawn_blocking(|| {
         let _ = std::io::stdin().read_line(&mut String::new());
     });

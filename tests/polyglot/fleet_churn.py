@@ -60,7 +60,13 @@ def main() -> int:
                     live.append(m)
                     changes.append(f"join {m.lang}")
                 else:
-                    m = live.pop(rng.randrange(len(live)))
+                    # Only a member that said READY has its SIGTERM handler in place (and a
+                    # SIGKILL before READY would test nothing): pick among those.
+                    ready = [m for m in live if m.owner]
+                    if not ready:
+                        continue
+                    m = ready[rng.randrange(len(ready))]
+                    live.remove(m)
                     if kind == "kill":
                         m.process.kill()
                         m.held.clear()
