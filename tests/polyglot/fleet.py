@@ -224,9 +224,8 @@ def main() -> int:
             read(members)
             moved = [line for m in members for line in m.log][quiet:]
             moves = sum(len(m.log) for m in members) - quiet
-            (failures if moves else []).append(
-                f"F1: {moves} lines while stable: {moved[:4]}"
-            )
+            if moves:
+                failures.append(f"F1: {moves} lines while stable: {moved[:4]}")
             print(f"{'✗' if moves else '✓'} F1: no shard moved in 10 stable periods")
 
             # F2: a fifth member joins; shards move by hand-off.

@@ -110,7 +110,10 @@ async fn connect_accord(config: &Config) -> BenchResult<Client> {
     .await?)
 }
 
-async fn drain_accord(clients: &[Client], prefix: &str) -> BenchResult<Drain> {
+/// Workers claim a batch until a claim finds nothing. `batched`: no work, and the batch's dones
+/// started together (the client's group commit sends them as one statement); otherwise 1 ms of
+/// work and a done per key.
+async fn drain_accord(clients: &[Client], prefix: &str, batched: bool) -> BenchResult<Drain> {
     let calls = AtomicU64::new(0);
     let started = Instant::now();
     let workers = clients.iter().map(|client| {
@@ -126,6 +129,13 @@ async fn drain_accord(clients: &[Client], prefix: &str) -> BenchResult<Drain> {
                 // by another is done by it (checked after the drain).
                 if claimed.is_empty() {
                     break;
+                }
+                if batched {
+                    let t = Instant::now();
+                    try_join_all(claimed.iter().map(|lease| lease.done(None))).await?;
+                    calls.fetch_add(claimed.len() as u64, Ordering::Relaxed);
+                    dones.extend(std::iter::repeat_n(t.elapsed(), claimed.len()));
+                    continue;
                 }
                 for lease in claimed {
                     work().await?;
@@ -216,10 +226,22 @@ const RAW_DONE: &str = "UPDATE accord_bench.raw_queue
     SET done = true, expires_at = NULL
   WHERE key = $1 AND owner = $2 AND NOT done";
 
-async fn drain_raw(conns: &[tokio_postgres::Client], pool: &str) -> BenchResult<Drain> {
+const RAW_DONE_BATCH: &str = "UPDATE accord_bench.raw_queue
+    SET done = true, expires_at = NULL
+  WHERE key = ANY($1) AND owner = $2 AND NOT done";
+
+/// The floor: a connection per worker, a `FOR UPDATE SKIP LOCKED` claim of a batch until one
+/// finds nothing. `batched`: no work, one UPDATE for the batch's dones; otherwise 1 ms of work
+/// and an UPDATE per key.
+async fn drain_raw(
+    conns: &[tokio_postgres::Client],
+    pool: &str,
+    batched: bool,
+) -> BenchResult<Drain> {
     let mut prepared = Vec::new();
     for db in conns {
-        prepared.push((db.prepare(RAW_CLAIM).await?, db.prepare(RAW_DONE).await?));
+        let done = if batched { RAW_DONE_BATCH } else { RAW_DONE };
+        prepared.push((db.prepare(RAW_CLAIM).await?, db.prepare(done).await?));
     }
     let calls = AtomicU64::new(0);
     let started = Instant::now();
@@ -238,8 +260,22 @@ async fn drain_raw(conns: &[tokio_postgres::Client], pool: &str) -> BenchResult<
                     if rows.is_empty() {
                         break;
                     }
-                    for row in rows {
-                        let key: String = row.get(0);
+                    let keys: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+                    if batched {
+                        let t = Instant::now();
+                        let n = db.execute(&done, &[&keys, &owner]).await?;
+                        if n != keys.len() as u64 {
+                            return Err(format!(
+                                "raw batch done found {n} of {} claims",
+                                keys.len()
+                            )
+                            .into());
+                        }
+                        calls.fetch_add(1, Ordering::Relaxed);
+                        dones.extend(std::iter::repeat_n(t.elapsed(), keys.len()));
+                        continue;
+                    }
+                    for key in keys {
                         work().await?;
                         let t = Instant::now();
                         if db.execute(&done, &[&key, &owner]).await? != 1 {
@@ -248,90 +284,6 @@ async fn drain_raw(conns: &[tokio_postgres::Client], pool: &str) -> BenchResult<
                         dones.push(t.elapsed());
                         calls.fetch_add(1, Ordering::Relaxed);
                     }
-                }
-                BenchResult::Ok(dones)
-            }
-        });
-    let dones = try_join_all(workers).await?.concat();
-    Ok(Drain {
-        dones,
-        elapsed: started.elapsed(),
-        calls: calls.into_inner(),
-    })
-}
-
-/// Throughput: workers claim a batch and mark it done at once, with no work.
-async fn drain_batches_accord(clients: &[Client], prefix: &str) -> BenchResult<Drain> {
-    let calls = AtomicU64::new(0);
-    let started = Instant::now();
-    let tasks = clients.iter().map(|client| {
-        let calls = &calls;
-        async move {
-            let mut dones = Vec::new();
-            loop {
-                let claimed = client
-                    .claim(prefix, ClaimOptions::new().limit(BATCH))
-                    .await?;
-                calls.fetch_add(1, Ordering::Relaxed);
-                if claimed.is_empty() {
-                    break;
-                }
-                let t = Instant::now();
-                try_join_all(claimed.iter().map(|lease| lease.done(None))).await?;
-                calls.fetch_add(claimed.len() as u64, Ordering::Relaxed);
-                dones.extend(std::iter::repeat_n(t.elapsed(), claimed.len()));
-            }
-            BenchResult::Ok(dones)
-        }
-    });
-    let dones = try_join_all(tasks).await?.concat();
-    Ok(Drain {
-        dones,
-        elapsed: started.elapsed(),
-        calls: calls.into_inner(),
-    })
-}
-
-const RAW_DONE_BATCH: &str = "UPDATE accord_bench.raw_queue
-    SET done = true, expires_at = NULL
-  WHERE key = ANY($1) AND owner = $2 AND NOT done";
-
-/// The floor of the throughput rows: a connection per worker, one UPDATE per batch of dones.
-async fn drain_batches_raw(conns: &[tokio_postgres::Client], pool: &str) -> BenchResult<Drain> {
-    let mut prepared = Vec::new();
-    for db in conns {
-        prepared.push((
-            db.prepare(RAW_CLAIM).await?,
-            db.prepare(RAW_DONE_BATCH).await?,
-        ));
-    }
-    let calls = AtomicU64::new(0);
-    let started = Instant::now();
-    let workers = conns
-        .iter()
-        .zip(prepared)
-        .enumerate()
-        .map(|(i, (db, (claim, done)))| {
-            let calls = &calls;
-            async move {
-                let owner = format!("raw-batch-worker-{i}");
-                let mut dones = Vec::new();
-                loop {
-                    let rows = db.query(&claim, &[&pool, &owner, &(BATCH as i64)]).await?;
-                    calls.fetch_add(1, Ordering::Relaxed);
-                    if rows.is_empty() {
-                        break;
-                    }
-                    let keys: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
-                    let t = Instant::now();
-                    let n = db.execute(&done, &[&keys, &owner]).await?;
-                    if n != keys.len() as u64 {
-                        return Err(
-                            format!("raw batch done found {n} of {} claims", keys.len()).into()
-                        );
-                    }
-                    calls.fetch_add(1, Ordering::Relaxed);
-                    dones.extend(std::iter::repeat_n(t.elapsed(), keys.len()));
                 }
                 BenchResult::Ok(dones)
             }
@@ -498,11 +450,11 @@ pub async fn run(config: &Config) -> BenchResult<Vec<Record>> {
                 }
                 let before = statements(&db).await;
                 let drain = match way {
-                    Way::Accord => drain_accord(&clients, &prefix).await?,
+                    Way::Accord => drain_accord(&clients, &prefix, false).await?,
                     Way::TryAcquire => drain_try_acquire(&clients, &names).await?,
-                    Way::RawSql => drain_raw(&conns, &prefix).await?,
-                    Way::BatchAccord => drain_batches_accord(&clients, &prefix).await?,
-                    Way::BatchRawSql => drain_batches_raw(&conns, &prefix).await?,
+                    Way::RawSql => drain_raw(&conns, &prefix, false).await?,
+                    Way::BatchAccord => drain_accord(&clients, &prefix, true).await?,
+                    Way::BatchRawSql => drain_raw(&conns, &prefix, true).await?,
                 };
                 let after = statements(&db).await;
                 if matches!(way, Way::Accord | Way::BatchAccord) {
