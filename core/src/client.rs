@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::backend::ResetOutcome;
+use crate::election::Election;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fleet::{Fleet, FleetOptions};
 use crate::lease::Lease;
@@ -194,6 +195,23 @@ impl Client {
 
     fn group_channel(&self, prefix: &str) -> String {
         membership::channel_for("accord_group", &self.session.scope.namespace, &[prefix])
+    }
+
+    /// The election `name`: campaign to lead it, read or observe its leader. See
+    /// [`Election`] and docs/semantics.md (Elections).
+    pub fn election(&self, name: &str) -> Result<Election> {
+        Election::open(&self.session, name)
+    }
+
+    /// How many times this client's waiting acquires were woken by another client's release
+    /// (each release wakes the head of its key's line only). For tests and diagnostics.
+    pub fn waiter_wakeups(&self) -> u64 {
+        self.session.dispatch.waiters.woken()
+    }
+
+    /// How many of this client's waiting acquires hold a place in a key's line now.
+    pub fn queued_count(&self) -> usize {
+        self.session.dispatch.waiters.queued()
     }
 
     /// Joins the fleet `name` and starts balancing its shards in the background: see

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use crate::backend::LeaseRef;
-use crate::error::Result;
+use crate::backend::{BatchItem, LeaseRef};
+use crate::error::{Error, Result};
 use crate::metadata::Metadata;
 use crate::session::{Grant, LeaseStatus, LostReason, Session};
 use crate::validate;
@@ -123,6 +123,11 @@ impl Lease {
             .lease_ref(&self.grant.key, self.grant.fence)
     }
 
+    /// Whether this is one of the key's shared holders (`AcquireOptions::shared`).
+    pub fn is_shared(&self) -> bool {
+        self.grant.shared
+    }
+
     /// Extends the lease by its ttl now (the keepalive does this on its own).
     pub async fn renew(&self) -> Result<()> {
         self.renew_inner(None).await
@@ -137,6 +142,9 @@ impl Lease {
     async fn renew_inner(&self, metadata: Option<String>) -> Result<()> {
         self.session.check_usable()?;
         self.grant.require_held()?;
+        if self.grant.shared {
+            return self.renew_shared(metadata).await;
+        }
         let sent = Instant::now();
         let renewed = self
             .session
@@ -147,6 +155,43 @@ impl Lease {
         match renewed {
             Some(r) => {
                 self.grant.confirm(sent, r.expires_at, Some(r.metadata));
+                self.grant.require_held()
+            }
+            None => {
+                self.grant.mark_lost(LostReason::NotRecorded);
+                Err(self.grant.error_for(self.grant.status()))
+            }
+        }
+    }
+
+    /// A shared holder's renewal: its expiry only (the key's metadata is its exclusive
+    /// holders' to change), through the keepalive's statement.
+    async fn renew_shared(&self, metadata: Option<String>) -> Result<()> {
+        if metadata.is_some() {
+            return Err(Error::invalid(
+                "metadata",
+                "a shared lease cannot change the key's metadata; acquire it exclusively",
+            ));
+        }
+        let sent = Instant::now();
+        let renewed = self
+            .session
+            .scope
+            .backend
+            .renew_batch(
+                &self.session.scope.namespace,
+                &self.session.scope.owner,
+                &[BatchItem {
+                    key: self.grant.key.clone(),
+                    fence: self.grant.fence,
+                    ttl: self.grant.ttl,
+                    shared: true,
+                }],
+            )
+            .await?;
+        match renewed.first() {
+            Some((_, expires_at)) => {
+                self.grant.confirm(sent, *expires_at, None);
                 self.grant.require_held()
             }
             None => {
@@ -185,6 +230,12 @@ impl Lease {
     /// `LeaseLost`; on a closed client, with `Closed`. In flight, it keeps the deadline as
     /// [`Lease::release`] does.
     pub async fn done(&self, metadata: Option<Metadata>) -> Result<()> {
+        if self.grant.shared {
+            return Err(Error::invalid(
+                "done",
+                "a shared lease cannot mark its key done; acquire the key exclusively",
+            ));
+        }
         let text = metadata
             .as_ref()
             .map(|m| validate::metadata("metadata", m))

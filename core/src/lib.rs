@@ -36,6 +36,7 @@
 // client.
 mod backend;
 mod client;
+mod election;
 mod error;
 mod fleet;
 mod lease;
@@ -49,6 +50,7 @@ mod subscription;
 mod validate;
 
 pub use client::Client;
+pub use election::{CampaignOptions, Election, Leader, Leadership, Observer};
 pub use error::{Error, ErrorKind, Result};
 pub use fleet::{
     Fleet, FleetEvent, FleetOptions, RevokeReason, ShardLease, Shards, MAX_HANDOFFS_PER_PERIOD,
@@ -93,17 +95,22 @@ pub fn migration_sql(schema: &str) -> Result<String> {
     Ok(backend::postgres::sql::migration_script(schema))
 }
 
-/// Every statement the PostgreSQL backend prepares, by name (`acquire`, `renew`, `renew_batch`,
-/// `release`, `done`, `release_batch`, `done_batch`, `reset`, `list`, `notify`, `offer`, `claim`,
-/// `counts`), for DBAs reviewing what accord runs and for
-/// the benchmarks, which send the same text raw as the floor accord is measured against.
-/// `release`, `done`, their batches and `offer` take the schema's wakeup channel ([`wakeup_channel`]) as a
-/// parameter.
+/// Every statement the PostgreSQL backend prepares, by name (`acquire`, `acquire_queued`,
+/// `leave_queue`, `release_shared`, `holder`, `renew`, `renew_batch`, `release`, `done`,
+/// `release_batch`, `done_batch`, `reset`, `list`, `notify`, `offer`, `claim`, `counts`), for
+/// DBAs reviewing what accord runs and for the benchmarks, which send the same text raw as the
+/// floor accord is measured against. The statements that free a key or change a line
+/// (`release`, `done`, their batches, `release_shared`, `leave_queue`, `offer`) take the
+/// schema's wakeup channel ([`wakeup_channel`]) as a parameter.
 pub fn statements(schema: &str) -> Result<Vec<(&'static str, String)>> {
     validate::schema(schema)?;
     let sql = backend::postgres::sql::Sql::new(schema);
     Ok(vec![
         ("acquire", sql.acquire),
+        ("acquire_queued", sql.acquire_queued),
+        ("leave_queue", sql.leave_queue),
+        ("release_shared", sql.release_shared),
+        ("holder", sql.holder),
         ("renew", sql.renew),
         ("renew_batch", sql.renew_batch),
         ("release", sql.release),

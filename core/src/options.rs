@@ -136,6 +136,7 @@ pub struct AcquireOptions {
     pub(crate) timeout: Option<Duration>,
     pub(crate) metadata: Option<Metadata>,
     pub(crate) cancel: Option<CancellationToken>,
+    pub(crate) shared: bool,
 }
 
 impl AcquireOptions {
@@ -164,6 +165,12 @@ impl AcquireOptions {
     /// the clean-up finishes in the background.)
     pub fn cancel(mut self, token: CancellationToken) -> Self {
         self.cancel = Some(token);
+        self
+    }
+    /// A shared grant: any number of shared holders at once, or one exclusive holder (the
+    /// default). Once an exclusive acquire waits, new shared acquires wait behind it.
+    pub fn shared(mut self, shared: bool) -> Self {
+        self.shared = shared;
         self
     }
 }
@@ -322,6 +329,9 @@ pub struct LeaseInfo {
     pub metadata: Metadata,
     /// When the key last changed.
     pub updated_at: DateTime<Utc>,
+    /// One of the shared holders of the key (a key held shared is listed once per holder,
+    /// each with its own owner, fence and expiry).
+    pub shared: bool,
 }
 
 /// One page of [`LeaseInfo`], newest grant first.

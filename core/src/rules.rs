@@ -27,6 +27,18 @@ pub(crate) struct StoredKey<'a> {
     pub done: bool,
     /// The acquire call that made the current grant.
     pub attempt: Option<i64>,
+    /// While shared holders may be live: the latest expiry of any of them (`None` once the
+    /// last one released).
+    pub shared_until_ms: Option<i64>,
+}
+
+/// A live waiting acquire's place in a key's queue (tickets come from the fence sequence, so
+/// a smaller ticket arrived first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Waiting {
+    pub ticket: i64,
+    pub shared: bool,
+    pub expires_at_ms: i64,
 }
 
 /// What `list` reports. Mirrors
@@ -37,6 +49,14 @@ pub(crate) fn key_state(key: &StoredKey<'_>, now_ms: i64) -> KeyState {
         Some(expires) if expires > now_ms => KeyState::Held,
         _ => KeyState::Free,
     }
+}
+
+/// Whether a key is held by shared holders only: `list` shows them (granted tickets), not the
+/// key's own row. Mirrors the list statement's `by_shared`.
+pub(crate) fn held_by_shared(key: &StoredKey<'_>, now_ms: i64) -> bool {
+    !key.done
+        && key.shared_until_ms.is_some_and(|u| u > now_ms)
+        && key.expires_at_ms.is_none_or(|e| e <= now_ms)
 }
 
 /// What an acquire may do with a key.
@@ -50,20 +70,105 @@ pub(crate) enum Grantable {
     Done,
 }
 
-/// Mirrors the acquire statement's `WHERE NOT l.done AND (l.expires_at IS NULL OR
-/// l.expires_at <= clock_timestamp() OR l.attempt = $4)` (and its insert of a key never seen).
+/// An exclusive grant, regardless of any queue (a claim of a pool's key). Mirrors the claim
+/// statement's `NOT l.done AND ((l.expires_at IS NULL OR l.expires_at <= clock_timestamp())
+/// AND (l.shared_until IS NULL OR l.shared_until <= clock_timestamp()) OR l.attempt = $4)`.
 pub(crate) fn grantable(key: Option<&StoredKey<'_>>, attempt: i64, now_ms: i64) -> Grantable {
-    let Some(key) = key else {
-        return Grantable::Yes;
+    grantable_in_turn(key, false, &[], attempt, now_ms)
+}
+
+/// Whether an acquire may be granted now, given the live waiting tickets `ahead` of it (all
+/// of them for an acquire that has no ticket yet: it is last in line). Mirrors the
+/// `acquire` and `acquire_queued` statements:
+/// - a done key is never granted; this very acquire call is granted again (a retry whose
+///   first answer was lost);
+/// - an exclusive grant needs no live holder, no live shared holder and no ticket ahead;
+/// - a shared grant needs no live exclusive holder and no exclusive ticket ahead (shared
+///   tickets ahead are being granted alongside it), so a waiting writer stops new readers.
+///
+/// `Held` carries how long until the soonest blocker may end (a holder's or a dead waiter's
+/// expiry: a waiter that dies costs the others at most its ttl).
+pub(crate) fn grantable_in_turn(
+    key: Option<&StoredKey<'_>>,
+    shared: bool,
+    ahead: &[Waiting],
+    attempt: i64,
+    now_ms: i64,
+) -> Grantable {
+    let mut soonest: Option<i64> = None;
+    let mut blocked_until = |until: i64| {
+        soonest = Some(soonest.map_or(until, |s| s.min(until)));
     };
-    if key.done {
-        return Grantable::Done;
-    }
-    match key.expires_at_ms {
-        Some(expires) if expires > now_ms && key.attempt != Some(attempt) => {
-            Grantable::Held(Duration::from_millis((expires - now_ms) as u64))
+    if let Some(key) = key {
+        if key.done {
+            return Grantable::Done;
         }
-        _ => Grantable::Yes,
+        if key.attempt == Some(attempt) && !shared {
+            return Grantable::Yes;
+        }
+        if let Some(expires) = key.expires_at_ms.filter(|&e| e > now_ms) {
+            blocked_until(expires);
+        }
+        if let Some(until) = key.shared_until_ms.filter(|&u| u > now_ms && !shared) {
+            blocked_until(until);
+        }
+    }
+    for w in ahead.iter().filter(|w| w.expires_at_ms > now_ms) {
+        if !(shared && w.shared) {
+            blocked_until(w.expires_at_ms);
+        }
+    }
+    match soonest {
+        Some(until) => Grantable::Held(Duration::from_millis((until - now_ms) as u64)),
+        None => Grantable::Yes,
+    }
+}
+
+/// Which waiting tickets a key that just became free wakes, as `(first, last)` (`last` None:
+/// no bound): the head of the queue, and when the head is shared, every ticket before the
+/// next exclusive one (they are granted together). `None`: nobody waits in line. `except` is
+/// a ticket leaving the queue in the same statement. Mirrors `sql::wake_payload`.
+pub(crate) fn wake_range(
+    waiting: &[Waiting],
+    except: Option<i64>,
+    now_ms: i64,
+) -> Option<(i64, Option<i64>)> {
+    let mut live: Vec<&Waiting> = waiting
+        .iter()
+        .filter(|w| w.expires_at_ms > now_ms && Some(w.ticket) != except)
+        .collect();
+    live.sort_by_key(|w| w.ticket);
+    let head = live.first()?;
+    if !head.shared {
+        return Some((head.ticket, Some(head.ticket)));
+    }
+    let next_exclusive = live.iter().find(|w| !w.shared).map(|w| w.ticket - 1);
+    Some((head.ticket, next_exclusive))
+}
+
+/// A shared grant's effect on the key's count of shared holders and their latest expiry:
+/// a count whose holders all expired starts again at one. Mirrors the `acquire_queued`
+/// statement's `shared_holders = CASE WHEN l.shared_until > clock_timestamp() THEN
+/// l.shared_holders + 1 ELSE 1 END, shared_until = GREATEST(l.shared_until, <expiry>)`.
+pub(crate) fn shared_granted(
+    holders: i64,
+    until_ms: Option<i64>,
+    expires_ms: i64,
+    now_ms: i64,
+) -> (i64, i64) {
+    match until_ms {
+        Some(until) if until > now_ms => (holders + 1, until.max(expires_ms)),
+        _ => (1, expires_ms),
+    }
+}
+
+/// A shared holder leaving: (holders, latest expiry). At zero the key has no shared holder
+/// and wakes the head of its queue. Mirrors `release_shared`.
+pub(crate) fn shared_released(holders: i64, until_ms: Option<i64>) -> (i64, Option<i64>) {
+    if holders <= 1 {
+        (0, None)
+    } else {
+        (holders - 1, until_ms)
     }
 }
 
@@ -161,6 +266,7 @@ mod tests {
             expires_at_ms: expires,
             done,
             attempt,
+            shared_until_ms: None,
         }
     }
 
@@ -199,6 +305,97 @@ mod tests {
             grantable(Some(&held(Some(100), false, Some(2))), 1, 100),
             Grantable::Yes
         );
+    }
+
+    fn waiting(ticket: i64, shared: bool) -> Waiting {
+        Waiting {
+            ticket,
+            shared,
+            expires_at_ms: 1_000,
+        }
+    }
+
+    #[test]
+    fn turns_follow_the_queued_acquire_statement() {
+        let free = held(None, false, None);
+        // Nobody ahead: granted; a live waiter ahead holds an exclusive acquire back until
+        // its place expires.
+        assert_eq!(
+            grantable_in_turn(Some(&free), false, &[], 1, 100),
+            Grantable::Yes
+        );
+        assert_eq!(
+            grantable_in_turn(Some(&free), false, &[waiting(5, true)], 1, 100),
+            Grantable::Held(Duration::from_millis(900))
+        );
+        // A dead waiter's place no longer counts.
+        let dead = Waiting {
+            expires_at_ms: 50,
+            ..waiting(5, false)
+        };
+        assert_eq!(
+            grantable_in_turn(Some(&free), false, &[dead], 1, 100),
+            Grantable::Yes
+        );
+        // Shared: other readers ahead are no obstacle, a writer ahead is.
+        assert_eq!(
+            grantable_in_turn(Some(&free), true, &[waiting(5, true)], 1, 100),
+            Grantable::Yes
+        );
+        assert!(matches!(
+            grantable_in_turn(Some(&free), true, &[waiting(5, false)], 1, 100),
+            Grantable::Held(_)
+        ));
+        // Live shared holders stop an exclusive grant, not a shared one.
+        let read_held = StoredKey {
+            shared_until_ms: Some(400),
+            ..free.clone()
+        };
+        assert_eq!(
+            grantable_in_turn(Some(&read_held), false, &[], 1, 100),
+            Grantable::Held(Duration::from_millis(300))
+        );
+        assert_eq!(
+            grantable_in_turn(Some(&read_held), true, &[], 1, 100),
+            Grantable::Yes
+        );
+        // An exclusive holder stops both; the soonest blocker is reported.
+        let write_held = held(Some(250), false, Some(9));
+        assert_eq!(
+            grantable_in_turn(Some(&write_held), true, &[waiting(5, false)], 1, 100),
+            Grantable::Held(Duration::from_millis(150))
+        );
+        assert_eq!(
+            grantable_in_turn(Some(&held(None, true, None)), true, &[], 1, 100),
+            Grantable::Done
+        );
+    }
+
+    #[test]
+    fn a_freed_key_wakes_the_head_of_its_line() {
+        assert_eq!(wake_range(&[], None, 100), None);
+        let line = [waiting(7, false), waiting(3, false), waiting(9, true)];
+        assert_eq!(wake_range(&line, None, 100), Some((3, Some(3))));
+        assert_eq!(wake_range(&line, Some(3), 100), Some((7, Some(7))));
+        // Readers at the head wake together, up to the next writer.
+        let readers = [
+            waiting(3, true),
+            waiting(4, true),
+            waiting(8, false),
+            waiting(9, true),
+        ];
+        assert_eq!(wake_range(&readers, None, 100), Some((3, Some(7))));
+        assert_eq!(wake_range(&readers[..2], None, 100), Some((3, None)));
+    }
+
+    #[test]
+    fn shared_holders_are_counted_on_the_key() {
+        assert_eq!(shared_granted(0, None, 500, 100), (1, 500));
+        assert_eq!(shared_granted(2, Some(700), 500, 100), (3, 700));
+        // Holders that all expired start the count again.
+        assert_eq!(shared_granted(2, Some(90), 500, 100), (1, 500));
+        assert_eq!(shared_released(3, Some(700)), (2, Some(700)));
+        assert_eq!(shared_released(1, Some(700)), (0, None));
     }
 
     #[test]

@@ -44,6 +44,13 @@ pub(crate) struct AcquireRequest<'a> {
     /// Random per acquire call: a retried statement whose first try was granted (but whose
     /// answer was lost with the connection) is granted again instead of waiting for itself.
     pub attempt: i64,
+    /// Shared (many holders) rather than exclusive; only [`Backend::acquire_queued`] grants
+    /// shared.
+    pub shared: bool,
+    /// For [`Backend::acquire_queued`]: the caller's place in line from its previous try.
+    pub ticket: Option<i64>,
+    /// For [`Backend::acquire_queued`]: take a place in line when not granted.
+    pub enqueue: bool,
 }
 
 pub(crate) struct Granted {
@@ -54,12 +61,26 @@ pub(crate) struct Granted {
 
 pub(crate) enum AcquireOutcome {
     Granted(Granted),
-    /// Held by a live lease; `remaining` is the holder's time left by the coordinator's clock
-    /// (`None` when a concurrent change hid the row from this statement's snapshot).
-    Held {
+    /// Held by a live lease, shared holders, or waiters in line (a plain acquire never jumps
+    /// the line); or a concurrent change hid the row from this statement's snapshot.
+    Held,
+    /// From [`Backend::acquire_queued`]: not granted yet. `ticket` is the caller's place in
+    /// line (`None` when it asked not to queue); `remaining`, how long until the soonest blocker
+    /// (a holder, or a waiter ahead that stopped renewing its place) may end.
+    Queued {
+        ticket: Option<i64>,
         remaining: Option<Duration>,
     },
     Done,
+}
+
+/// The live exclusive holder of a key, as an election reads its leader.
+pub(crate) struct Holder {
+    pub owner: String,
+    pub fence: i64,
+    pub expires_at: DateTime<Utc>,
+    pub metadata: Metadata,
+    pub granted_at: DateTime<Utc>,
 }
 
 /// One claim statement: up to `limit` free keys of the pool offered under `pool`.
@@ -93,6 +114,8 @@ pub(crate) struct BatchItem {
     pub key: String,
     pub fence: i64,
     pub ttl: Duration,
+    /// A shared holder (a granted ticket) rather than the key's exclusive holder.
+    pub shared: bool,
 }
 
 /// One lease of a batched done.
@@ -116,10 +139,13 @@ pub(crate) enum BackendEvent {
         channel: String,
         payload: String,
     },
-    /// A key of `namespace` was released or finished: waiters may retry now.
+    /// A key of `namespace` was released or finished: waiters may retry now. `tickets`, when
+    /// set, names the waiters in line to wake, `(first, last)` (`last` None: no bound); the
+    /// others stay asleep (no herd). Without it, every waiter of the key looks.
     Wakeup {
         namespace: String,
         key: String,
+        tickets: Option<(i64, Option<i64>)>,
     },
     /// The listening side reconnected; notifications may have been missed meanwhile.
     Reconnected,
@@ -133,8 +159,19 @@ pub(crate) trait EventSink: Send + Sync {
 
 #[async_trait]
 pub(crate) trait Backend: Send + Sync + 'static {
-    /// One statement: grant the key if it is free, else say why not.
+    /// One statement: grant the key exclusively if it is free and nobody waits in line, else
+    /// say why not.
     async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<AcquireOutcome>;
+    /// One statement: grant the key (shared or exclusive) if the caller's turn has come
+    /// (`rules::grantable_in_turn`); otherwise keep or take its place in line.
+    async fn acquire_queued(&self, request: &AcquireRequest<'_>) -> Result<AcquireOutcome>;
+    /// Give up a place in line; the new head is woken if this was the head.
+    async fn leave_queue(&self, namespace: &str, key: &str, owner: &str, ticket: i64)
+        -> Result<()>;
+    /// Free one shared hold if this grant still holds it (the last one out wakes the line).
+    async fn release_shared(&self, lease: LeaseRef<'_>) -> Result<bool>;
+    /// The key's live exclusive holder, if any.
+    async fn holder(&self, namespace: &str, key: &str) -> Result<Option<Holder>>;
     /// Extend one lease (and merge metadata); `None` when it is no longer held by this grant.
     async fn renew(
         &self,
@@ -202,3 +239,30 @@ pub(crate) trait Backend: Send + Sync + 'static {
 }
 
 pub(crate) type DynBackend = Arc<dyn Backend>;
+
+/// Reads a wake-up payload, `[namespace, key]` or `[namespace, key, first, last]` (see
+/// [`BackendEvent::Wakeup`]); both stores write these shapes.
+pub(crate) fn parse_wakeup(payload: &str) -> Option<BackendEvent> {
+    let parts: Vec<serde_json::Value> = serde_json::from_str(payload).ok()?;
+    let text = |i: usize| parts.get(i)?.as_str().map(str::to_string);
+    let (namespace, key) = (text(0)?, text(1)?);
+    let number = |i: usize| parts.get(i).and_then(serde_json::Value::as_i64);
+    let tickets = number(2).map(|first| (first, number(3)));
+    Some(BackendEvent::Wakeup {
+        namespace,
+        key,
+        tickets,
+    })
+}
+
+/// The payload [`parse_wakeup`] reads.
+pub(crate) fn wakeup_payload(
+    namespace: &str,
+    key: &str,
+    tickets: Option<(i64, Option<i64>)>,
+) -> String {
+    match tickets {
+        None => serde_json::json!([namespace, key]).to_string(),
+        Some((first, last)) => serde_json::json!([namespace, key, first, last]).to_string(),
+    }
+}

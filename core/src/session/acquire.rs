@@ -30,11 +30,32 @@ struct Attempt {
     /// Random per call: a retried statement whose first try was granted (but whose answer was
     /// lost with the connection) is granted again instead of waiting for itself.
     token: i64,
+    shared: bool,
+}
+
+/// A waiting acquire's place in line: given up when the acquire ends without a grant
+/// (timeout, cancel, done, closed, or its future dropped), so that the next in line need not
+/// wait for the ticket to expire.
+struct Place {
+    scope: Arc<Scope>,
+    key: String,
+    ticket: Option<i64>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            self.scope
+                .leave_queue_later(std::mem::take(&mut self.key), ticket);
+        }
+    }
 }
 
 impl Session {
-    /// Tries once (`wait` false: `None` when held) or waits until `key` is granted. Fails with
-    /// `Done`, `Timeout`, `Cancelled` or `Closed`; in every failure nothing is left held.
+    /// Tries once (`wait` false: `None` when held) or waits in line until `key` is granted
+    /// (fair waiting: grants go in arrival order, and a release wakes only the head of the
+    /// line). Fails with `Done`, `Timeout`, `Cancelled` or `Closed`; in every failure nothing
+    /// is left held and the caller's place in line is given up.
     pub async fn acquire(
         self: &Arc<Self>,
         key: &str,
@@ -58,15 +79,18 @@ impl Session {
             ttl,
             metadata,
             token: rand::random(),
+            shared: options.shared,
         };
         if !wait {
-            return match self.attempt(&attempt).await? {
-                (AcquireOutcome::Granted(g), sent) => self
-                    .adopt_grant(attempt.key.clone(), attempt.ttl, g, sent)
-                    .await
-                    .map(Some),
-                (AcquireOutcome::Done, _) => Err(Error::done(key)),
-                (AcquireOutcome::Held { .. }, _) => Ok(None),
+            let (outcome, sent) = if attempt.shared {
+                self.attempt(&attempt, Some((None, false))).await?
+            } else {
+                self.attempt(&attempt, None).await?
+            };
+            return match outcome {
+                AcquireOutcome::Granted(g) => self.adopt(&attempt, g, sent).await.map(Some),
+                AcquireOutcome::Done => Err(Error::done(key)),
+                AcquireOutcome::Held | AcquireOutcome::Queued { .. } => Ok(None),
             };
         }
         let waiter = self.dispatch.waiters.register(key);
@@ -84,16 +108,33 @@ impl Session {
             _ = cancel.cancelled() => return Err(Error::cancelled(&format!("acquire of {key:?}"))),
             _ = self.closed.cancelled() => return Err(Error::closed()),
         }
+        // The caller's place in line; given up (in the background if need be) however this
+        // call ends without a grant.
+        let mut place = Place {
+            scope: self.scope.clone(),
+            key: attempt.key.clone(),
+            ticket: None,
+        };
+        // An exclusive acquire first tries without a place in line: the common case (a free
+        // key, nobody waiting) costs the one statement of `try_acquire`.
+        let mut queued = attempt.shared;
+        // A waiter renews its place in line a few times per ttl: one that stops (killed,
+        // stopped) loses its place after at most a ttl, and the next in line goes ahead.
+        let refresh_every = ttl / 3;
         loop {
             let notified = waiter.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let (outcome, sent) = self.attempt(&attempt).await?;
-            let remaining = match outcome {
+            let (outcome, sent) = if queued {
+                self.attempt(&attempt, Some((place.ticket, true))).await?
+            } else {
+                self.attempt(&attempt, None).await?
+            };
+            let retry_in = match outcome {
                 AcquireOutcome::Granted(g) => {
-                    let grant = self
-                        .adopt_grant(attempt.key.clone(), attempt.ttl, g, sent)
-                        .await?;
+                    // A granted statement also gave up the place in line.
+                    place.ticket = None;
+                    let grant = self.adopt(&attempt, g, sent).await?;
                     if cancel.is_cancelled() {
                         self.give_back_unused(&grant).await;
                         return Err(Error::cancelled(&format!("acquire of {key:?}")));
@@ -101,13 +142,22 @@ impl Session {
                     return Ok(Some(grant));
                 }
                 AcquireOutcome::Done => return Err(Error::done(key)),
-                AcquireOutcome::Held { remaining } => remaining,
+                AcquireOutcome::Held => {
+                    // Held, or others wait in line: take a place at once.
+                    queued = true;
+                    continue;
+                }
+                AcquireOutcome::Queued { ticket, remaining } => {
+                    place.ticket = ticket;
+                    waiter.set_ticket(ticket);
+                    remaining
+                        .map(|r| r + EXPIRY_SLACK)
+                        .unwrap_or(RACE_RETRY)
+                        .min(refresh_every)
+                }
             };
             let now = Instant::now();
-            let retry_in = remaining
-                .map(|r| r + EXPIRY_SLACK)
-                .unwrap_or(RACE_RETRY)
-                .min(MAX_WAIT_SLICE);
+            let retry_in = retry_in.min(MAX_WAIT_SLICE);
             let wake_at = match deadline {
                 Some(d) if d <= now => return Err(timeout_error(key, started)),
                 Some(d) => d.min(now + retry_in),
@@ -126,22 +176,40 @@ impl Session {
         }
     }
 
-    /// Sends one acquire statement (see [`Session::send`]).
-    async fn attempt(&self, attempt: &Attempt) -> Result<(AcquireOutcome, Instant)> {
+    async fn adopt(&self, attempt: &Attempt, g: Granted, sent: Instant) -> Result<Arc<Grant>> {
+        self.adopt_grant(attempt.key.clone(), attempt.ttl, g, sent, attempt.shared)
+            .await
+    }
+
+    /// Sends one acquire statement (see [`Session::send`]): the plain one (`line` None), or
+    /// the one that waits in line, with the caller's ticket and whether to queue.
+    async fn attempt(
+        &self,
+        attempt: &Attempt,
+        line: Option<(Option<i64>, bool)>,
+    ) -> Result<(AcquireOutcome, Instant)> {
         let request = attempt.clone();
         let (answer, sent) = self
             .send(move |scope| async move {
-                let outcome = scope
-                    .backend
-                    .acquire(&AcquireRequest {
-                        namespace: &scope.namespace,
-                        key: &request.key,
-                        owner: &scope.owner,
-                        ttl: request.ttl,
-                        metadata: request.metadata.as_deref(),
-                        attempt: request.token,
-                    })
-                    .await?;
+                let r = AcquireRequest {
+                    namespace: &scope.namespace,
+                    key: &request.key,
+                    owner: &scope.owner,
+                    ttl: request.ttl,
+                    metadata: request.metadata.as_deref(),
+                    attempt: request.token,
+                    shared: request.shared,
+                    ticket: line.and_then(|(ticket, _)| ticket),
+                    enqueue: line.is_some_and(|(_, enqueue)| enqueue),
+                };
+                let outcome = match line {
+                    None => scope.backend.acquire(&r).await?,
+                    Some(_) => scope.backend.acquire_queued(&r).await?,
+                };
+                if let (AcquireOutcome::Granted(g), true) = (&outcome, request.shared) {
+                    // Known as shared before anyone may give it back (releases differ).
+                    scope.mark_shared(g.fence);
+                }
                 Ok(KeyOutcome {
                     key: request.key,
                     outcome: Some(outcome),
@@ -194,9 +262,18 @@ impl Session {
         ttl: Duration,
         g: Granted,
         sent: Instant,
+        shared: bool,
     ) -> Result<Arc<Grant>> {
         let fence = g.fence;
-        let grant = Arc::new(Grant::new(key, fence, ttl, g.expires_at, g.metadata, sent));
+        let grant = Arc::new(Grant::new(
+            key,
+            fence,
+            ttl,
+            g.expires_at,
+            g.metadata,
+            sent,
+            shared,
+        ));
         if !self.keepalive.insert(grant.clone(), &self.closed) {
             self.scope.give_back(&grant.key, fence).await;
             return Err(Error::closed());
@@ -220,6 +297,10 @@ fn timeout_error(key: &str, started: Instant) -> Error {
 pub(super) trait HoldsGrants: Send + 'static {
     /// The (key, fence) of every grant still in the answer.
     fn grants(&mut self) -> Vec<(String, i64)>;
+    /// The (key, ticket) of a place in line the answer took, if any.
+    fn place(&mut self) -> Option<(String, i64)> {
+        None
+    }
 }
 
 /// One acquire statement's outcome, with its key.
@@ -235,6 +316,16 @@ impl HoldsGrants for KeyOutcome {
             _ => Vec::new(),
         }
     }
+
+    fn place(&mut self) -> Option<(String, i64)> {
+        match &self.outcome {
+            Some(AcquireOutcome::Queued {
+                ticket: Some(ticket),
+                ..
+            }) => Some((std::mem::take(&mut self.key), *ticket)),
+            _ => None,
+        }
+    }
 }
 
 /// A statement's outcome on its way to the caller.
@@ -248,6 +339,9 @@ impl<T: HoldsGrants> Drop for Answer<T> {
         if let Some(Ok((outcome, _))) = &mut self.outcome {
             for (key, fence) in outcome.grants() {
                 self.scope.give_back_later(key, fence);
+            }
+            if let Some((key, ticket)) = outcome.place() {
+                self.scope.leave_queue_later(key, ticket);
             }
         }
     }

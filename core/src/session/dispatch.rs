@@ -93,9 +93,13 @@ impl EventSink for Dispatch {
                     }
                 }
             }
-            BackendEvent::Wakeup { namespace, key } => {
+            BackendEvent::Wakeup {
+                namespace,
+                key,
+                tickets,
+            } => {
                 if namespace == self.namespace {
-                    self.waiters.wake(&key);
+                    self.waiters.wake(&key, tickets);
                 }
             }
             BackendEvent::Reconnected => {

@@ -121,6 +121,8 @@ pub(crate) struct Grant {
     pub key: String,
     pub fence: i64,
     pub ttl: Duration,
+    /// One of the key's shared holders rather than its exclusive holder.
+    pub shared: bool,
     pub state: Mutex<GrantState>,
     /// Fires when the lease is lost (G4).
     lost: CancellationToken,
@@ -139,11 +141,13 @@ impl Grant {
         expires_at: DateTime<Utc>,
         metadata: Metadata,
         sent: Instant,
+        shared: bool,
     ) -> Self {
         Grant {
             key,
             fence,
             ttl,
+            shared,
             state: Mutex::new(GrantState {
                 status: LeaseStatus::Held,
                 expires_at,

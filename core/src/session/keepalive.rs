@@ -155,6 +155,7 @@ pub(crate) async fn run(scope: Arc<Scope>, keepalive: Arc<Keepalive>, closed: Ca
                     key: l.key.clone(),
                     fence: l.fence,
                     ttl: l.ttl,
+                    shared: l.shared,
                 })
                 .collect();
             let scope = scope.clone();

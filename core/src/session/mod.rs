@@ -68,6 +68,7 @@ impl Session {
                 owner: options.owner.clone().unwrap_or_else(default_owner),
                 runtime,
                 rounds: Default::default(),
+                shared_fences: Default::default(),
             }),
             ttl: options.ttl,
             pid: std::process::id(),

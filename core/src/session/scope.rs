@@ -2,7 +2,8 @@
 //! owner. Background tasks (keepalive, give-backs, unlistens) hold this rather than the
 //! session, so that they never keep a session alive after its last handle went.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 
 use crate::backend::{DynBackend, LeaseRef};
 use crate::error::Result;
@@ -17,6 +18,8 @@ pub(crate) struct Scope {
     pub runtime: tokio::runtime::Handle,
     /// Releases and dones in flight, grouped into one statement per round.
     pub rounds: Rounds,
+    /// Fences of this client's live shared grants: they are released by their own statement.
+    pub shared_fences: Mutex<HashSet<i64>>,
 }
 
 impl Scope {
@@ -32,9 +35,41 @@ impl Scope {
     /// Frees the key if this grant still holds it (or already freed it): true; false when the
     /// coordinator no longer records the grant. Shares a statement with concurrent endings.
     pub async fn release(self: &Arc<Self>, key: &str, fence: i64) -> Result<bool> {
+        if self.is_shared(fence) {
+            let released = self
+                .backend
+                .release_shared(self.lease_ref(key, fence))
+                .await?;
+            self.shared_fences.lock().unwrap().remove(&fence);
+            return Ok(released);
+        }
         Ok(Rounds::submit(self, key, fence, Ending::Release)
             .await?
             .is_some())
+    }
+
+    /// Records that grant `fence` is shared (before anyone may release it).
+    pub fn mark_shared(&self, fence: i64) {
+        self.shared_fences.lock().unwrap().insert(fence);
+    }
+
+    fn is_shared(&self, fence: i64) -> bool {
+        self.shared_fences.lock().unwrap().contains(&fence)
+    }
+
+    /// Gives up a waiting acquire's place in line, in the background. Failures only mean the
+    /// ticket expires at its ttl.
+    pub fn leave_queue_later(self: &Arc<Self>, key: String, ticket: i64) {
+        let scope = self.clone();
+        self.runtime.spawn(async move {
+            if let Err(e) = scope
+                .backend
+                .leave_queue(&scope.namespace, &key, &scope.owner, ticket)
+                .await
+            {
+                tracing::debug!(target: "accord", key, ticket, error = %e, "leaving the line failed; the place expires at its ttl");
+            }
+        });
     }
 
     /// Marks the key done if this grant still holds it (or already did), with the merged

@@ -1,5 +1,6 @@
 //! G7: waiting acquires and claims sleep until a release, done or offer of their key or pool is
-//! announced (or the holder's expiry comes); they never poll in a tight loop.
+//! announced (or the holder's expiry comes); they never poll in a tight loop. A release names
+//! the head of the key's line: only that waiter wakes, never the herd.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,12 +13,22 @@ use tokio::sync::Notify;
 /// have been missed).
 #[derive(Default)]
 pub(crate) struct Waiters {
-    by_key: Mutex<HashMap<String, (Arc<Notify>, usize)>>,
+    /// Waiting acquires by key, each with its place in line once it has one.
+    by_key: Mutex<HashMap<String, Vec<KeyWaiter>>>,
+    next_waiter: AtomicU64,
+    /// How many times a waiting acquire was woken by a wake-up (not by its own timer).
+    woken: AtomicU64,
     /// Claimers, in the order they are to be woken: a freed key wakes the first that waits on
     /// its pool, which then goes to the back (so one free key never wakes every claimer, and
     /// claimers take turns).
     claimers: Mutex<VecDeque<Claimer>>,
     next_claimer: AtomicU64,
+}
+
+struct KeyWaiter {
+    id: u64,
+    ticket: Option<i64>,
+    notify: Arc<Notify>,
 }
 
 struct Claimer {
@@ -30,7 +41,21 @@ struct Claimer {
 pub(crate) struct Waiter<'a> {
     waiters: &'a Waiters,
     key: String,
+    id: u64,
     pub notify: Arc<Notify>,
+}
+
+impl Waiter<'_> {
+    /// The waiter's place in line (a wake-up naming other tickets leaves it asleep).
+    pub fn set_ticket(&self, ticket: Option<i64>) {
+        let mut map = self.waiters.by_key.lock().unwrap();
+        if let Some(w) = map
+            .get_mut(&self.key)
+            .and_then(|list| list.iter_mut().find(|w| w.id == self.id))
+        {
+            w.ticket = ticket;
+        }
+    }
 }
 
 /// Registration of one waiting claim; unregisters on drop.
@@ -42,16 +67,40 @@ pub(crate) struct ClaimWaiter<'a> {
 
 impl Waiters {
     pub fn register(&self, key: &str) -> Waiter<'_> {
-        let mut map = self.by_key.lock().unwrap();
-        let entry = map
+        let id = self.next_waiter.fetch_add(1, Ordering::Relaxed);
+        let notify = Arc::new(Notify::new());
+        self.by_key
+            .lock()
+            .unwrap()
             .entry(key.to_string())
-            .or_insert_with(|| (Arc::new(Notify::new()), 0));
-        entry.1 += 1;
+            .or_default()
+            .push(KeyWaiter {
+                id,
+                ticket: None,
+                notify: notify.clone(),
+            });
         Waiter {
             waiters: self,
             key: key.to_string(),
-            notify: entry.0.clone(),
+            id,
+            notify,
         }
+    }
+
+    /// Waiting acquires that hold a place in line now.
+    pub fn queued(&self) -> usize {
+        self.by_key
+            .lock()
+            .unwrap()
+            .values()
+            .flatten()
+            .filter(|w| w.ticket.is_some())
+            .count()
+    }
+
+    /// Wake-ups delivered to waiting acquires so far.
+    pub fn woken(&self) -> u64 {
+        self.woken.load(Ordering::Relaxed)
     }
 
     pub fn register_claimer(&self, pool: &str) -> ClaimWaiter<'_> {
@@ -70,9 +119,18 @@ impl Waiters {
     }
 
     /// `key` was released or finished (or, when it names a pool, keys were offered to it).
-    pub fn wake(&self, key: &str) {
-        if let Some((notify, _)) = self.by_key.lock().unwrap().get(key) {
-            notify.notify_waiters();
+    /// `tickets`: the places in line to wake (see `BackendEvent::Wakeup`); a waiter that has
+    /// no place yet (its statement is in flight) wakes too, so that it cannot miss its turn.
+    pub fn wake(&self, key: &str, tickets: Option<(i64, Option<i64>)>) {
+        if let Some(list) = self.by_key.lock().unwrap().get(key) {
+            let named = |w: &KeyWaiter| match (tickets, w.ticket) {
+                (Some((first, last)), Some(t)) => t >= first && last.is_none_or(|l| t <= l),
+                _ => true,
+            };
+            for w in list.iter().filter(|w| named(w)) {
+                self.woken.fetch_add(1, Ordering::Relaxed);
+                w.notify.notify_one();
+            }
         }
         let mut claimers = self.claimers.lock().unwrap();
         // An offer: every claimer of that pool may find a key.
@@ -90,8 +148,8 @@ impl Waiters {
     }
 
     pub fn wake_all(&self) {
-        for (notify, _) in self.by_key.lock().unwrap().values() {
-            notify.notify_waiters();
+        for w in self.by_key.lock().unwrap().values().flatten() {
+            w.notify.notify_one();
         }
         for claimer in self.claimers.lock().unwrap().iter() {
             claimer.notify.notify_one();
@@ -102,9 +160,9 @@ impl Waiters {
 impl Drop for Waiter<'_> {
     fn drop(&mut self) {
         let mut map = self.waiters.by_key.lock().unwrap();
-        if let Some(entry) = map.get_mut(&self.key) {
-            entry.1 -= 1;
-            if entry.1 == 0 {
+        if let Some(list) = map.get_mut(&self.key) {
+            list.retain(|w| w.id != self.id);
+            if list.is_empty() {
                 map.remove(&self.key);
             }
         }

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use accord::{
-    Client, ErrorKind, Fleet, FleetEvent, FleetOptions, JoinOptions, MemberEvent, Metadata,
-    RevokeReason,
+    Client, ErrorKind, Fleet, FleetEvent, FleetOptions, JoinOptions, KeyState, ListQuery,
+    MemberEvent, Metadata, RevokeReason,
 };
 
 use crate::support::proxy::Mode;
@@ -145,8 +145,17 @@ impl Log {
 }
 
 async fn start(h: &Harness, log: &Log, member: usize, shards: usize) -> (Client, Arc<Fleet>) {
+    start_with(h, log, member, options(shards)).await
+}
+
+async fn start_with(
+    h: &Harness,
+    log: &Log,
+    member: usize,
+    options: FleetOptions,
+) -> (Client, Arc<Fleet>) {
     let client = h.client(&format!("m{member}")).await;
-    let fleet = Arc::new(client.fleet("f", options(shards)).await.unwrap());
+    let fleet = Arc::new(client.fleet("f", options).await.unwrap());
     log.read(member, fleet.clone());
     (client, fleet)
 }
@@ -236,17 +245,24 @@ pub async fn f1_shards_split_evenly_and_hold_still(h: &Harness) {
 /// shards handed off (Revoked(handoff) on the old holder before Assigned on the new), each
 /// move well under a ttl.
 pub async fn f2_a_newcomer_is_handed_shards(h: &Harness) {
+    // A long ttl tells a hand-off from an expiry whatever the machine's load: a shard left to
+    // expire is free at the earliest two thirds of a ttl (6.7 s) after its last renewal.
+    const LONG_TTL: Duration = Duration::from_secs(10);
+    let options = FleetOptions::shards(16)
+        .ttl(LONG_TTL)
+        .period(PERIOD)
+        .handoff_timeout(LONG_TTL);
     let log = Log::default();
     let mut fleets = Vec::new();
     for m in 0..4 {
-        fleets.push(start(h, &log, m, 16).await);
+        fleets.push(start_with(h, &log, m, options.clone()).await);
     }
     until("4 shards each", Duration::from_secs(20), || {
         log.counts(&[0, 1, 2, 3]) == vec![4, 4, 4, 4]
     })
     .await;
     let joined = Instant::now();
-    fleets.push(start(h, &log, 4, 16).await);
+    fleets.push(start_with(h, &log, 4, options).await);
     until("3 or 4 shards each", Duration::from_secs(20), || {
         let counts = log.counts(&[0, 1, 2, 3, 4]);
         counts.iter().sum::<usize>() == 16 && counts.iter().all(|&c| c == 3 || c == 4)
@@ -265,7 +281,7 @@ pub async fn f2_a_newcomer_is_handed_shards(h: &Harness) {
             .expect("a handed-off shard is assigned again");
         assert_eq!(taken.member, 4, "{revoked:?} then {taken:?}");
         assert!(
-            taken.at - revoked.at < TTL / 2,
+            taken.at - revoked.at < LONG_TTL / 2,
             "hand-off of {} took {:?}: a ttl was waited",
             revoked.shard,
             taken.at - revoked.at
@@ -300,7 +316,7 @@ pub async fn f3_a_dead_members_shards_are_retaken(h: &Harness) {
     )
     .await;
     assert!(
-        took < TTL + PERIOD * 4 + Duration::from_secs(2),
+        took < TTL + PERIOD * 4 + Duration::from_secs(10),
         "retaken after {took:?}"
     );
     let entries = log.entries();
@@ -326,17 +342,34 @@ pub async fn f4_close_hands_everything_back(h: &Harness) {
         log.counts(&[0, 1, 2]) == vec![4, 4, 4]
     })
     .await;
-    let (_client, closing) = fleets.remove(2);
-    let started = Instant::now();
+    let (closing_client, closing) = fleets.remove(2);
     closing.close().await;
     assert!(closing.shards().is_empty());
     assert!(closing.is_closed());
-    let took = until("6 shards each", Duration::from_secs(20), || {
+    // Handed back, not left to expire: once close returns, the coordinator records none of its
+    // shards as held by it (their ttl is still running). A check of what was stored, not of
+    // how fast others react, so that a slow machine cannot fail it.
+    let still_held: Vec<_> = fleets[0]
+        .0
+        .list(
+            ListQuery::new()
+                .prefix("accord.fleet/f/s/")
+                .state(KeyState::Held),
+        )
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|i| i.owner.as_deref() == Some(closing_client.owner()))
+        .collect();
+    assert!(
+        still_held.is_empty(),
+        "still held after close: {still_held:?}"
+    );
+    until("6 shards each", Duration::from_secs(20), || {
         log.counts(&[0, 1]) == vec![6, 6]
     })
     .await;
-    // One period, plus the slack of a shared test machine.
-    assert!(took < PERIOD * 4, "taken after {:?}", started.elapsed());
     let closed = log
         .entries()
         .iter()

@@ -22,6 +22,7 @@ pub mod input;
 pub mod leases;
 pub mod notify;
 pub mod pool;
+pub mod queue;
 
 /// Expands to one `#[tokio::test]` per scenario, each with a fresh harness from `$harness`:
 /// `conformance_suite!(Harness::sqlite, has []);`. This is the one list of scenarios: add a new
@@ -67,6 +68,12 @@ macro_rules! conformance_suite {
             fleet::f3_a_dead_members_shards_are_retaken: [network_faults],
             fleet::f4_close_hands_everything_back: [],
             fleet::fleet_bad_input_is_refused: [],
+            queue::x1_shared_holders_and_a_waiting_writer: [],
+            queue::x2_fair_order_one_wakeup_per_release: [],
+            queue::x3_leaving_the_line_stalls_nobody: [],
+            queue::x3_a_dead_waiter_costs_at_most_its_ttl: [network_faults],
+            queue::e1_e3_one_leader_handed_on_in_order: [],
+            queue::e2_a_dead_leader_is_replaced: [network_faults],
         );
     };
 }

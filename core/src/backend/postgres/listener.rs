@@ -290,8 +290,8 @@ struct Live {
 
 fn to_event(wakeup_channel: &str, channel: &str, payload: &str) -> BackendEvent {
     if channel == wakeup_channel {
-        if let Ok((namespace, key)) = serde_json::from_str::<(String, String)>(payload) {
-            return BackendEvent::Wakeup { namespace, key };
+        if let Some(wakeup) = crate::backend::parse_wakeup(payload) {
+            return wakeup;
         }
     }
     BackendEvent::Notification {

@@ -20,7 +20,7 @@ use self::pool::{Failure, Pool};
 use self::sql::Sql;
 use super::{
     AcquireOutcome, AcquireRequest, Backend, BatchItem, ClaimRequest, Claimed, DoneItem, EventSink,
-    Granted, LeaseRef, Renewed, ResetOutcome,
+    Granted, Holder, LeaseRef, Renewed, ResetOutcome,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::metadata::Metadata;
@@ -109,7 +109,7 @@ impl Backend for PgBackend {
             })
             .await?;
         let Some(row) = rows.first() else {
-            return Ok(AcquireOutcome::Held { remaining: None });
+            return Ok(AcquireOutcome::Held);
         };
         if row.get::<_, bool>(0) {
             return Ok(AcquireOutcome::Granted(Granted {
@@ -121,10 +121,101 @@ impl Backend for PgBackend {
         if row.get::<_, bool>(4) {
             return Ok(AcquireOutcome::Done);
         }
-        let remaining = row
-            .get::<_, Option<i64>>(5)
-            .map(|ms| Duration::from_millis(ms.max(0) as u64));
-        Ok(AcquireOutcome::Held { remaining })
+        Ok(AcquireOutcome::Held)
+    }
+
+    async fn acquire_queued(&self, r: &AcquireRequest<'_>) -> Result<AcquireOutcome> {
+        let ttl = millis(r.ttl);
+        let params: [&(dyn ToSql + Sync); 9] = [
+            &r.namespace,
+            &r.key,
+            &r.owner,
+            &r.attempt,
+            &ttl,
+            &r.metadata,
+            &r.shared,
+            &r.ticket,
+            &r.enqueue,
+        ];
+        // Safe to repeat: the attempt token re-grants a lost first grant; a ticket taken by a
+        // lost first try expires unrenewed (its waiter is behind it and skips it then).
+        let rows = self
+            .pool
+            .run_retrying("acquire", |c| async move {
+                c.client.query(&c.stmts.acquire_queued, &params).await
+            })
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(AcquireOutcome::Queued {
+                ticket: None,
+                remaining: None,
+            });
+        };
+        if row.get::<_, bool>(0) {
+            return Ok(AcquireOutcome::Granted(Granted {
+                fence: row.get(1),
+                expires_at: row.get(2),
+                metadata: parse_metadata(row.get(3))?,
+            }));
+        }
+        if row.get::<_, bool>(4) {
+            return Ok(AcquireOutcome::Done);
+        }
+        Ok(AcquireOutcome::Queued {
+            ticket: row.get(6),
+            remaining: row
+                .get::<_, Option<i64>>(5)
+                .map(|ms| Duration::from_millis(ms.max(0) as u64)),
+        })
+    }
+
+    async fn leave_queue(
+        &self,
+        namespace: &str,
+        key: &str,
+        owner: &str,
+        ticket: i64,
+    ) -> Result<()> {
+        let channel = self.wakeup_channel.as_str();
+        let params: [&(dyn ToSql + Sync); 5] = [&namespace, &key, &owner, &ticket, &channel];
+        self.pool
+            .run_retrying("leave queue", |c| async move {
+                c.client.query_one(&c.stmts.leave_queue, &params).await
+            })
+            .await?;
+        Ok(())
+    }
+
+    async fn release_shared(&self, l: LeaseRef<'_>) -> Result<bool> {
+        let channel = self.wakeup_channel.as_str();
+        let params: [&(dyn ToSql + Sync); 5] = [&l.namespace, &l.key, &l.owner, &l.fence, &channel];
+        let row = self
+            .pool
+            .run_retrying("release", |c| async move {
+                c.client.query_one(&c.stmts.release_shared, &params).await
+            })
+            .await?;
+        Ok(row.get::<_, i64>(0) > 0)
+    }
+
+    async fn holder(&self, namespace: &str, key: &str) -> Result<Option<Holder>> {
+        let params: [&(dyn ToSql + Sync); 2] = [&namespace, &key];
+        let row = self
+            .pool
+            .run_retrying("holder", |c| async move {
+                c.client.query_opt(&c.stmts.holder, &params).await
+            })
+            .await?;
+        row.map(|r| {
+            Ok(Holder {
+                owner: r.get::<_, Option<String>>(0).unwrap_or_default(),
+                fence: r.get(1),
+                expires_at: r.get(2),
+                metadata: parse_metadata(r.get(3))?,
+                granted_at: r.get::<_, Option<DateTime<Utc>>>(4).unwrap_or(r.get(2)),
+            })
+        })
+        .transpose()
     }
 
     async fn renew(
@@ -157,10 +248,31 @@ impl Backend for PgBackend {
         owner: &str,
         items: &[BatchItem],
     ) -> Result<Vec<(i64, DateTime<Utc>)>> {
-        let keys: Vec<&str> = items.iter().map(|i| i.key.as_str()).collect();
-        let fences: Vec<i64> = items.iter().map(|i| i.fence).collect();
-        let ttls: Vec<i64> = items.iter().map(|i| millis(i.ttl)).collect();
-        let params: [&(dyn ToSql + Sync); 5] = [&namespace, &owner, &keys, &fences, &ttls];
+        let column = |shared: bool| {
+            let of = move |i: &&BatchItem| i.shared == shared;
+            (
+                items
+                    .iter()
+                    .filter(of)
+                    .map(|i| i.key.as_str())
+                    .collect::<Vec<&str>>(),
+                items
+                    .iter()
+                    .filter(of)
+                    .map(|i| i.fence)
+                    .collect::<Vec<i64>>(),
+                items
+                    .iter()
+                    .filter(of)
+                    .map(|i| millis(i.ttl))
+                    .collect::<Vec<i64>>(),
+            )
+        };
+        let (keys, fences, ttls) = column(false);
+        let (s_keys, s_fences, s_ttls) = column(true);
+        let params: [&(dyn ToSql + Sync); 8] = [
+            &namespace, &owner, &keys, &fences, &ttls, &s_keys, &s_fences, &s_ttls,
+        ];
         // Not retried here: the keepalive schedules its own retry against the leases' deadlines.
         let rows = self
             .pool
@@ -295,6 +407,7 @@ impl Backend for PgBackend {
                 expires_at: row.get(4),
                 metadata: parse_metadata(row.get(5))?,
                 updated_at: row.get(6),
+                shared: row.get(7),
             });
         }
         let next_cursor = if rows.len() > q.limit {

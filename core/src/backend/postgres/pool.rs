@@ -16,6 +16,10 @@ use crate::error::{Error, ErrorKind, Result};
 
 pub(crate) struct Prepared {
     pub acquire: Statement,
+    pub acquire_queued: Statement,
+    pub leave_queue: Statement,
+    pub release_shared: Statement,
+    pub holder: Statement,
     pub renew: Statement,
     pub renew_batch: Statement,
     pub release: Statement,
@@ -131,6 +135,10 @@ impl Pool {
         // Prepared concurrently: one pipelined round trip instead of one per statement.
         let r = tokio::try_join!(
             prep(&sql.acquire),
+            prep(&sql.acquire_queued),
+            prep(&sql.leave_queue),
+            prep(&sql.release_shared),
+            prep(&sql.holder),
             prep(&sql.renew),
             prep(&sql.renew_batch),
             prep(&sql.release),
@@ -146,6 +154,10 @@ impl Pool {
         );
         let (
             acquire,
+            acquire_queued,
+            leave_queue,
+            release_shared,
+            holder,
             renew,
             renew_batch,
             release,
@@ -164,6 +176,10 @@ impl Pool {
             _driver: driver,
             stmts: Prepared {
                 acquire,
+                acquire_queued,
+                leave_queue,
+                release_shared,
+                holder,
                 renew,
                 renew_batch,
                 release,

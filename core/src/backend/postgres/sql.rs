@@ -22,8 +22,38 @@ pub(crate) fn wakeup_channel(schema: &str) -> String {
     format!("accord_wakeup_{hash:016x}")
 }
 
+/// The payload of a wake-up for key `key` (an SQL expression) of namespace `$1`: the
+/// namespace, the key, and the tickets to wake, `first` and `last` (`last` null: no bound):
+/// the head of the line, and when it is shared, every ticket before the next exclusive one.
+/// With nobody in line, only the namespace and key (every waiter of the key may look: a
+/// claimer of the pool, or a waiter whose ticket this statement could not see yet). `except`
+/// is a ticket that the same statement removes (its snapshot still shows it). Mirrors
+/// `rules::wake_range`.
+fn wake_payload(s: &str, key: &str, except: &str) -> String {
+    format!(
+        "COALESCE(
+           (SELECT json_build_array($1::text, {key}::text, h.ticket,
+                     CASE WHEN NOT h.shared THEN h.ticket
+                          ELSE (SELECT min(n.ticket) - 1 FROM {s}.tickets n
+                                 WHERE n.namespace = $1 AND n.key = {key} AND NOT n.granted
+                                   AND NOT n.shared AND n.expires_at > clock_timestamp()
+                                   AND n.ticket > h.ticket
+                                   AND n.ticket IS DISTINCT FROM {except}::bigint) END)::text
+              FROM (SELECT t.ticket, t.shared FROM {s}.tickets t
+                     WHERE t.namespace = $1 AND t.key = {key} AND NOT t.granted
+                       AND t.expires_at > clock_timestamp()
+                       AND t.ticket IS DISTINCT FROM {except}::bigint
+                     ORDER BY t.ticket LIMIT 1) h),
+           json_build_array($1::text, {key}::text)::text)"
+    )
+}
+
 pub(crate) struct Sql {
     pub acquire: String,
+    pub acquire_queued: String,
+    pub leave_queue: String,
+    pub release_shared: String,
+    pub holder: String,
     pub renew: String,
     pub renew_batch: String,
     pub release: String,
@@ -58,27 +88,39 @@ impl Sql {
             // are computed before the row lock is waited for, so a grant could commit after a
             // later one with a smaller fence. A key never seen is inserted; when a concurrent
             // first grant wins that race, no row comes back and the caller retries at once.
+            // (3) Waiting acquires queue (`acquire_queued`): while any live ticket waits, or a
+            // shared holder is live (`shared_until`), this statement, which has no ticket,
+            // refuses: it would jump the queue. `rules::grantable_in_turn` states the rule.
             acquire: format!(
                 "WITH seen AS MATERIALIZED (
                    SELECT l.done, l.expires_at FROM {s}.leases l
                     WHERE l.namespace = $1 AND l.key = $2),
+                 queue AS MATERIALIZED (
+                   SELECT 1 FROM {s}.tickets t
+                    WHERE t.namespace = $1 AND t.key = $2 AND NOT t.granted
+                      AND t.expires_at > clock_timestamp()
+                    LIMIT 1),
                  taken AS (
                    UPDATE {s}.leases AS l
                       SET owner = $3, fence = nextval({seq}::regclass), attempt = $4,
                           expires_at = clock_timestamp() + $5::bigint * interval '1 millisecond',
                           metadata = l.metadata || COALESCE($6::text::jsonb, '{{}}'::jsonb),
-                          updated_at = clock_timestamp()
+                          updated_at = clock_timestamp(), granted_at = clock_timestamp()
                     WHERE l.namespace = $1 AND l.key = $2 AND NOT l.done
-                      AND (l.expires_at IS NULL OR l.expires_at <= clock_timestamp()
-                           OR l.attempt = $4)
+                      AND (l.attempt = $4
+                           OR ((l.expires_at IS NULL OR l.expires_at <= clock_timestamp())
+                               AND (l.shared_until IS NULL OR l.shared_until <= clock_timestamp())
+                               AND NOT EXISTS (SELECT 1 FROM queue)))
                    RETURNING l.fence, l.expires_at, l.metadata),
                  created AS (
                    INSERT INTO {s}.leases
-                          (namespace, key, owner, fence, attempt, expires_at, done, metadata, updated_at)
+                          (namespace, key, owner, fence, attempt, expires_at, done, metadata,
+                           updated_at, granted_at)
                    SELECT $1, $2, $3, nextval({seq}::regclass), $4,
                           clock_timestamp() + $5::bigint * interval '1 millisecond',
-                          false, COALESCE($6::text::jsonb, '{{}}'::jsonb), clock_timestamp()
-                    WHERE NOT EXISTS (SELECT 1 FROM seen)
+                          false, COALESCE($6::text::jsonb, '{{}}'::jsonb), clock_timestamp(),
+                          clock_timestamp()
+                    WHERE NOT EXISTS (SELECT 1 FROM seen) AND NOT EXISTS (SELECT 1 FROM queue)
                    ON CONFLICT (namespace, key) DO NOTHING
                    RETURNING fence, expires_at, metadata),
                  granted AS (SELECT * FROM taken UNION ALL SELECT * FROM created)
@@ -91,6 +133,183 @@ impl Sql {
                    FROM seen s
                   WHERE NOT EXISTS (SELECT 1 FROM granted)"
             ),
+            // An acquire that waits in line (fair waiting), or any shared acquire: $7 shared,
+            // $8 the caller's ticket from its previous try (NULL: none yet), $9 whether to
+            // queue when not granted. The rule is `rules::grantable_in_turn`: tickets `ahead`
+            // are the live ones smaller than the caller's (all of them without a live ticket:
+            // it is last in line); a shared acquire is only held back by exclusive ones.
+            //
+            // Granted exclusive: the key's row takes the grant, as in `acquire`, and the
+            // ticket goes. Granted shared: the key's row counts one more shared holder and
+            // carries their latest expiry (`shared_until`), which an exclusive grant checks on
+            // the row itself, so that the row lock orders shared and exclusive grants; the
+            // holder is a granted ticket row, fenced and kept alive by the keepalive. Not
+            // granted: the ticket's expiry is pushed back (a waiter renews its place each try;
+            // one that dies stops, and after its ttl the next in line goes ahead), or a new
+            // ticket is taken; the answer says how long until the soonest blocker may end.
+            acquire_queued: format!(
+                "WITH seen AS MATERIALIZED (
+                   SELECT l.done, l.expires_at, l.shared_until FROM {s}.leases l
+                    WHERE l.namespace = $1 AND l.key = $2),
+                 mine AS MATERIALIZED (
+                   SELECT t.ticket FROM {s}.tickets t
+                    WHERE t.namespace = $1 AND t.key = $2 AND t.ticket = $8 AND t.owner = $3
+                      AND NOT t.granted AND t.expires_at > clock_timestamp()),
+                 ahead AS MATERIALIZED (
+                   SELECT t.ticket, t.expires_at FROM {s}.tickets t
+                    WHERE t.namespace = $1 AND t.key = $2 AND NOT t.granted
+                      AND t.expires_at > clock_timestamp() AND (NOT $7 OR NOT t.shared)
+                      AND t.ticket < COALESCE((SELECT ticket FROM mine), 9223372036854775807)),
+                 again AS MATERIALIZED (
+                   SELECT t.fence, t.expires_at, t.metadata FROM {s}.tickets t
+                    WHERE $7 AND t.namespace = $1 AND t.key = $2 AND t.owner = $3
+                      AND t.attempt = $4 AND t.granted AND t.expires_at > clock_timestamp()),
+                 x_taken AS (
+                   UPDATE {s}.leases AS l
+                      SET owner = $3, fence = nextval({seq}::regclass), attempt = $4,
+                          expires_at = clock_timestamp() + $5::bigint * interval '1 millisecond',
+                          metadata = l.metadata || COALESCE($6::text::jsonb, '{{}}'::jsonb),
+                          updated_at = clock_timestamp(), granted_at = clock_timestamp()
+                    WHERE NOT $7 AND l.namespace = $1 AND l.key = $2 AND NOT l.done
+                      AND (l.attempt = $4
+                           OR ((l.expires_at IS NULL OR l.expires_at <= clock_timestamp())
+                               AND (l.shared_until IS NULL OR l.shared_until <= clock_timestamp())
+                               AND NOT EXISTS (SELECT 1 FROM ahead)))
+                   RETURNING l.fence, l.expires_at, l.metadata),
+                 x_created AS (
+                   INSERT INTO {s}.leases
+                          (namespace, key, owner, fence, attempt, expires_at, done, metadata,
+                           updated_at, granted_at)
+                   SELECT $1, $2, $3, nextval({seq}::regclass), $4,
+                          clock_timestamp() + $5::bigint * interval '1 millisecond',
+                          false, COALESCE($6::text::jsonb, '{{}}'::jsonb), clock_timestamp(),
+                          clock_timestamp()
+                    WHERE NOT $7 AND NOT EXISTS (SELECT 1 FROM seen)
+                      AND NOT EXISTS (SELECT 1 FROM ahead)
+                   ON CONFLICT (namespace, key) DO NOTHING
+                   RETURNING fence, expires_at, metadata),
+                 s_taken AS (
+                   UPDATE {s}.leases AS l
+                      SET shared_holders = CASE WHEN l.shared_until > clock_timestamp()
+                                                THEN l.shared_holders + 1 ELSE 1 END,
+                          shared_until = GREATEST(l.shared_until,
+                              clock_timestamp() + $5::bigint * interval '1 millisecond'),
+                          updated_at = clock_timestamp()
+                    WHERE $7 AND l.namespace = $1 AND l.key = $2 AND NOT l.done
+                      AND (l.expires_at IS NULL OR l.expires_at <= clock_timestamp())
+                      AND NOT EXISTS (SELECT 1 FROM ahead) AND NOT EXISTS (SELECT 1 FROM again)
+                   RETURNING 1),
+                 s_created AS (
+                   INSERT INTO {s}.leases
+                          (namespace, key, fence, done, metadata, updated_at, shared_holders,
+                           shared_until)
+                   SELECT $1, $2, nextval({seq}::regclass), false, '{{}}'::jsonb,
+                          clock_timestamp(), 1,
+                          clock_timestamp() + $5::bigint * interval '1 millisecond'
+                    WHERE $7 AND NOT EXISTS (SELECT 1 FROM seen)
+                      AND NOT EXISTS (SELECT 1 FROM ahead)
+                   ON CONFLICT (namespace, key) DO NOTHING
+                   RETURNING 1),
+                 s_holder AS (
+                   INSERT INTO {s}.tickets
+                          (namespace, key, ticket, owner, shared, attempt, granted, fence,
+                           expires_at, metadata, updated_at, granted_at)
+                   SELECT $1, $2, f.v, $3, true, $4, true, f.v,
+                          clock_timestamp() + $5::bigint * interval '1 millisecond',
+                          COALESCE($6::text::jsonb, '{{}}'::jsonb), clock_timestamp(),
+                          clock_timestamp()
+                     FROM (SELECT nextval({seq}::regclass) AS v) f
+                    WHERE EXISTS (SELECT 1 FROM s_taken) OR EXISTS (SELECT 1 FROM s_created)
+                   RETURNING fence, expires_at, metadata),
+                 granted AS (
+                   SELECT * FROM x_taken UNION ALL SELECT * FROM x_created
+                   UNION ALL SELECT * FROM s_holder UNION ALL SELECT * FROM again),
+                 placed AS (
+                   DELETE FROM {s}.tickets t
+                    WHERE t.namespace = $1 AND t.key = $2 AND t.ticket = (SELECT ticket FROM mine)
+                      AND EXISTS (SELECT 1 FROM granted)
+                   RETURNING t.ticket),
+                 kept AS (
+                   UPDATE {s}.tickets t
+                      SET expires_at = clock_timestamp() + $5::bigint * interval '1 millisecond',
+                          updated_at = clock_timestamp()
+                    WHERE t.namespace = $1 AND t.key = $2 AND t.ticket = (SELECT ticket FROM mine)
+                      AND NOT EXISTS (SELECT 1 FROM granted)
+                   RETURNING t.ticket),
+                 queued AS (
+                   INSERT INTO {s}.tickets
+                          (namespace, key, ticket, owner, shared, attempt, granted, expires_at,
+                           metadata, updated_at)
+                   SELECT $1, $2, nextval({seq}::regclass), $3, $7, $4, false,
+                          clock_timestamp() + $5::bigint * interval '1 millisecond',
+                          '{{}}'::jsonb, clock_timestamp()
+                    WHERE $9 AND NOT EXISTS (SELECT 1 FROM mine)
+                      AND NOT EXISTS (SELECT 1 FROM granted)
+                      AND NOT COALESCE((SELECT done FROM seen), false)
+                   RETURNING ticket)
+                 SELECT true AS granted, fence, expires_at, metadata::text AS metadata,
+                        false AS done, NULL::bigint AS remaining_ms, NULL::bigint AS ticket
+                   FROM granted
+                 UNION ALL
+                 SELECT false, NULL, NULL, NULL, COALESCE((SELECT done FROM seen), false),
+                        ceil(extract(epoch FROM LEAST(
+                            (SELECT expires_at FROM seen WHERE expires_at > clock_timestamp()),
+                            (SELECT shared_until FROM seen
+                              WHERE NOT $7 AND shared_until > clock_timestamp()),
+                            (SELECT min(expires_at) FROM ahead)) - clock_timestamp()) * 1000)::bigint,
+                        COALESCE((SELECT ticket FROM kept), (SELECT ticket FROM queued))
+                  WHERE NOT EXISTS (SELECT 1 FROM granted)"
+            ),
+            // A waiting acquire that gives up (timeout, cancel, its caller gone) leaves the
+            // line; when it was at the head of the line of a key no exclusive holder holds, the
+            // new head is woken (its turn may have come).
+            leave_queue: format!(
+                "WITH gone AS (
+                   DELETE FROM {s}.tickets t
+                    WHERE t.namespace = $1 AND t.key = $2 AND t.ticket = $4 AND t.owner = $3
+                      AND NOT t.granted
+                   RETURNING t.ticket),
+                 was_head AS (
+                   SELECT 1 FROM gone g
+                    WHERE NOT EXISTS (
+                      SELECT 1 FROM {s}.leases l
+                       WHERE l.namespace = $1 AND l.key = $2
+                         AND l.expires_at > clock_timestamp())
+                      AND NOT EXISTS (
+                      SELECT 1 FROM {s}.tickets t
+                       WHERE t.namespace = $1 AND t.key = $2 AND NOT t.granted
+                         AND t.expires_at > clock_timestamp() AND t.ticket < g.ticket))
+                 SELECT count(pg_notify($5, {wake_key2})) FROM was_head",
+                wake_key2 = wake_payload(&s, "$2", "$4"),
+            ),
+            // A shared holder leaves: its ticket goes and the key counts one holder fewer
+            // (`rules::shared_released`); the last one out wakes the head of the line. As for
+            // `release`, answers whether the grant was still recorded.
+            release_shared: format!(
+                "WITH gone AS (
+                   DELETE FROM {s}.tickets t
+                    WHERE t.namespace = $1 AND t.key = $2 AND t.owner = $3 AND t.fence = $4
+                      AND t.granted AND t.expires_at > clock_timestamp()
+                   RETURNING t.key),
+                 counted AS (
+                   UPDATE {s}.leases AS l
+                      SET shared_holders = GREATEST(l.shared_holders - 1, 0),
+                          shared_until = CASE WHEN l.shared_holders <= 1 THEN NULL
+                                              ELSE l.shared_until END,
+                          updated_at = clock_timestamp()
+                    WHERE l.namespace = $1 AND l.key = $2 AND EXISTS (SELECT 1 FROM gone)
+                   RETURNING l.shared_holders)
+                 SELECT (SELECT count(*) FROM gone),
+                        (SELECT count(pg_notify($5, {wake_key2})) FROM counted
+                          WHERE shared_holders = 0)",
+                wake_key2 = wake_payload(&s, "$2", "NULL"),
+            ),
+            // The live exclusive holder of one key, by its primary key (an election's leader).
+            holder: format!(
+                "SELECT owner, fence, expires_at, metadata::text, granted_at FROM {s}.leases
+                  WHERE namespace = $1 AND key = $2 AND NOT done
+                    AND expires_at > clock_timestamp()"
+            ),
             renew: format!(
                 "UPDATE {s}.leases
                     SET expires_at = clock_timestamp() + $5::bigint * interval '1 millisecond',
@@ -101,14 +320,33 @@ impl Sql {
                  RETURNING expires_at, metadata::text"
             ),
             // The keepalive tick: every held lease of a client in one statement (G3).
+            // Shared holders ($6-$8, usually empty) are granted tickets; their key's row
+            // carries their latest expiry, which an exclusive grant checks.
             renew_batch: format!(
-                "UPDATE {s}.leases AS l
-                    SET expires_at = clock_timestamp() + b.ttl_ms * interval '1 millisecond',
-                        updated_at = clock_timestamp()
-                   FROM unnest($3::text[], $4::bigint[], $5::bigint[]) AS b(key, fence, ttl_ms)
-                  WHERE l.namespace = $1 AND l.owner = $2 AND l.key = b.key AND l.fence = b.fence
-                    AND NOT l.done AND l.expires_at > clock_timestamp()
-                 RETURNING l.fence, l.expires_at"
+                "WITH x AS (
+                   UPDATE {s}.leases AS l
+                      SET expires_at = clock_timestamp() + b.ttl_ms * interval '1 millisecond',
+                          updated_at = clock_timestamp()
+                     FROM unnest($3::text[], $4::bigint[], $5::bigint[]) AS b(key, fence, ttl_ms)
+                    WHERE l.namespace = $1 AND l.owner = $2 AND l.key = b.key AND l.fence = b.fence
+                      AND NOT l.done AND l.expires_at > clock_timestamp()
+                   RETURNING l.fence, l.expires_at),
+                 sh AS (
+                   UPDATE {s}.tickets AS t
+                      SET expires_at = clock_timestamp() + b.ttl_ms * interval '1 millisecond',
+                          updated_at = clock_timestamp()
+                     FROM unnest($6::text[], $7::bigint[], $8::bigint[]) AS b(key, fence, ttl_ms)
+                    WHERE t.namespace = $1 AND t.owner = $2 AND t.key = b.key AND t.fence = b.fence
+                      AND t.granted AND t.expires_at > clock_timestamp()
+                   RETURNING t.key, t.fence, t.expires_at),
+                 extended AS (
+                   UPDATE {s}.leases AS l
+                      SET shared_until = GREATEST(l.shared_until, m.until)
+                     FROM (SELECT key, max(expires_at) AS until FROM sh GROUP BY key) m
+                    WHERE l.namespace = $1 AND l.key = m.key)
+                 SELECT fence, expires_at FROM x
+                 UNION ALL
+                 SELECT fence, expires_at FROM sh"
             ),
             // A retry whose first try committed (its answer lost with the connection) finds
             // the row already released by this very grant (fences are unique per grant): that
@@ -120,11 +358,12 @@ impl Sql {
                     WHERE namespace = $1 AND key = $2 AND owner = $3 AND fence = $4
                       AND NOT done AND expires_at > clock_timestamp()
                    RETURNING key)
-                 SELECT (SELECT count(pg_notify($5, json_build_array($1::text, key)::text))
+                 SELECT (SELECT count(pg_notify($5, {wake}))
                            FROM released)
                       + (SELECT count(*) FROM {s}.leases
                           WHERE namespace = $1 AND key = $2 AND fence = $4
-                            AND owner IS NULL AND expires_at IS NULL AND NOT done)"
+                            AND owner IS NULL AND expires_at IS NULL AND NOT done)",
+                wake = wake_payload(&s, "released.key", "NULL"),
             ),
             // The finisher stays recorded as owner; expires_at NULL marks it as no longer live.
             // As for release, a retry that finds the key done by this very grant succeeds.
@@ -165,11 +404,12 @@ impl Sql {
                     WHERE l.namespace = $1 AND l.key = b.key AND l.owner = $2 AND l.fence = b.fence
                       AND NOT l.done AND l.expires_at > clock_timestamp()
                    RETURNING l.key, l.fence)
-                 SELECT r.fence, pg_notify($5, json_build_array($1::text, r.key)::text)::text
+                 SELECT r.fence, pg_notify($5, {wake})::text
                    FROM released r
                  UNION ALL
                  SELECT l.fence, NULL FROM {s}.leases l JOIN b ON l.key = b.key AND l.fence = b.fence
-                  WHERE l.namespace = $1 AND l.owner IS NULL AND l.expires_at IS NULL AND NOT l.done"
+                  WHERE l.namespace = $1 AND l.owner IS NULL AND l.expires_at IS NULL AND NOT l.done",
+                wake = wake_payload(&s, "r.key", "NULL"),
             ),
             // Group commit of `done`, the same rule per lease; $5 holds each lease's metadata to
             // merge (NULL: kept as it is). Answers the fences done, now or already by this grant.
@@ -207,18 +447,35 @@ impl Sql {
                         EXISTS (SELECT 1 FROM {s}.leases WHERE namespace = $1 AND key = $2)"
             ),
             // starts_with compares literally: `%` and `_` in a prefix are ordinary characters.
+            // Shared holders are listed one row each (granted tickets); the key's own row
+            // is left out while they hold it.
             list: format!(
                 "SELECT key, state, CASE WHEN state = 'free' THEN NULL ELSE owner END, fence,
-                        CASE WHEN state = 'held' THEN expires_at END, metadata::text, updated_at
-                   FROM (SELECT *, CASE WHEN done THEN 'done'
-                                        WHEN expires_at > clock_timestamp() THEN 'held'
-                                        ELSE 'free' END AS state
+                        CASE WHEN state = 'held' THEN expires_at END, metadata::text, updated_at,
+                        shared
+                   FROM (SELECT key, owner, fence, expires_at, metadata, updated_at,
+                                false AS shared,
+                                CASE WHEN done THEN 'done'
+                                     WHEN expires_at > clock_timestamp() THEN 'held'
+                                     ELSE 'free' END AS state,
+                                (NOT done AND shared_until IS NOT NULL
+                                 AND shared_until > clock_timestamp()
+                                 AND (expires_at IS NULL OR expires_at <= clock_timestamp()))
+                                  AS by_shared
                            FROM {s}.leases
                           WHERE namespace = $1
                             AND ($2::text IS NULL OR starts_with(key, $2))
                             AND ($4::text IS NULL OR metadata @> $4::text::jsonb)
+                            AND ($5::bigint IS NULL OR fence < $5)
+                         UNION ALL
+                         SELECT key, owner, fence, expires_at, metadata, updated_at, true,
+                                'held', false
+                           FROM {s}.tickets
+                          WHERE namespace = $1 AND granted AND expires_at > clock_timestamp()
+                            AND ($2::text IS NULL OR starts_with(key, $2))
+                            AND ($4::text IS NULL OR metadata @> $4::text::jsonb)
                             AND ($5::bigint IS NULL OR fence < $5)) k
-                  WHERE $3::text IS NULL OR state = $3
+                  WHERE NOT by_shared AND ($3::text IS NULL OR state = $3)
                   ORDER BY fence DESC
                   LIMIT $6"
             ),
@@ -260,7 +517,8 @@ impl Sql {
                 "WITH picked AS (
                    SELECT l.key FROM {s}.leases l
                     WHERE l.namespace = $1 AND l.pool = $2 AND NOT l.done
-                      AND (l.expires_at IS NULL OR l.expires_at <= clock_timestamp()
+                      AND ((l.expires_at IS NULL OR l.expires_at <= clock_timestamp())
+                           AND (l.shared_until IS NULL OR l.shared_until <= clock_timestamp())
                            OR l.attempt = $4)
                       AND ($8::text IS NULL OR l.key < $8::text)
                     ORDER BY l.offered
@@ -272,7 +530,7 @@ impl Sql {
                           expires_at = clock_timestamp() + $6::bigint * interval '1 millisecond',
                           metadata = CASE WHEN $7::text IS NULL THEN l.metadata
                                           ELSE l.metadata || $7::text::jsonb END,
-                          updated_at = clock_timestamp()
+                          updated_at = clock_timestamp(), granted_at = clock_timestamp()
                      FROM picked
                     WHERE l.namespace = $1 AND l.key = picked.key
                    RETURNING l.key, l.fence, l.expires_at, l.metadata)
@@ -335,6 +593,33 @@ pub(crate) fn migrations(schema: &str) -> Vec<Vec<String>> {
             format!(
                 "CREATE INDEX leases_pool ON {s}.leases (namespace, pool, done, offered)
                   WHERE pool IS NOT NULL"
+            ),
+        ],
+        // Version 3: fair waiting and shared locks. A waiting acquire holds a ticket (its
+        // place in the key's line, from the fence sequence); a shared holder is a granted
+        // ticket. The key's row counts its live shared holders and carries their latest
+        // expiry, so that shared and exclusive grants meet on one row lock. `granted_at`: when
+        // the current grant began (an election's `since`).
+        vec![
+            format!("ALTER TABLE {s}.leases ADD COLUMN granted_at timestamptz"),
+            format!("ALTER TABLE {s}.leases ADD COLUMN shared_holders integer NOT NULL DEFAULT 0"),
+            format!("ALTER TABLE {s}.leases ADD COLUMN shared_until timestamptz"),
+            format!(
+                "CREATE TABLE {s}.tickets (
+                 namespace  text COLLATE \"C\" NOT NULL,
+                 key        text COLLATE \"C\" NOT NULL,
+                 ticket     bigint NOT NULL,
+                 owner      text NOT NULL,
+                 shared     boolean NOT NULL,
+                 attempt    bigint NOT NULL,
+                 granted    boolean NOT NULL DEFAULT false,
+                 fence      bigint,
+                 expires_at timestamptz NOT NULL,
+                 metadata   jsonb NOT NULL DEFAULT '{{}}'::jsonb,
+                 updated_at timestamptz NOT NULL,
+                 granted_at timestamptz,
+                 PRIMARY KEY (namespace, key, ticket)
+             )"
             ),
         ],
     ]

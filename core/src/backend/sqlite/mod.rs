@@ -19,13 +19,13 @@ use tokio_util::sync::CancellationToken;
 
 use self::store::{db_error, now_ms, Location, Store};
 use super::{
-    AcquireOutcome, AcquireRequest, Backend, BackendEvent, BatchItem, ClaimRequest, Claimed,
-    DoneItem, EventSink, Granted, LeaseRef, Renewed, ResetOutcome,
+    parse_wakeup, wakeup_payload, AcquireOutcome, AcquireRequest, Backend, BackendEvent, BatchItem,
+    ClaimRequest, Claimed, DoneItem, EventSink, Granted, Holder, LeaseRef, Renewed, ResetOutcome,
 };
 use crate::error::{Error, Result};
 use crate::metadata::Metadata;
 use crate::options::{KeyState, LeaseInfo, ListPage, ListQuery, PoolCounts, StateFilter};
-use crate::rules::{self, Grantable, StoredKey};
+use crate::rules::{self, Grantable, StoredKey, Waiting};
 
 const WAKEUP_CHANNEL: &str = "accord_wakeup";
 /// How often a listener looks for changes made by other processes.
@@ -59,10 +59,6 @@ fn merge(base: &str, patch: Option<&str>) -> Result<(String, Metadata)> {
         serde_json::to_string(&merged).unwrap_or_else(|_| "{}".into()),
         merged,
     ))
-}
-
-fn wakeup_payload(namespace: &str, key: &str) -> String {
-    serde_json::to_string(&(namespace, key)).unwrap_or_default()
 }
 
 pub(crate) struct SqliteBackend {
@@ -143,6 +139,9 @@ struct KeyRow {
     done: bool,
     attempt: Option<i64>,
     metadata: String,
+    shared_holders: i64,
+    shared_until_ms: Option<i64>,
+    granted_at_ms: Option<i64>,
 }
 
 impl KeyRow {
@@ -153,13 +152,15 @@ impl KeyRow {
             expires_at_ms: self.expires_at_ms,
             done: self.done,
             attempt: self.attempt,
+            shared_until_ms: self.shared_until_ms,
         }
     }
 }
 
 fn read_key(conn: &Connection, ns: &str, key: &str, what: &str) -> Result<Option<KeyRow>> {
     conn.query_row(
-        "SELECT owner, fence, expires_at_ms, done, attempt, metadata, pool FROM leases
+        "SELECT owner, fence, expires_at_ms, done, attempt, metadata, pool, shared_holders,
+                shared_until_ms, granted_at_ms FROM leases
           WHERE namespace = ?1 AND key = ?2",
         params![ns, key],
         |r| {
@@ -171,11 +172,51 @@ fn read_key(conn: &Connection, ns: &str, key: &str, what: &str) -> Result<Option
                 attempt: r.get(4)?,
                 metadata: r.get(5)?,
                 pool: r.get(6)?,
+                shared_holders: r.get(7)?,
+                shared_until_ms: r.get(8)?,
+                granted_at_ms: r.get(9)?,
             })
         },
     )
     .optional()
     .map_err(|e| db_error(what, e))
+}
+
+/// The key's live waiting tickets, with their owners, first in line first.
+fn waiting(conn: &Connection, ns: &str, key: &str, now: i64) -> Result<Vec<(Waiting, String)>> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT ticket, shared, expires_at_ms, owner FROM tickets
+              WHERE namespace = ?1 AND key = ?2 AND granted = 0 AND expires_at_ms > ?3
+              ORDER BY ticket",
+        )
+        .map_err(|e| db_error("queue", e))?;
+    let rows = stmt
+        .query_map(params![ns, key, now], |r| {
+            Ok((
+                Waiting {
+                    ticket: r.get(0)?,
+                    shared: r.get(1)?,
+                    expires_at_ms: r.get(2)?,
+                },
+                r.get(3)?,
+            ))
+        })
+        .map_err(|e| db_error("queue", e))?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .map_err(|e| db_error("queue", e))?;
+    Ok(rows)
+}
+
+/// The wake-up of a key that may have become free: the head of its line, or (nobody in line)
+/// anyone who waits on the key. `except`: a ticket leaving the line in this transaction.
+fn add_wakeup(tx: &Connection, ns: &str, key: &str, except: Option<i64>, now: i64) -> Result<()> {
+    let line: Vec<Waiting> = waiting(tx, ns, key, now)?
+        .into_iter()
+        .map(|(w, _)| w)
+        .collect();
+    let tickets = rules::wake_range(&line, except, now);
+    add_event(tx, WAKEUP_CHANNEL, &wakeup_payload(ns, key, tickets), now)
 }
 
 /// The key's metadata if this grant still holds it, live (`rules::holds`).
@@ -200,12 +241,21 @@ enum Look {
 
 fn look(conn: &Connection, ns: &str, key: &str, attempt: i64, now: i64) -> Result<Look> {
     let row = read_key(conn, ns, key, "acquire")?;
+    // Without a ticket this acquire is last in line: every live waiter is ahead of it.
+    let line: Vec<Waiting> = waiting(conn, ns, key, now)?
+        .into_iter()
+        .map(|(w, _)| w)
+        .collect();
     Ok(
-        match rules::grantable(row.as_ref().map(KeyRow::view).as_ref(), attempt, now) {
+        match rules::grantable_in_turn(
+            row.as_ref().map(KeyRow::view).as_ref(),
+            false,
+            &line,
+            attempt,
+            now,
+        ) {
             Grantable::Done => Look::Refused(AcquireOutcome::Done),
-            Grantable::Held(remaining) => Look::Refused(AcquireOutcome::Held {
-                remaining: Some(remaining),
-            }),
+            Grantable::Held(_) => Look::Refused(AcquireOutcome::Held),
             Grantable::Yes => Look::Grantable(row.map(|r| r.metadata)),
         },
     )
@@ -219,6 +269,31 @@ fn next_fence(tx: &Connection, what: &str) -> Result<i64> {
         |r| r.get(0),
     )
     .map_err(|e| db_error(what, e))
+}
+
+/// Writes an exclusive grant on the key's row (created if never seen).
+fn grant_exclusive(
+    tx: &Connection,
+    (ns, key, owner): (&str, &str, &str),
+    fence: i64,
+    attempt: i64,
+    expires: i64,
+    metadata: &str,
+    now: i64,
+) -> Result<()> {
+    tx.execute(
+        "INSERT INTO leases (namespace, key, owner, fence, attempt, expires_at_ms, done,
+                             metadata, updated_at_ms, granted_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7, ?8, ?8)
+         ON CONFLICT (namespace, key) DO UPDATE SET
+           owner = excluded.owner, fence = excluded.fence, attempt = excluded.attempt,
+           expires_at_ms = excluded.expires_at_ms, done = 0,
+           metadata = excluded.metadata, updated_at_ms = excluded.updated_at_ms,
+           granted_at_ms = excluded.granted_at_ms",
+        params![ns, key, owner, fence, attempt, expires, metadata, now],
+    )
+    .map_err(|e| db_error("acquire", e))?;
+    Ok(())
 }
 
 /// What a claim finds in a pool: up to `limit` grantable keys (`rules::grantable`), oldest
@@ -239,7 +314,8 @@ fn look_pool(
 ) -> Result<PoolLook> {
     let mut stmt = conn
         .prepare_cached(
-            "SELECT key, owner, fence, expires_at_ms, attempt, metadata FROM leases
+            "SELECT key, owner, fence, expires_at_ms, attempt, metadata, shared_until_ms
+               FROM leases
               WHERE namespace = ?1 AND pool = ?2 AND done = 0 AND (?3 IS NULL OR key < ?3)
               ORDER BY offered",
         )
@@ -260,6 +336,7 @@ fn look_pool(
             expires_at_ms: row.get(3).map_err(get)?,
             done: false,
             attempt: row.get(4).map_err(get)?,
+            shared_until_ms: row.get(6).map_err(get)?,
         };
         match rules::grantable(Some(&stored), attempt, now) {
             Grantable::Yes if look.keys.len() < limit => {
@@ -307,7 +384,7 @@ fn release_one(
             params![ns, key, now],
         )
         .map_err(|e| db_error("release", e))?;
-        add_event(tx, WAKEUP_CHANNEL, &wakeup_payload(ns, key), now)?;
+        add_wakeup(tx, ns, key, None, now)?;
         return Ok((true, true));
     }
     Ok((rules::released_by(&row.view(), fence), false))
@@ -344,7 +421,7 @@ fn done_one(
     .map_err(|e| db_error("done", e))?;
     let wakes = rules::done_wakes(row.pool.as_deref());
     if wakes {
-        add_event(tx, WAKEUP_CHANNEL, &wakeup_payload(ns, key), now)?;
+        add_event(tx, WAKEUP_CHANNEL, &wakeup_payload(ns, key, None), now)?;
     }
     Ok((Some(merged), wakes))
 }
@@ -376,17 +453,7 @@ impl Backend for SqliteBackend {
             let fence = next_fence(tx, "acquire")?;
             let (text, merged) = merge(&base, metadata.as_deref())?;
             let expires = now + ttl;
-            tx.execute(
-                "INSERT INTO leases (namespace, key, owner, fence, attempt, expires_at_ms, done,
-                                     metadata, updated_at_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7, ?8)
-                 ON CONFLICT (namespace, key) DO UPDATE SET
-                   owner = excluded.owner, fence = excluded.fence, attempt = excluded.attempt,
-                   expires_at_ms = excluded.expires_at_ms, done = 0,
-                   metadata = excluded.metadata, updated_at_ms = excluded.updated_at_ms",
-                params![ns, key, owner, fence, attempt, expires, text, now],
-            )
-            .map_err(|e| db_error("acquire", e))?;
+            grant_exclusive(tx, (&ns, &key, &owner), fence, attempt, expires, &text, now)?;
             Ok((
                 AcquireOutcome::Granted(Granted {
                     fence,
@@ -397,6 +464,236 @@ impl Backend for SqliteBackend {
             ))
         })
         .await
+    }
+
+    async fn acquire_queued(&self, r: &AcquireRequest<'_>) -> Result<AcquireOutcome> {
+        let (ns, key, owner) = (
+            r.namespace.to_string(),
+            r.key.to_string(),
+            r.owner.to_string(),
+        );
+        let (ttl, attempt, shared, ticket, enqueue) = (
+            r.ttl.as_millis() as i64,
+            r.attempt,
+            r.shared,
+            r.ticket,
+            r.enqueue,
+        );
+        let metadata = r.metadata.map(str::to_string);
+        // The same steps as PostgreSQL's `acquire_queued`, under the store's write lock.
+        self.write("acquire", move |tx, now| {
+            let row = read_key(tx, &ns, &key, "acquire")?;
+            let line = waiting(tx, &ns, &key, now)?;
+            let mine = ticket.filter(|t| line.iter().any(|(w, o)| w.ticket == *t && *o == owner));
+            let ahead: Vec<Waiting> = line
+                .iter()
+                .map(|(w, _)| *w)
+                .filter(|w| mine.is_none_or(|m| w.ticket < m))
+                .collect();
+            let expires = now + ttl;
+            if shared {
+                // A retry whose first try was granted (its answer lost) gets that grant.
+                let again: Option<(i64, i64, String)> = tx
+                    .query_row(
+                        "SELECT fence, expires_at_ms, metadata FROM tickets
+                          WHERE namespace = ?1 AND key = ?2 AND owner = ?3 AND attempt = ?4
+                            AND granted = 1 AND expires_at_ms > ?5",
+                        params![ns, key, owner, attempt, now],
+                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                    )
+                    .optional()
+                    .map_err(|e| db_error("acquire", e))?;
+                if let Some((fence, expires_at, text)) = again {
+                    return Ok((
+                        AcquireOutcome::Granted(Granted {
+                            fence,
+                            expires_at: time(expires_at),
+                            metadata: parse_metadata(&text)?,
+                        }),
+                        false,
+                    ));
+                }
+            }
+            let view = row.as_ref().map(KeyRow::view);
+            let outcome = match rules::grantable_in_turn(view.as_ref(), shared, &ahead, attempt, now)
+            {
+                Grantable::Done => AcquireOutcome::Done,
+                Grantable::Held(remaining) => {
+                    let ticket = match mine {
+                        Some(t) => {
+                            tx.execute(
+                                "UPDATE tickets SET expires_at_ms = ?4, updated_at_ms = ?5
+                                  WHERE namespace = ?1 AND key = ?2 AND ticket = ?3",
+                                params![ns, key, t, expires, now],
+                            )
+                            .map_err(|e| db_error("acquire", e))?;
+                            Some(t)
+                        }
+                        None if enqueue => {
+                            let t = next_fence(tx, "acquire")?;
+                            tx.execute(
+                                "INSERT INTO tickets (namespace, key, ticket, owner, shared, attempt,
+                                                      granted, expires_at_ms, updated_at_ms)
+                                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7, ?8)",
+                                params![ns, key, t, owner, shared, attempt, expires, now],
+                            )
+                            .map_err(|e| db_error("acquire", e))?;
+                            Some(t)
+                        }
+                        None => None,
+                    };
+                    AcquireOutcome::Queued {
+                        ticket,
+                        remaining: Some(remaining),
+                    }
+                }
+                Grantable::Yes => {
+                    if let Some(t) = mine {
+                        tx.execute(
+                            "DELETE FROM tickets WHERE namespace = ?1 AND key = ?2 AND ticket = ?3",
+                            params![ns, key, t],
+                        )
+                        .map_err(|e| db_error("acquire", e))?;
+                    }
+                    let fence = next_fence(tx, "acquire")?;
+                    if shared {
+                        let (holders, until) = match &row {
+                            Some(r) => rules::shared_granted(
+                                r.shared_holders,
+                                r.shared_until_ms,
+                                expires,
+                                now,
+                            ),
+                            None => rules::shared_granted(0, None, expires, now),
+                        };
+                        tx.execute(
+                            "INSERT INTO leases (namespace, key, fence, done, metadata, updated_at_ms,
+                                                 shared_holders, shared_until_ms)
+                             VALUES (?1, ?2, ?3, 0, '{}', ?4, ?5, ?6)
+                             ON CONFLICT (namespace, key) DO UPDATE SET
+                               shared_holders = excluded.shared_holders,
+                               shared_until_ms = excluded.shared_until_ms,
+                               updated_at_ms = excluded.updated_at_ms",
+                            params![ns, key, fence, now, holders, until],
+                        )
+                        .map_err(|e| db_error("acquire", e))?;
+                        let (text, merged) = merge("{}", metadata.as_deref())?;
+                        tx.execute(
+                            "INSERT INTO tickets (namespace, key, ticket, owner, shared, attempt,
+                                                  granted, fence, expires_at_ms, metadata,
+                                                  updated_at_ms, granted_at_ms)
+                             VALUES (?1, ?2, ?3, ?4, 1, ?5, 1, ?3, ?6, ?7, ?8, ?8)",
+                            params![ns, key, fence, owner, attempt, expires, text, now],
+                        )
+                        .map_err(|e| db_error("acquire", e))?;
+                        AcquireOutcome::Granted(Granted {
+                            fence,
+                            expires_at: time(expires),
+                            metadata: merged,
+                        })
+                    } else {
+                        let base = row.as_ref().map_or("{}", |r| r.metadata.as_str());
+                        let (text, merged) = merge(base, metadata.as_deref())?;
+                        grant_exclusive(tx, (&ns, &key, &owner), fence, attempt, expires, &text, now)?;
+                        AcquireOutcome::Granted(Granted {
+                            fence,
+                            expires_at: time(expires),
+                            metadata: merged,
+                        })
+                    }
+                }
+            };
+            Ok((outcome, false))
+        })
+        .await
+    }
+
+    async fn leave_queue(
+        &self,
+        namespace: &str,
+        key: &str,
+        owner: &str,
+        ticket: i64,
+    ) -> Result<()> {
+        let (ns, key, owner) = (namespace.to_string(), key.to_string(), owner.to_string());
+        self.write("leave queue", move |tx, now| {
+            let line = waiting(tx, &ns, &key, now)?;
+            let gone = tx
+                .execute(
+                    "DELETE FROM tickets WHERE namespace = ?1 AND key = ?2 AND ticket = ?3
+                        AND owner = ?4 AND granted = 0",
+                    params![ns, key, ticket, owner],
+                )
+                .map_err(|e| db_error("leave queue", e))?;
+            let held = read_key(tx, &ns, &key, "leave queue")?
+                .is_some_and(|r| r.expires_at_ms.is_some_and(|e| e > now));
+            let was_head =
+                gone > 0 && !held && line.first().is_none_or(|(w, _)| w.ticket >= ticket);
+            if was_head {
+                add_wakeup(tx, &ns, &key, Some(ticket), now)?;
+            }
+            Ok(((), was_head))
+        })
+        .await
+    }
+
+    async fn release_shared(&self, l: LeaseRef<'_>) -> Result<bool> {
+        let (ns, key, owner, fence) = (
+            l.namespace.to_string(),
+            l.key.to_string(),
+            l.owner.to_string(),
+            l.fence,
+        );
+        self.write("release", move |tx, now| {
+            let gone = tx
+                .execute(
+                    "DELETE FROM tickets WHERE namespace = ?1 AND key = ?2 AND owner = ?3
+                        AND fence = ?4 AND granted = 1 AND expires_at_ms > ?5",
+                    params![ns, key, owner, fence, now],
+                )
+                .map_err(|e| db_error("release", e))?;
+            if gone == 0 {
+                return Ok((false, false));
+            }
+            let Some(row) = read_key(tx, &ns, &key, "release")? else {
+                return Ok((true, false));
+            };
+            let (holders, until) = rules::shared_released(row.shared_holders, row.shared_until_ms);
+            tx.execute(
+                "UPDATE leases SET shared_holders = ?3, shared_until_ms = ?4, updated_at_ms = ?5
+                  WHERE namespace = ?1 AND key = ?2",
+                params![ns, key, holders, until, now],
+            )
+            .map_err(|e| db_error("release", e))?;
+            if holders == 0 {
+                add_wakeup(tx, &ns, &key, None, now)?;
+            }
+            Ok((true, holders == 0))
+        })
+        .await
+    }
+
+    async fn holder(&self, namespace: &str, key: &str) -> Result<Option<Holder>> {
+        let (ns, key) = (namespace.to_string(), key.to_string());
+        self.store
+            .with(move |conn| {
+                let now = now_ms();
+                let Some(row) = read_key(conn, &ns, &key, "holder")? else {
+                    return Ok(None);
+                };
+                if rules::key_state(&row.view(), now) != KeyState::Held {
+                    return Ok(None);
+                }
+                let expires = row.expires_at_ms.unwrap_or(now);
+                Ok(Some(Holder {
+                    owner: row.owner.clone().unwrap_or_default(),
+                    fence: row.fence,
+                    expires_at: time(expires),
+                    metadata: parse_metadata(&row.metadata)?,
+                    granted_at: time(row.granted_at_ms.unwrap_or(expires)),
+                }))
+            })
+            .await
     }
 
     async fn renew(
@@ -446,10 +743,16 @@ impl Backend for SqliteBackend {
         let batch = serde_json::to_string(
             &items
                 .iter()
+                .filter(|i| !i.shared)
                 .map(|i| (i.key.as_str(), i.fence, i.ttl.as_millis() as i64))
                 .collect::<Vec<_>>(),
         )
         .unwrap_or_default();
+        let shared: Vec<(String, i64, i64)> = items
+            .iter()
+            .filter(|i| i.shared)
+            .map(|i| (i.key.clone(), i.fence, i.ttl.as_millis() as i64))
+            .collect();
         // One statement for the whole tick (G3), as on PostgreSQL.
         self.write("keepalive", move |tx, now| {
             let mut stmt = tx
@@ -472,6 +775,27 @@ impl Backend for SqliteBackend {
                 .map_err(|e| db_error("keepalive", e))?
                 .collect::<rusqlite::Result<Vec<_>>>()
                 .map_err(|e| db_error("keepalive", e))?;
+            let mut rows = rows;
+            // Shared holders (rare): their tickets, and their key's latest expiry.
+            for (key, fence, ttl) in &shared {
+                let renewed = tx
+                    .execute(
+                        "UPDATE tickets SET expires_at_ms = ?5, updated_at_ms = ?6
+                          WHERE namespace = ?1 AND key = ?2 AND owner = ?3 AND fence = ?4
+                            AND granted = 1 AND expires_at_ms > ?6",
+                        params![ns, key, owner, fence, now + ttl, now],
+                    )
+                    .map_err(|e| db_error("keepalive", e))?;
+                if renewed > 0 {
+                    tx.execute(
+                        "UPDATE leases SET shared_until_ms = max(coalesce(shared_until_ms, 0), ?3)
+                          WHERE namespace = ?1 AND key = ?2",
+                        params![ns, key, now + ttl],
+                    )
+                    .map_err(|e| db_error("keepalive", e))?;
+                    rows.push((*fence, time(now + ttl)));
+                }
+            }
             Ok((rows, false))
         })
         .await
@@ -586,16 +910,26 @@ impl Backend for SqliteBackend {
                 let now = now_ms();
                 let mut stmt = conn
                     .prepare_cached(
-                        "SELECT key, owner, fence, expires_at_ms, done, metadata, updated_at_ms
-                           FROM leases
-                          WHERE namespace = ?1
-                            AND (?2 IS NULL OR substr(key, 1, length(?2)) = ?2)
-                            AND (?3 IS NULL OR fence < ?3)
+                        "SELECT key, owner, fence, expires_at_ms, done, metadata, updated_at_ms,
+                                shared, shared_until_ms FROM (
+                           SELECT key, owner, fence, expires_at_ms, done, metadata, updated_at_ms,
+                                  0 AS shared, shared_until_ms
+                             FROM leases
+                            WHERE namespace = ?1
+                              AND (?2 IS NULL OR substr(key, 1, length(?2)) = ?2)
+                              AND (?3 IS NULL OR fence < ?3)
+                           UNION ALL
+                           SELECT key, owner, fence, expires_at_ms, 0, metadata, updated_at_ms,
+                                  1, NULL
+                             FROM tickets
+                            WHERE namespace = ?1 AND granted = 1 AND expires_at_ms > ?4
+                              AND (?2 IS NULL OR substr(key, 1, length(?2)) = ?2)
+                              AND (?3 IS NULL OR fence < ?3))
                           ORDER BY fence DESC",
                     )
                     .map_err(|e| db_error("list", e))?;
                 let mut rows = stmt
-                    .query(params![ns, q.prefix, cursor])
+                    .query(params![ns, q.prefix, cursor, now])
                     .map_err(|e| db_error("list", e))?;
                 let mut items = Vec::new();
                 let mut more = false;
@@ -604,16 +938,19 @@ impl Backend for SqliteBackend {
                     let expires: Option<i64> = row.get(3).map_err(|e| db_error("list", e))?;
                     let owner: Option<String> = row.get(1).map_err(|e| db_error("list", e))?;
                     let fence: i64 = row.get(2).map_err(|e| db_error("list", e))?;
-                    let state = rules::key_state(
-                        &StoredKey {
-                            owner: owner.as_deref(),
-                            fence,
-                            expires_at_ms: expires,
-                            done,
-                            attempt: None,
-                        },
-                        now,
-                    );
+                    let shared: bool = row.get(7).map_err(|e| db_error("list", e))?;
+                    let stored = StoredKey {
+                        owner: owner.as_deref(),
+                        fence,
+                        expires_at_ms: expires,
+                        done,
+                        attempt: None,
+                        shared_until_ms: row.get(8).map_err(|e| db_error("list", e))?,
+                    };
+                    if rules::held_by_shared(&stored, now) {
+                        continue;
+                    }
+                    let state = rules::key_state(&stored, now);
                     if matches!(q.state, StateFilter::Only(s) if s != state) {
                         continue;
                     }
@@ -640,6 +977,7 @@ impl Backend for SqliteBackend {
                         },
                         metadata,
                         updated_at: time(row.get(6).map_err(|e| db_error("list", e))?),
+                        shared,
                     });
                 }
                 let next_cursor = if more {
@@ -708,7 +1046,7 @@ impl Backend for SqliteBackend {
                 joined += 1;
             }
             if joined > 0 {
-                add_event(tx, WAKEUP_CHANNEL, &wakeup_payload(&ns, &pool), now)?;
+                add_event(tx, WAKEUP_CHANNEL, &wakeup_payload(&ns, &pool, None), now)?;
             }
             Ok((joined, joined > 0))
         })
@@ -752,7 +1090,7 @@ impl Backend for SqliteBackend {
                 let expires = now + ttl;
                 tx.execute(
                     "UPDATE leases SET owner = ?3, fence = ?4, attempt = ?5, expires_at_ms = ?6,
-                                       metadata = ?7, updated_at_ms = ?8
+                                       metadata = ?7, updated_at_ms = ?8, granted_at_ms = ?8
                       WHERE namespace = ?1 AND key = ?2",
                     params![ns, key, owner, fence, attempt, expires, text, now],
                 )
@@ -800,6 +1138,7 @@ impl Backend for SqliteBackend {
                         expires_at_ms: row.get(2).map_err(|e| db_error("counts", e))?,
                         done: row.get(3).map_err(|e| db_error("counts", e))?,
                         attempt: None,
+                        shared_until_ms: None,
                     };
                     match rules::key_state(&key, now) {
                         KeyState::Free => counts.free += 1,
@@ -989,8 +1328,8 @@ fn deliver_to(
     let channels = channels.lock().unwrap().clone();
     for (_, channel, payload) in events {
         if channel == WAKEUP_CHANNEL {
-            if let Ok((namespace, key)) = serde_json::from_str::<(String, String)>(&payload) {
-                sink.deliver(BackendEvent::Wakeup { namespace, key });
+            if let Some(wakeup) = parse_wakeup(&payload) {
+                sink.deliver(wakeup);
             }
         } else if channels.contains_key(&channel) {
             sink.deliver(BackendEvent::Notification { channel, payload });

@@ -215,6 +215,27 @@ fn migrate(conn: &mut Connection) -> Result<()> {
          ALTER TABLE leases ADD COLUMN offered INTEGER;
          CREATE INDEX leases_pool ON leases (namespace, pool, done, offered)
           WHERE pool IS NOT NULL;",
+        // Version 3: fair waiting and shared locks, as on PostgreSQL: waiting acquires hold
+        // tickets (their place in line), shared holders are granted tickets, and the key's row
+        // counts its shared holders and carries their latest expiry.
+        "ALTER TABLE leases ADD COLUMN granted_at_ms INTEGER;
+         ALTER TABLE leases ADD COLUMN shared_holders INTEGER NOT NULL DEFAULT 0;
+         ALTER TABLE leases ADD COLUMN shared_until_ms INTEGER;
+         CREATE TABLE tickets (
+             namespace     TEXT NOT NULL,
+             key           TEXT NOT NULL,
+             ticket        INTEGER NOT NULL,
+             owner         TEXT NOT NULL,
+             shared        INTEGER NOT NULL,
+             attempt       INTEGER NOT NULL,
+             granted       INTEGER NOT NULL DEFAULT 0,
+             fence         INTEGER,
+             expires_at_ms INTEGER NOT NULL,
+             metadata      TEXT NOT NULL DEFAULT '{}',
+             updated_at_ms INTEGER NOT NULL,
+             granted_at_ms INTEGER,
+             PRIMARY KEY (namespace, key, ticket)
+         );",
     ];
     let tx = conn
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)

@@ -1,0 +1,360 @@
+//! Shared locks, fair waiting and elections (X1–X3, E1–E3 of docs/semantics.md) on every store,
+//! with several clients in one process. Order is established without sleeps: a waiter's place
+//! in line is taken when `queued_count` says so, and wake-ups are counted by each client.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use accord::{
+    AcquireOptions, CampaignOptions, CancellationToken, Client, ErrorKind, Lease, ListQuery,
+};
+use serde_json::json;
+
+use crate::support::{meta, Harness, Mode};
+
+const SEC: Duration = Duration::from_secs(1);
+/// Generous bound for anything that should happen at once: catches hangs, never timing.
+const BOUND: Duration = Duration::from_secs(20);
+
+fn shared() -> AcquireOptions {
+    AcquireOptions::new().ttl(60 * SEC).shared(true)
+}
+
+fn exclusive() -> AcquireOptions {
+    AcquireOptions::new().ttl(60 * SEC)
+}
+
+/// Waits until `client` has `n` acquires waiting in line (their place is committed).
+async fn until_queued(client: &Client, n: usize) {
+    let started = Instant::now();
+    while client.queued_count() < n {
+        assert!(
+            started.elapsed() < BOUND,
+            "no place in line within {BOUND:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Spawns a waiting acquire that logs `name` when granted and returns the lease.
+fn wait_for(
+    client: &Client,
+    key: &str,
+    options: AcquireOptions,
+    name: &'static str,
+    log: &Arc<Mutex<Vec<&'static str>>>,
+) -> tokio::task::JoinHandle<Lease> {
+    let (client, key, log) = (client.clone(), key.to_string(), log.clone());
+    tokio::spawn(async move {
+        let lease = client
+            .acquire(&key, options.timeout(BOUND))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        log.lock().unwrap().push(name);
+        lease
+    })
+}
+
+/// X1: three shared holders at once; an exclusive acquire waits for them, and once it waits a
+/// new shared acquire waits behind it; the exclusive is granted when the three release, the
+/// shared one after it. Each grant is fenced; `list` shows every holder.
+pub async fn x1_shared_holders_and_a_waiting_writer(h: &Harness) {
+    let readers = [
+        h.client("r1").await,
+        h.client("r2").await,
+        h.client("r3").await,
+    ];
+    let writer = h.client("w").await;
+    let late = h.client("r4").await;
+    let log = Arc::new(Mutex::new(Vec::new()));
+
+    let mut held = Vec::new();
+    for r in &readers {
+        let lease = r.acquire("k", shared()).await.unwrap();
+        assert!(lease.is_shared());
+        held.push(lease);
+    }
+    let fences: Vec<i64> = held.iter().map(Lease::fence).collect();
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+    let page = writer.list(ListQuery::new().prefix("k")).await.unwrap();
+    let mut owners: Vec<_> = page
+        .items
+        .iter()
+        .map(|i| (i.owner.clone().unwrap(), i.shared))
+        .collect();
+    owners.sort();
+    assert_eq!(
+        owners,
+        vec![
+            ("r1".to_string(), true),
+            ("r2".to_string(), true),
+            ("r3".to_string(), true)
+        ],
+        "{page:?}"
+    );
+    // A shared holder renews (the keepalive does too) but cannot change the key or finish it.
+    held[0].renew().await.unwrap();
+    let err = held[0]
+        .renew_with_metadata(meta(json!({"x": 1})))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    let err = held[0].done(None).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    // No exclusive grant while they hold it.
+    assert!(writer
+        .try_acquire("k", exclusive())
+        .await
+        .unwrap()
+        .is_none());
+
+    let w = wait_for(&writer, "k", exclusive(), "writer", &log);
+    until_queued(&writer, 1).await;
+    // Once the writer waits, a new shared acquire does not get in ahead of it.
+    assert!(late.try_acquire("k", shared()).await.unwrap().is_none());
+    let r4 = wait_for(&late, "k", shared(), "late reader", &log);
+    until_queued(&late, 1).await;
+
+    for lease in held.drain(..2) {
+        lease.release().await.unwrap();
+    }
+    assert!(log.lock().unwrap().is_empty(), "granted with a reader left");
+    held.pop().unwrap().release().await.unwrap();
+    let w = w.await.unwrap();
+    assert!(w.fence() > fences[2]);
+    assert!(!w.is_shared());
+    assert_eq!(*log.lock().unwrap(), vec!["writer"]);
+    w.release().await.unwrap();
+    let r4 = r4.await.unwrap();
+    assert!(r4.fence() > w.fence());
+    assert_eq!(*log.lock().unwrap(), vec!["writer", "late reader"]);
+    // A shared key with one holder left is free for an exclusive acquire once it leaves.
+    r4.release().await.unwrap();
+    let again = writer.try_acquire("k", exclusive()).await.unwrap().unwrap();
+    again.release().await.unwrap();
+}
+
+/// X2: five clients queue on a held key in a known order and are granted in that order; each
+/// release wakes the head of the line only (wake-ups counted per client).
+pub async fn x2_fair_order_one_wakeup_per_release(h: &Harness) {
+    let holder = h.client("h").await;
+    let mut clients = Vec::new();
+    for i in 0..5 {
+        clients.push(h.client(&format!("c{i}")).await);
+    }
+    let names = ["c0", "c1", "c2", "c3", "c4"];
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let lease = holder.acquire("q", exclusive()).await.unwrap();
+    let mut waiting = Vec::new();
+    for (i, c) in clients.iter().enumerate() {
+        waiting.push(wait_for(c, "q", exclusive(), names[i], &log));
+        until_queued(c, 1).await;
+    }
+    // Nobody jumps the line, not even a try.
+    assert!(holder
+        .try_acquire("q", exclusive())
+        .await
+        .unwrap()
+        .is_none());
+    lease.release().await.unwrap();
+    let mut fence = 0;
+    for (i, task) in waiting.into_iter().enumerate() {
+        let lease = task.await.unwrap();
+        assert!(lease.fence() > fence);
+        fence = lease.fence();
+        assert_eq!(log.lock().unwrap().len(), i + 1, "granted out of turn");
+        // Only the head was woken, once; those behind it saw nothing.
+        for (j, c) in clients.iter().enumerate() {
+            let expected = u64::from(j <= i);
+            assert_eq!(
+                c.waiter_wakeups(),
+                expected,
+                "after release {i}: {} woken {} times",
+                names[j],
+                c.waiter_wakeups()
+            );
+        }
+        lease.release().await.unwrap();
+    }
+    assert_eq!(*log.lock().unwrap(), names.to_vec());
+}
+
+/// X3: a waiter that times out or is cancelled leaves the line at once; the next one is
+/// granted on the release as if it had never been there (not at the leaver's expiry, a minute
+/// away).
+pub async fn x3_leaving_the_line_stalls_nobody(h: &Harness) {
+    let holder = h.client("h").await;
+    let quitter = h.client("quitter").await;
+    let cancelled = h.client("cancelled").await;
+    let next = h.client("next").await;
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let lease = holder.acquire("t", exclusive()).await.unwrap();
+
+    let q = {
+        let quitter = quitter.clone();
+        tokio::spawn(async move {
+            quitter
+                .acquire("t", exclusive().timeout(Duration::from_millis(300)))
+                .await
+        })
+    };
+    until_queued(&quitter, 1).await;
+    let token = CancellationToken::new();
+    let c = {
+        let (cancelled, token) = (cancelled.clone(), token.clone());
+        tokio::spawn(async move { cancelled.acquire("t", exclusive().cancel(token)).await })
+    };
+    until_queued(&cancelled, 1).await;
+    let n = wait_for(&next, "t", exclusive(), "next", &log);
+    until_queued(&next, 1).await;
+
+    assert_eq!(q.await.unwrap().unwrap_err().kind(), ErrorKind::Timeout);
+    token.cancel();
+    assert_eq!(c.await.unwrap().unwrap_err().kind(), ErrorKind::Cancelled);
+    assert_eq!(quitter.held_count() + cancelled.held_count(), 0);
+    let released_at = Instant::now();
+    lease.release().await.unwrap();
+    // Granted within the wait's bound: only the release's wake-up does that (the leavers'
+    // places would otherwise stand for their 60 s ttl).
+    let granted = n.await.unwrap();
+    assert!(released_at.elapsed() < BOUND);
+    assert_eq!(next.waiter_wakeups(), 1);
+    granted.release().await.unwrap();
+}
+
+/// X3, second part: a waiter whose process stops (its network cut) costs the next in line at
+/// most its ttl; the release named it, and the next one goes ahead when its place expires.
+pub async fn x3_a_dead_waiter_costs_at_most_its_ttl(h: &Harness) {
+    let holder = h.client("h").await;
+    let next = h.client("next").await;
+    let (proxy, url) = h.proxy().await;
+    let dead = Client::connect(&url, h.options("dead")).await.unwrap();
+    let lease = holder.acquire("d", exclusive()).await.unwrap();
+    let d = {
+        let dead = dead.clone();
+        tokio::spawn(async move {
+            dead.acquire("d", AcquireOptions::new().ttl(SEC).timeout(BOUND))
+                .await
+        })
+    };
+    until_queued(&dead, 1).await;
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let n = wait_for(&next, "d", exclusive(), "next", &log);
+    until_queued(&next, 1).await;
+    proxy.set(Mode::Cut);
+    lease.release().await.unwrap();
+    // Granted within the bound: the dead waiter's place (1 s ttl) expired; `next` renews
+    // its own only every 20 s, so it woke at the dead one's expiry.
+    let granted = n.await.unwrap();
+    granted.release().await.unwrap();
+    d.abort();
+}
+
+/// E1: three campaigners, one leader; `leader()` agrees from every client and an observer
+/// yields it. E2: the leader resigns, the next campaigner leads; every observer sees each
+/// leader once, in order, fences increasing. E3: `proclaim` changes the value observers see,
+/// with the same fence.
+pub async fn e1_e3_one_leader_handed_on_in_order(h: &Harness) {
+    let clients = [
+        h.client("a").await,
+        h.client("b").await,
+        h.client("c").await,
+    ];
+    let watcher = h.client("watcher").await;
+    let election = watcher.election("primary").unwrap();
+    assert!(election.leader().await.unwrap().is_none());
+    let mut observer = election.observe().await.unwrap();
+
+    let first = clients[0]
+        .election("primary")
+        .unwrap()
+        .campaign("a-value", CampaignOptions::new().ttl(60 * SEC))
+        .await
+        .unwrap();
+    let mut waiting = Vec::new();
+    for (i, c) in clients.iter().enumerate().skip(1) {
+        let e = c.election("primary").unwrap();
+        let value = format!("{}-value", ["a", "b", "c"][i]);
+        waiting.push(tokio::spawn(async move {
+            e.campaign(&value, CampaignOptions::new().ttl(60 * SEC).timeout(BOUND))
+                .await
+                .unwrap()
+        }));
+        until_queued(c, 1).await;
+    }
+    for c in clients.iter().chain([&watcher]) {
+        let leader = c
+            .election("primary")
+            .unwrap()
+            .leader()
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(leader.owner, "a");
+        assert_eq!(leader.value, "a-value");
+        assert_eq!(leader.fence, first.fence());
+    }
+    let seen = observer.next().await.unwrap();
+    assert_eq!((seen.owner.as_str(), seen.fence), ("a", first.fence()));
+
+    first.proclaim("a-new").await.unwrap();
+    let seen = observer.next().await.unwrap();
+    assert_eq!(
+        (seen.owner.as_str(), seen.value.as_str(), seen.fence),
+        ("a", "a-new", first.fence())
+    );
+
+    let mut fence = first.fence();
+    first.resign().await.unwrap();
+    for (task, owner) in waiting.into_iter().zip(["b", "c"]) {
+        let leadership = task.await.unwrap();
+        let seen = observer.next().await.unwrap();
+        assert_eq!(seen.owner, owner);
+        assert!(seen.fence > fence);
+        assert_eq!(seen.fence, leadership.fence());
+        assert_eq!(seen.value, format!("{owner}-value"));
+        fence = seen.fence;
+        leadership.resign().await.unwrap();
+    }
+    assert!(election.leader().await.unwrap().is_none());
+    // Bad input is refused, naming what is wrong.
+    let err = watcher.election("").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(err.to_string().contains("election"), "{err}");
+}
+
+/// E2, second part: a leader whose network is cut is replaced within its ttl; an observer
+/// sees the new leader with a larger fence.
+pub async fn e2_a_dead_leader_is_replaced(h: &Harness) {
+    let (proxy, url) = h.proxy().await;
+    let doomed = Client::connect(&url, h.options("doomed")).await.unwrap();
+    let heir = h.client("heir").await;
+    let watcher = h.client("watcher").await;
+    let election = watcher.election("e2").unwrap();
+    let mut observer = election.observe().await.unwrap();
+    let leading = doomed
+        .election("e2")
+        .unwrap()
+        .campaign("doomed", CampaignOptions::new().ttl(SEC))
+        .await
+        .unwrap();
+    assert_eq!(observer.next().await.unwrap().owner, "doomed");
+    let campaign = {
+        let e = heir.election("e2").unwrap();
+        tokio::spawn(async move {
+            e.campaign("heir", CampaignOptions::new().ttl(60 * SEC).timeout(BOUND))
+                .await
+                .unwrap()
+        })
+    };
+    until_queued(&heir, 1).await;
+    proxy.set(Mode::Cut);
+    let leadership = campaign.await.unwrap();
+    assert!(leadership.fence() > leading.fence());
+    let seen = observer.next().await.unwrap();
+    assert_eq!(
+        (seen.owner.as_str(), seen.fence),
+        ("heir", leadership.fence())
+    );
+    leadership.resign().await.unwrap();
+}
