@@ -9,6 +9,8 @@
 //! contend URL NAMESPACE hammer KEY GRANTS          # try_acquire + release until granted GRANTS times
 //! contend URL NAMESPACE drain PREFIX BATCH         # claim BATCH → 1 ms of work → done, until the pool is empty
 //! contend URL NAMESPACE fleet FLEET SHARDS TTL_MS PERIOD_MS  # a member of a fleet until SIGTERM or EOF
+//! contend URL NAMESPACE wait KEY TTL_MS [shared]   # wait in KEY's line, hold until a stdin line
+//! contend URL NAMESPACE campaign NAME VALUE TTL_MS # campaign, lead until a stdin line, resign
 //! ```
 //!
 //! `contend` proves exclusion without trusting any client: TABLE (created by the caller as
@@ -31,18 +33,41 @@
 //! its standard input it closes the fleet (printing the `closed` revocations) and prints
 //! `CLOSED` (tests/polyglot's fleet run, beside Python and Node members doing the same).
 //!
+//! `wait` prints `READY <owner>`, then `GRANTED <fence>` once its turn came, `LOST` if the lease
+//! is lost while held, and `RELEASED <wake-ups>` (how many times a release woke it) after the
+//! line that tells it to release. `campaign` prints `READY <owner>`, `LEADER <fence>`, `LOST` if
+//! the leadership is lost, and `RESIGNED` after the line that tells it to resign
+//! (tests/polyglot's queue run, beside Python and Node workers doing the same).
+//!
 //! `hold` prints `RELEASED` once it released the key. With `-` for MILLIS it keeps the key until
 //! its standard input ends (a line or EOF): the caller decides when, no timer does, as with the
 //! C test binary's `hold` mode.
 
 use std::time::Duration;
 
-use accord::{AcquireOptions, ClaimOptions, Client, ClientOptions, FleetEvent, FleetOptions};
+use accord::{
+    AcquireOptions, CampaignOptions, ClaimOptions, Client, ClientOptions, FleetEvent, FleetOptions,
+    LostSignal,
+};
+
+/// Waits for a line (or EOF) on standard input, printing `LOST` if `lost` fires first (and
+/// still waiting for the line: the caller decides when the worker ends).
+async fn until_told_or_lost(lost: LostSignal) {
+    let told = tokio::task::spawn_blocking(|| {
+        let _ = std::io::stdin().read_line(&mut String::new());
+    });
+    tokio::pin!(told);
+    tokio::select! {
+        _ = &mut told => return,
+        _ = lost.wait() => println!("LOST"),
+    }
+    let _ = told.await;
+}
 
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: contend URL NAMESPACE (contend KEY ROUNDS TABLE | hold KEY (MILLIS | -) | notify CHANNEL PAYLOAD | hammer KEY GRANTS | drain PREFIX BATCH | fleet FLEET SHARDS TTL_MS PERIOD_MS)";
+    let usage = "usage: contend URL NAMESPACE (contend KEY ROUNDS TABLE | hold KEY (MILLIS | -) | notify CHANNEL PAYLOAD | hammer KEY GRANTS | drain PREFIX BATCH | fleet FLEET SHARDS TTL_MS PERIOD_MS | wait KEY TTL_MS [shared] | campaign NAME VALUE TTL_MS)";
     let [url, namespace, command, a, b, rest @ ..] = args.as_slice() else {
         eprintln!("{usage}");
         std::process::exit(2);
@@ -91,6 +116,39 @@ async fn main() {
         }
         "notify" => {
             client.notify(a, b).await.expect("notify");
+            0
+        }
+        "wait" => {
+            let ttl = Duration::from_millis(b.parse().expect("TTL_MS is a number"));
+            let shared = rest.first().is_some_and(|s| s == "shared");
+            println!("READY {owner}");
+            let lease = client
+                .acquire(a, AcquireOptions::new().ttl(ttl).shared(shared))
+                .await
+                .expect("acquire");
+            println!("GRANTED {}", lease.fence());
+            until_told_or_lost(lease.lost_signal()).await;
+            let _ = lease.release().await;
+            println!("RELEASED {}", client.waiter_wakeups());
+            0
+        }
+        "campaign" => {
+            let ttl: u64 = rest
+                .first()
+                .expect(usage)
+                .parse()
+                .expect("TTL_MS is a number");
+            println!("READY {owner}");
+            let leadership = client
+                .election(a)
+                .expect("election")
+                .campaign(b, CampaignOptions::new().ttl(Duration::from_millis(ttl)))
+                .await
+                .expect("campaign");
+            println!("LEADER {}", leadership.fence());
+            until_told_or_lost(leadership.lost_signal()).await;
+            let _ = leadership.resign().await;
+            println!("RESIGNED");
             0
         }
         "hammer" => {

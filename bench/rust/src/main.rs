@@ -1,10 +1,11 @@
-//! `accord-bench`: the Rust part of `make bench` (bench/README.md). Runs scenarios 1–5 and 8 (a
-//! work pool) of the benchmark against the database in ACCORD_BENCH_URL and writes their raw samples to
+//! `accord-bench`: the Rust part of `make bench` (bench/README.md). Runs scenarios 1–5, 8 (a
+//! work pool) and 10 (waiting in line, elections) of the benchmark against the database in ACCORD_BENCH_URL and writes their raw samples to
 //! ACCORD_BENCH_OUT for bench/report.py.
 
 mod concurrent;
 mod handoff;
 mod keepalive;
+mod line;
 mod notify;
 mod pool;
 mod raw;
@@ -23,10 +24,10 @@ pub const SCHEMA: &str = "accord_bench";
 pub const NAMESPACE: &str = "bench";
 
 #[derive(Parser)]
-#[command(about = "accord's Rust benchmarks (scenarios 1-5 and 8); see bench/README.md")]
+#[command(about = "accord's Rust benchmarks (scenarios 1-5, 8 and 10); see bench/README.md")]
 struct Args {
     /// Scenarios to run, e.g. `1,3`.
-    #[arg(long, value_delimiter = ',', default_values_t = [1u8, 2, 3, 4, 5, 8])]
+    #[arg(long, value_delimiter = ',', default_values_t = [1u8, 2, 3, 4, 5, 8, 10])]
     scenarios: Vec<u8>,
     /// The database (a throwaway one: the bench writes to schema accord_bench).
     #[arg(long, env = "ACCORD_BENCH_URL")]
@@ -72,6 +73,10 @@ pub struct Config {
 
 #[tokio::main]
 async fn main() -> BenchResult<()> {
+    // Scenario 10's leader to be killed: this program started again.
+    if std::env::var("ACCORD_BENCH_CHILD").as_deref() == Ok("campaign") {
+        return line::campaign_child().await;
+    }
     let args = Args::parse();
     if args.pairs < 2 {
         return Err("ACCORD_BENCH_PAIRS must be at least 2".into());
@@ -108,7 +113,8 @@ async fn main() -> BenchResult<()> {
             4 => notify::run(&config).await?,
             5 => keepalive::run(&config).await?,
             8 => pool::run(&config).await?,
-            other => return Err(format!("there is no scenario {other} (1-5, 8)").into()),
+            10 => line::run(&config).await?,
+            other => return Err(format!("there is no scenario {other} (1-5, 8, 10)").into()),
         };
         for record in &found {
             println!("  {}", record.summary());

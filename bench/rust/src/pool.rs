@@ -349,7 +349,7 @@ async fn statements(db: &tokio_postgres::Client) -> Option<i64> {
 
 /// Turns fsync and synchronous_commit on (or back to the cluster's settings) and waits until a
 /// new connection sees it. Err when the connection may not (not a superuser).
-async fn durable(db: &tokio_postgres::Client, url: &str, on: bool) -> BenchResult<()> {
+pub(crate) async fn durable(db: &tokio_postgres::Client, url: &str, on: bool) -> BenchResult<()> {
     let statements: [&str; 3] = if on {
         [
             "ALTER SYSTEM SET fsync = on",
