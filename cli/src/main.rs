@@ -156,6 +156,9 @@ enum Command {
         /// JSON object merged into the key's metadata.
         #[arg(long, value_parser = parse_metadata)]
         metadata: Option<Metadata>,
+        /// Hold the key shared: any number of shared holders at once, or one exclusive holder.
+        #[arg(long, conflicts_with = "metadata")]
+        shared: bool,
     },
     /// Not supported: a lease is released by the process holding it (see `accord release --help`).
     #[command(
@@ -209,6 +212,9 @@ enum Command {
         /// JSON object merged into the key's metadata.
         #[arg(long, value_parser = parse_metadata)]
         metadata: Option<Metadata>,
+        /// Hold the key shared while the command runs (many readers, or one exclusive holder).
+        #[arg(long, conflicts_with_all = ["done", "metadata"])]
+        shared: bool,
         /// The command and its arguments (after --).
         #[arg(last = true, required = true, value_name = "COMMAND")]
         command: Vec<String>,
@@ -441,7 +447,8 @@ async fn dispatch(cli: Cli) -> Outcome {
             ttl,
             timeout,
             metadata,
-        } => acquire(&client, &key, ttl, timeout, metadata).await,
+            shared,
+        } => acquire(&client, &key, lease_options(ttl, metadata, shared), timeout).await,
         Command::Release { .. } => unreachable!("handled before connecting"),
         Command::Reset { key } => match client.reset(&key).await? {
             true => {
@@ -492,6 +499,7 @@ async fn dispatch(cli: Cli) -> Outcome {
             kill_after,
             done,
             metadata,
+            shared,
             command,
         } => {
             run(
@@ -503,6 +511,7 @@ async fn dispatch(cli: Cli) -> Outcome {
                     kill_after,
                     done,
                     metadata,
+                    shared,
                     command,
                 },
             )
@@ -588,6 +597,7 @@ async fn ls(
                 "done": i.state == KeyState::Done,
                 "metadata": i.metadata,
                 "updated_at": i.updated_at.to_rfc3339(),
+                "shared": i.shared,
             });
             write(writeln!(out, "{line}"))?;
         }
@@ -610,7 +620,12 @@ async fn ls(
             };
             [
                 i.key.clone(),
-                i.state.as_str().to_string(),
+                // A key held shared is listed once per holder.
+                if i.shared {
+                    "shared".to_string()
+                } else {
+                    i.state.as_str().to_string()
+                },
                 i.owner.clone().unwrap_or_else(|| "-".into()),
                 i.fence.to_string(),
                 left,
@@ -671,15 +686,10 @@ fn format_left(d: Duration) -> String {
 async fn take(
     client: &Client,
     key: &str,
-    ttl: Duration,
+    options: AcquireOptions,
     timeout: Option<Duration>,
-    metadata: Option<Metadata>,
     (int, term): &mut (Signal, Signal),
 ) -> Result<accord::Lease, Failure> {
-    let mut options = AcquireOptions::new().ttl(ttl);
-    if let Some(m) = metadata {
-        options = options.metadata(m);
-    }
     let cancel = accord::CancellationToken::new();
     let attempt = async {
         match timeout {
@@ -701,15 +711,23 @@ async fn take(
     }
 }
 
+/// What `acquire` and `run` ask for.
+fn lease_options(ttl: Duration, metadata: Option<Metadata>, shared: bool) -> AcquireOptions {
+    let options = AcquireOptions::new().ttl(ttl).shared(shared);
+    match metadata {
+        Some(m) => options.metadata(m),
+        None => options,
+    }
+}
+
 async fn acquire(
     client: &Client,
     key: &str,
-    ttl: Duration,
+    options: AcquireOptions,
     timeout: Duration,
-    metadata: Option<Metadata>,
 ) -> Outcome {
     let mut signals = signals()?;
-    let lease = take(client, key, ttl, Some(timeout), metadata, &mut signals).await?;
+    let lease = take(client, key, options, Some(timeout), &mut signals).await?;
     let (int, term) = &mut signals;
     println!("{}", lease.fence());
     eprintln!(
@@ -773,6 +791,7 @@ struct RunArgs {
     kill_after: Duration,
     done: bool,
     metadata: Option<Metadata>,
+    shared: bool,
     command: Vec<String>,
 }
 
@@ -801,9 +820,8 @@ async fn run(client: &Client, args: RunArgs) -> Outcome {
     let lease = take(
         client,
         key,
-        args.ttl,
+        lease_options(args.ttl, args.metadata.clone(), args.shared),
         args.timeout,
-        args.metadata,
         &mut signals,
     )
     .await?;

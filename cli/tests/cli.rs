@@ -421,6 +421,43 @@ fn acquire_holds_until_ctrl_c_and_run_timeout_0_on_held_key_exits_3() {
 }
 
 #[test]
+fn shared_holders_are_listed_each_and_keep_an_exclusive_run_out() {
+    let env = Env::new("shared");
+    let mut holders = Vec::new();
+    for _ in 0..2 {
+        let mut holder = env
+            .cmd(&["acquire", "config", "--shared", "--ttl", "30s"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let out_lines = lines_of(holder.stdout.take().unwrap());
+        expect_line(&out_lines, "", Duration::from_secs(20));
+        holders.push(holder);
+    }
+    let held = env.ls(&["--state", "held"]);
+    assert_eq!(held.len(), 2, "{held:?}");
+    assert!(held.iter().all(|h| h["shared"] == true && h["key"] == "config"));
+    // Another reader gets in at once; a writer does not.
+    let out = env.run(&["run", "--shared", "--timeout", "0", "config", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = env.run(&["run", "--timeout", "0", "config", "--", "true"]);
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    // A shared holder cannot finish the key.
+    let out = env.run(&["run", "--shared", "--done", "config", "--", "true"]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    for holder in holders {
+        signal(&holder, libc::SIGINT);
+        assert_eq!(
+            wait_within(holder, Duration::from_secs(10)).status.code(),
+            Some(0)
+        );
+    }
+    let out = env.run(&["run", "--timeout", "0", "config", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}
+
+#[test]
 fn ls_table_json_and_filters_follow_cursors() {
     let env = Env::new("ls");
     for i in 0..5 {
