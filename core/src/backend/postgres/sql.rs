@@ -134,8 +134,9 @@ impl Sql {
                   WHERE NOT EXISTS (SELECT 1 FROM granted)"
             ),
             // An acquire that waits in line (fair waiting), or any shared acquire: $7 shared,
-            // $8 the caller's ticket from its previous try (NULL: none yet), $9 whether to
-            // queue when not granted. The rule is `rules::grantable_in_turn`: tickets `ahead`
+            // $8 the caller's ticket from its previous try (NULL: none yet, or a retry whose
+            // first try's answer was lost: the ticket that try took, found by its attempt
+            // token, is the caller's), $9 whether to queue when not granted. The rule is `rules::grantable_in_turn`: tickets `ahead`
             // are the live ones smaller than the caller's (all of them without a live ticket:
             // it is last in line); a shared acquire is only held back by exclusive ones.
             //
@@ -153,8 +154,10 @@ impl Sql {
                     WHERE l.namespace = $1 AND l.key = $2),
                  mine AS MATERIALIZED (
                    SELECT t.ticket FROM {s}.tickets t
-                    WHERE t.namespace = $1 AND t.key = $2 AND t.ticket = $8 AND t.owner = $3
-                      AND NOT t.granted AND t.expires_at > clock_timestamp()),
+                    WHERE t.namespace = $1 AND t.key = $2 AND t.owner = $3
+                      AND (t.ticket = $8 OR ($8 IS NULL AND t.attempt = $4))
+                      AND NOT t.granted AND t.expires_at > clock_timestamp()
+                    ORDER BY t.ticket LIMIT 1),
                  ahead AS MATERIALIZED (
                    SELECT t.ticket, t.expires_at FROM {s}.tickets t
                     WHERE t.namespace = $1 AND t.key = $2 AND NOT t.granted

@@ -484,7 +484,22 @@ impl Backend for SqliteBackend {
         self.write("acquire", move |tx, now| {
             let row = read_key(tx, &ns, &key, "acquire")?;
             let line = waiting(tx, &ns, &key, now)?;
-            let mine = ticket.filter(|t| line.iter().any(|(w, o)| w.ticket == *t && *o == owner));
+            // The caller's place: its ticket, or (none known) one its attempt took before.
+            let by_attempt: Option<i64> = match ticket {
+                Some(_) => None,
+                None => tx
+                    .query_row(
+                        "SELECT min(ticket) FROM tickets
+                          WHERE namespace = ?1 AND key = ?2 AND owner = ?3 AND attempt = ?4
+                            AND granted = 0 AND expires_at_ms > ?5",
+                        params![ns, key, owner, attempt, now],
+                        |r| r.get(0),
+                    )
+                    .map_err(|e| db_error("acquire", e))?,
+            };
+            let mine = ticket
+                .or(by_attempt)
+                .filter(|t| line.iter().any(|(w, o)| w.ticket == *t && *o == owner));
             let ahead: Vec<Waiting> = line
                 .iter()
                 .map(|(w, _)| *w)
