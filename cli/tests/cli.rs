@@ -437,7 +437,9 @@ fn shared_holders_are_listed_each_and_keep_an_exclusive_run_out() {
     }
     let held = env.ls(&["--state", "held"]);
     assert_eq!(held.len(), 2, "{held:?}");
-    assert!(held.iter().all(|h| h["shared"] == true && h["key"] == "config"));
+    assert!(held
+        .iter()
+        .all(|h| h["shared"] == true && h["key"] == "config"));
     // Another reader gets in at once; a writer does not.
     let out = env.run(&["run", "--shared", "--timeout", "0", "config", "--", "true"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));

@@ -12,6 +12,7 @@ use crate::fleet::{Fleet, FleetOptions};
 use crate::lease::Lease;
 use crate::membership::{self, JoinOptions, Member, MemberInfo, MemberWatch};
 use crate::metadata::Metadata;
+use crate::naming;
 use crate::options::{
     AcquireOptions, ClaimOptions, ClientOptions, ListPage, ListQuery, PoolCounts,
 };
@@ -194,7 +195,7 @@ impl Client {
     }
 
     fn group_channel(&self, prefix: &str) -> String {
-        membership::channel_for("accord_group", &self.session.scope.namespace, &[prefix])
+        naming::channel_for("accord_group", &self.session.scope.namespace, &[prefix])
     }
 
     /// The election `name`: campaign to lead it, read or observe its leader. See

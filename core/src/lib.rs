@@ -42,6 +42,7 @@ mod fleet;
 mod lease;
 mod membership;
 mod metadata;
+mod naming;
 mod options;
 mod rules;
 mod semaphore;

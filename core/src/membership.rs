@@ -18,6 +18,7 @@ use chrono::{DateTime, Utc};
 use crate::error::{Error, Result};
 use crate::lease::{Lease, LostSignal};
 use crate::metadata::Metadata;
+use crate::naming::escape;
 use crate::options::{AcquireOptions, KeyState, ListQuery};
 use crate::session::{Event, Session};
 use crate::subscription::Subscription;
@@ -30,31 +31,6 @@ pub(crate) const MAX_SCAN_ROWS: usize = 100_000;
 /// Where members of the group `group` live: `accord.group/<escaped group>/`.
 pub(crate) fn group_prefix(group: &str) -> String {
     format!("accord.group/{}/", escape(group))
-}
-
-/// `%` and `/` percent-encoded, so that a name is one path segment: the prefix of group `a`
-/// (`…/a/`) never matches the keys of group `a/b` (`…/a%2Fb/…`).
-pub(crate) fn escape(name: &str) -> String {
-    name.replace('%', "%25").replace('/', "%2F")
-}
-
-/// A PostgreSQL channel for `parts` in this namespace: `<stem>_<16 hex>` (a stable FNV-1a hash,
-/// so every client of every language agrees, whatever the length of the names). A collision
-/// only wakes a reader that then finds nothing new: the table is the truth.
-pub(crate) fn channel_for(stem: &str, namespace: &str, parts: &[&str]) -> String {
-    let mut hash: u64 = 0xcbf29ce484222325;
-    let mut eat = |bytes: &[u8]| {
-        for b in bytes {
-            hash ^= u64::from(*b);
-            hash = hash.wrapping_mul(0x100000001b3);
-        }
-    };
-    eat(namespace.as_bytes());
-    for part in parts {
-        eat(&[0]);
-        eat(part.as_bytes());
-    }
-    format!("{stem}_{hash:016x}")
 }
 
 /// Options of [`crate::Client::join`].
@@ -429,23 +405,5 @@ mod tests {
         assert_eq!(group_prefix("a/b"), "accord.group/a%2Fb/");
         assert_eq!(group_prefix("a%2Fb"), "accord.group/a%252Fb/");
         assert!(!group_prefix("a/b").starts_with(&group_prefix("a")));
-    }
-
-    #[test]
-    fn channels_are_short_and_stable() {
-        let c = channel_for("accord_group", "ns", &["x".repeat(500).as_str()]);
-        assert!(c.len() <= crate::validate::MAX_CHANNEL_BYTES);
-        assert_eq!(
-            c,
-            channel_for("accord_group", "ns", &["x".repeat(500).as_str()])
-        );
-        assert_ne!(
-            c,
-            channel_for("accord_group", "ns2", &["x".repeat(500).as_str()])
-        );
-        assert_ne!(
-            channel_for("s", "ns", &["a", "bc"]),
-            channel_for("s", "ns", &["ab", "c"])
-        );
     }
 }

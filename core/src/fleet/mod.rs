@@ -30,6 +30,7 @@ use crate::error::{Error, Result};
 use crate::lease::{Lease, LostSignal};
 use crate::membership::{self, JoinOptions, Member, MemberInfo};
 use crate::metadata::Metadata;
+use crate::naming;
 use crate::session::{LeaseStatus, Session};
 use crate::subscription::Subscription;
 use crate::validate::{self, MAX_NAME_BYTES};
@@ -308,12 +309,12 @@ impl fmt::Debug for Fleet {
 
 /// Where the fleet `name` keeps its rows.
 fn fleet_prefix(name: &str) -> String {
-    format!("accord.fleet/{}/", membership::escape(name))
+    format!("accord.fleet/{}/", naming::escape(name))
 }
 
 /// The channel on which members of fleet `base` ask `owner` for shards.
 pub(crate) fn handoff_channel(namespace: &str, base: &str, owner: &str) -> String {
-    membership::channel_for("accord_fleet", namespace, &[base, owner])
+    naming::channel_for("accord_fleet", namespace, &[base, owner])
 }
 
 impl Fleet {
@@ -340,7 +341,7 @@ impl Fleet {
         // says so there, and the others rebalance at once instead of at their next period.
         let owner = session.scope.owner.clone();
         let members_channel =
-            membership::channel_for("accord_group", &session.scope.namespace, &[&members_prefix]);
+            naming::channel_for("accord_group", &session.scope.namespace, &[&members_prefix]);
         let requests = Subscription::open(
             session,
             vec![

@@ -16,8 +16,9 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::lease::{Lease, LostSignal};
-use crate::membership::{self, JoinOptions, Member, MAX_SCAN_ROWS};
+use crate::membership::{JoinOptions, Member, MAX_SCAN_ROWS};
 use crate::metadata::Metadata;
+use crate::naming;
 use crate::options::{AcquireOptions, ClaimOptions, KeyState, ListQuery};
 use crate::session::{Event, Grant, LeaseStatus, LostReason, Session};
 use crate::subscription::Subscription;
@@ -358,7 +359,7 @@ impl Task {
             metadata: self.settings.metadata.clone(),
             ttl: Some(self.settings.ttl),
         };
-        let channel = membership::channel_for(
+        let channel = naming::channel_for(
             "accord_group",
             &self.session.scope.namespace,
             &[&self.members_prefix],
