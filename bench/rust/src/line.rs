@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use accord::{AcquireOptions, CampaignOptions, Client, ClientOptions};
 
-use crate::pool::durable;
+use crate::pool::{durable, fsync_modes};
 use crate::raw::{self, AccordSql, Prepared};
 use crate::record::Record;
 use crate::{BenchResult, Config, NAMESPACE, SCHEMA};
@@ -248,18 +248,7 @@ pub async fn campaign_child() -> BenchResult<()> {
 
 pub async fn run(config: &Config) -> BenchResult<Vec<Record>> {
     let db = raw::connect(&config.url).await?;
-    let fsync_before: String = db.query_one("SHOW fsync", &[]).await?.get(0);
-    let superuser: bool = db
-        .query_one(
-            "SELECT rolsuper FROM pg_roles WHERE rolname = current_user",
-            &[],
-        )
-        .await?
-        .get(0);
-    let mut modes = vec![fsync_before == "on"];
-    if !modes[0] && superuser {
-        modes.push(true);
-    }
+    let (fsync_before, modes) = fsync_modes(&db).await?;
     let handoffs = (config.pairs / 25).max(10);
     let rounds = (config.pairs / 1000).max(1);
     let failovers = (config.pairs / 250).max(3);

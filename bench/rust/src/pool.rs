@@ -347,6 +347,26 @@ async fn statements(db: &tokio_postgres::Client) -> Option<i64> {
     .map(|row| row.get(0))
 }
 
+/// The cluster's fsync setting, and the fsync modes to measure in: the cluster's, and (the
+/// test cluster runs with fsync off) with the right to change it, on as well.
+pub(crate) async fn fsync_modes(db: &tokio_postgres::Client) -> BenchResult<(String, Vec<bool>)> {
+    let fsync_before: String = db.query_one("SHOW fsync", &[]).await?.get(0);
+    let superuser: bool = db
+        .query_one(
+            "SELECT rolsuper FROM pg_roles WHERE rolname = current_user",
+            &[],
+        )
+        .await?
+        .get(0);
+    let mut modes = vec![fsync_before == "on"];
+    if fsync_before != "on" && superuser {
+        modes.push(true);
+    } else if fsync_before != "on" {
+        println!("  (not a superuser: no run with fsync on)");
+    }
+    Ok((fsync_before, modes))
+}
+
 /// Turns fsync and synchronous_commit on (or back to the cluster's settings) and waits until a
 /// new connection sees it. Err when the connection may not (not a superuser).
 pub(crate) async fn durable(db: &tokio_postgres::Client, url: &str, on: bool) -> BenchResult<()> {
@@ -388,21 +408,7 @@ pub async fn run(config: &Config) -> BenchResult<Vec<Record>> {
         .is_ok()
         && statements(&db).await.is_some();
     create_raw_table(&db).await?;
-    let fsync_before: String = db.query_one("SHOW fsync", &[]).await?.get(0);
-    let superuser: bool = db
-        .query_one(
-            "SELECT rolsuper FROM pg_roles WHERE rolname = current_user",
-            &[],
-        )
-        .await?
-        .get(0);
-    // The test cluster runs with fsync off; with the right to, the contenders also run with it on.
-    let mut modes = vec![fsync_before == "on"];
-    if fsync_before != "on" && superuser {
-        modes.push(true);
-    } else if fsync_before != "on" {
-        println!("  (not a superuser: no run with fsync on)");
-    }
+    let (fsync_before, modes) = fsync_modes(&db).await?;
 
     let setup = connect_accord(config).await?;
     let mut records = Vec::new();

@@ -84,6 +84,19 @@ fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// The answer of an acquire statement when it granted (columns 0-3) or found the key done
+/// (column 4); `None` otherwise.
+fn granted_or_done(row: &tokio_postgres::Row) -> Result<Option<AcquireOutcome>> {
+    if row.get::<_, bool>(0) {
+        return Ok(Some(AcquireOutcome::Granted(Granted {
+            fence: row.get(1),
+            expires_at: row.get(2),
+            metadata: parse_metadata(row.get(3))?,
+        })));
+    }
+    Ok(row.get::<_, bool>(4).then_some(AcquireOutcome::Done))
+}
+
 fn parse_metadata(text: &str) -> Result<Metadata> {
     serde_json::from_str(text)
         .map_err(|e| Error::internal(format!("stored metadata is not a JSON object: {e}")))
@@ -111,15 +124,8 @@ impl Backend for PgBackend {
         let Some(row) = rows.first() else {
             return Ok(AcquireOutcome::Held);
         };
-        if row.get::<_, bool>(0) {
-            return Ok(AcquireOutcome::Granted(Granted {
-                fence: row.get(1),
-                expires_at: row.get(2),
-                metadata: parse_metadata(row.get(3))?,
-            }));
-        }
-        if row.get::<_, bool>(4) {
-            return Ok(AcquireOutcome::Done);
+        if let Some(outcome) = granted_or_done(row)? {
+            return Ok(outcome);
         }
         Ok(AcquireOutcome::Held)
     }
@@ -151,15 +157,8 @@ impl Backend for PgBackend {
                 remaining: None,
             });
         };
-        if row.get::<_, bool>(0) {
-            return Ok(AcquireOutcome::Granted(Granted {
-                fence: row.get(1),
-                expires_at: row.get(2),
-                metadata: parse_metadata(row.get(3))?,
-            }));
-        }
-        if row.get::<_, bool>(4) {
-            return Ok(AcquireOutcome::Done);
+        if let Some(outcome) = granted_or_done(row)? {
+            return Ok(outcome);
         }
         Ok(AcquireOutcome::Queued {
             ticket: row.get(6),

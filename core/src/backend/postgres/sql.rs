@@ -48,6 +48,46 @@ fn wake_payload(s: &str, key: &str, except: &str) -> String {
     )
 }
 
+/// The two CTEs of an exclusive grant, `taken` (the key's row, when free, expired, or already
+/// this attempt's, with no live shared holder and no one in `blockers` ahead) and `created` (a
+/// key never seen): the same rule in `acquire` and `acquire_queued` (`rules::grantable_in_turn`).
+/// `guard` is a condition (ending in AND) both apply first.
+fn exclusive_grant(
+    s: &str,
+    seq: &str,
+    taken: &str,
+    created: &str,
+    blockers: &str,
+    guard: &str,
+) -> String {
+    format!(
+        "{taken} AS (
+                   UPDATE {s}.leases AS l
+                      SET owner = $3, fence = nextval({seq}::regclass), attempt = $4,
+                          expires_at = clock_timestamp() + $5::bigint * interval '1 millisecond',
+                          metadata = l.metadata || COALESCE($6::text::jsonb, '{{}}'::jsonb),
+                          updated_at = clock_timestamp(), granted_at = clock_timestamp()
+                    WHERE {guard}l.namespace = $1 AND l.key = $2 AND NOT l.done
+                      AND (l.attempt = $4
+                           OR ((l.expires_at IS NULL OR l.expires_at <= clock_timestamp())
+                               AND (l.shared_until IS NULL OR l.shared_until <= clock_timestamp())
+                               AND NOT EXISTS (SELECT 1 FROM {blockers})))
+                   RETURNING l.fence, l.expires_at, l.metadata),
+                 {created} AS (
+                   INSERT INTO {s}.leases
+                          (namespace, key, owner, fence, attempt, expires_at, done, metadata,
+                           updated_at, granted_at)
+                   SELECT $1, $2, $3, nextval({seq}::regclass), $4,
+                          clock_timestamp() + $5::bigint * interval '1 millisecond',
+                          false, COALESCE($6::text::jsonb, '{{}}'::jsonb), clock_timestamp(),
+                          clock_timestamp()
+                    WHERE {guard}NOT EXISTS (SELECT 1 FROM seen)
+                      AND NOT EXISTS (SELECT 1 FROM {blockers})
+                   ON CONFLICT (namespace, key) DO NOTHING
+                   RETURNING fence, expires_at, metadata),"
+    )
+}
+
 pub(crate) struct Sql {
     pub acquire: String,
     pub acquire_queued: String,
@@ -100,29 +140,7 @@ impl Sql {
                     WHERE t.namespace = $1 AND t.key = $2 AND NOT t.granted
                       AND t.expires_at > clock_timestamp()
                     LIMIT 1),
-                 taken AS (
-                   UPDATE {s}.leases AS l
-                      SET owner = $3, fence = nextval({seq}::regclass), attempt = $4,
-                          expires_at = clock_timestamp() + $5::bigint * interval '1 millisecond',
-                          metadata = l.metadata || COALESCE($6::text::jsonb, '{{}}'::jsonb),
-                          updated_at = clock_timestamp(), granted_at = clock_timestamp()
-                    WHERE l.namespace = $1 AND l.key = $2 AND NOT l.done
-                      AND (l.attempt = $4
-                           OR ((l.expires_at IS NULL OR l.expires_at <= clock_timestamp())
-                               AND (l.shared_until IS NULL OR l.shared_until <= clock_timestamp())
-                               AND NOT EXISTS (SELECT 1 FROM queue)))
-                   RETURNING l.fence, l.expires_at, l.metadata),
-                 created AS (
-                   INSERT INTO {s}.leases
-                          (namespace, key, owner, fence, attempt, expires_at, done, metadata,
-                           updated_at, granted_at)
-                   SELECT $1, $2, $3, nextval({seq}::regclass), $4,
-                          clock_timestamp() + $5::bigint * interval '1 millisecond',
-                          false, COALESCE($6::text::jsonb, '{{}}'::jsonb), clock_timestamp(),
-                          clock_timestamp()
-                    WHERE NOT EXISTS (SELECT 1 FROM seen) AND NOT EXISTS (SELECT 1 FROM queue)
-                   ON CONFLICT (namespace, key) DO NOTHING
-                   RETURNING fence, expires_at, metadata),
+                 {grant}
                  granted AS (SELECT * FROM taken UNION ALL SELECT * FROM created)
                  SELECT true AS granted, fence, expires_at, metadata::text AS metadata,
                         false AS done, NULL::bigint AS remaining_ms
@@ -131,7 +149,8 @@ impl Sql {
                  SELECT false, NULL, s.expires_at, NULL, s.done,
                         ceil(extract(epoch FROM s.expires_at - clock_timestamp()) * 1000)::bigint
                    FROM seen s
-                  WHERE NOT EXISTS (SELECT 1 FROM granted)"
+                  WHERE NOT EXISTS (SELECT 1 FROM granted)",
+                grant = exclusive_grant(&s, &seq, "taken", "created", "queue", ""),
             ),
             // An acquire that waits in line (fair waiting), or any shared acquire: $7 shared,
             // $8 the caller's ticket from its previous try (NULL: none yet, or a retry whose
@@ -167,30 +186,7 @@ impl Sql {
                    SELECT t.fence, t.expires_at, t.metadata FROM {s}.tickets t
                     WHERE $7 AND t.namespace = $1 AND t.key = $2 AND t.owner = $3
                       AND t.attempt = $4 AND t.granted AND t.expires_at > clock_timestamp()),
-                 x_taken AS (
-                   UPDATE {s}.leases AS l
-                      SET owner = $3, fence = nextval({seq}::regclass), attempt = $4,
-                          expires_at = clock_timestamp() + $5::bigint * interval '1 millisecond',
-                          metadata = l.metadata || COALESCE($6::text::jsonb, '{{}}'::jsonb),
-                          updated_at = clock_timestamp(), granted_at = clock_timestamp()
-                    WHERE NOT $7 AND l.namespace = $1 AND l.key = $2 AND NOT l.done
-                      AND (l.attempt = $4
-                           OR ((l.expires_at IS NULL OR l.expires_at <= clock_timestamp())
-                               AND (l.shared_until IS NULL OR l.shared_until <= clock_timestamp())
-                               AND NOT EXISTS (SELECT 1 FROM ahead)))
-                   RETURNING l.fence, l.expires_at, l.metadata),
-                 x_created AS (
-                   INSERT INTO {s}.leases
-                          (namespace, key, owner, fence, attempt, expires_at, done, metadata,
-                           updated_at, granted_at)
-                   SELECT $1, $2, $3, nextval({seq}::regclass), $4,
-                          clock_timestamp() + $5::bigint * interval '1 millisecond',
-                          false, COALESCE($6::text::jsonb, '{{}}'::jsonb), clock_timestamp(),
-                          clock_timestamp()
-                    WHERE NOT $7 AND NOT EXISTS (SELECT 1 FROM seen)
-                      AND NOT EXISTS (SELECT 1 FROM ahead)
-                   ON CONFLICT (namespace, key) DO NOTHING
-                   RETURNING fence, expires_at, metadata),
+                 {grant}
                  s_taken AS (
                    UPDATE {s}.leases AS l
                       SET shared_holders = CASE WHEN l.shared_until > clock_timestamp()
@@ -261,7 +257,8 @@ impl Sql {
                               WHERE NOT $7 AND shared_until > clock_timestamp()),
                             (SELECT min(expires_at) FROM ahead)) - clock_timestamp()) * 1000)::bigint,
                         COALESCE((SELECT ticket FROM kept), (SELECT ticket FROM queued))
-                  WHERE NOT EXISTS (SELECT 1 FROM granted)"
+                  WHERE NOT EXISTS (SELECT 1 FROM granted)",
+                grant = exclusive_grant(&s, &seq, "x_taken", "x_created", "ahead", "NOT $7 AND "),
             ),
             // A waiting acquire that gives up (timeout, cancel, its caller gone) leaves the
             // line; when it was at the head of the line of a key no exclusive holder holds, the

@@ -130,6 +130,16 @@ impl SqliteBackend {
     }
 }
 
+/// A grant's identity as owned values, for a statement that runs on another thread.
+fn owned(l: LeaseRef<'_>) -> (String, String, String, i64) {
+    (
+        l.namespace.to_string(),
+        l.key.to_string(),
+        l.owner.to_string(),
+        l.fence,
+    )
+}
+
 /// A stored key, as the rules in `crate::rules` read it, plus its metadata text.
 struct KeyRow {
     pool: Option<String>,
@@ -653,12 +663,7 @@ impl Backend for SqliteBackend {
     }
 
     async fn release_shared(&self, l: LeaseRef<'_>) -> Result<bool> {
-        let (ns, key, owner, fence) = (
-            l.namespace.to_string(),
-            l.key.to_string(),
-            l.owner.to_string(),
-            l.fence,
-        );
+        let (ns, key, owner, fence) = owned(l);
         self.write("release", move |tx, now| {
             let gone = tx
                 .execute(
@@ -717,12 +722,7 @@ impl Backend for SqliteBackend {
         ttl: Duration,
         metadata: Option<&str>,
     ) -> Result<Option<Renewed>> {
-        let (ns, key, owner, fence) = (
-            l.namespace.to_string(),
-            l.key.to_string(),
-            l.owner.to_string(),
-            l.fence,
-        );
+        let (ns, key, owner, fence) = owned(l);
         let ttl = ttl.as_millis() as i64;
         let metadata = metadata.map(str::to_string);
         self.write("renew", move |tx, now| {
@@ -817,12 +817,7 @@ impl Backend for SqliteBackend {
     }
 
     async fn release(&self, l: LeaseRef<'_>) -> Result<bool> {
-        let (ns, key, owner, fence) = (
-            l.namespace.to_string(),
-            l.key.to_string(),
-            l.owner.to_string(),
-            l.fence,
-        );
+        let (ns, key, owner, fence) = owned(l);
         self.write("release", move |tx, now| {
             release_one(tx, &ns, &owner, &key, fence, now)
         })
@@ -830,12 +825,7 @@ impl Backend for SqliteBackend {
     }
 
     async fn done(&self, l: LeaseRef<'_>, metadata: Option<&str>) -> Result<Option<Metadata>> {
-        let (ns, key, owner, fence) = (
-            l.namespace.to_string(),
-            l.key.to_string(),
-            l.owner.to_string(),
-            l.fence,
-        );
+        let (ns, key, owner, fence) = owned(l);
         let metadata = metadata.map(str::to_string);
         self.write("done", move |tx, now| {
             done_one(tx, &ns, &owner, &key, fence, metadata.as_deref(), now)
