@@ -8,8 +8,9 @@
  *   `accord_error **err`: pass NULL to ignore details, or the address of a pointer that is then
  *   set to NULL on success and to an error object on failure (free it with accord_error_free()).
  * - Handles (accord_client, accord_lease, accord_subscription, accord_list_page, accord_semaphore,
- *   accord_member, accord_member_watch, accord_fleet, option objects, accord_cancel_token) are
- *   opaque; each has a *_free() that accepts NULL.
+ *   accord_member, accord_member_watch, accord_fleet, accord_election, accord_leadership,
+ *   accord_observer, option objects, accord_cancel_token) are opaque; each has a *_free() that
+ *   accepts NULL.
  * - Strings passed in are NUL-terminated UTF-8, borrowed for the duration of the call. Strings
  *   returned as `const char *` are owned by the handle they came from and valid until it is
  *   freed; strings returned as `char *` belong to the caller, who frees them with
@@ -106,6 +107,36 @@ typedef enum {
 } accord_client_event_kind;
 
 /**
+ * Where a lease stands (the core keeps it; every binding reads the same).
+ */
+typedef enum {
+  /**
+   * NULL was passed.
+   */
+  ACCORD_LEASE_STATUS_UNKNOWN = 0,
+  /**
+   * Held and renewed in the background.
+   */
+  ACCORD_LEASE_STATUS_HELD = 1,
+  /**
+   * A release or done is in flight, or failed on the way: not renewed, still watched.
+   */
+  ACCORD_LEASE_STATUS_ENDING = 2,
+  /**
+   * Released (by accord_lease_release or by freeing the handle).
+   */
+  ACCORD_LEASE_STATUS_RELEASED = 3,
+  /**
+   * Marked done.
+   */
+  ACCORD_LEASE_STATUS_DONE = 4,
+  /**
+   * Lost: see accord_lease_lost_reason().
+   */
+  ACCORD_LEASE_STATUS_LOST = 5,
+} accord_lease_status_code;
+
+/**
  * What a fleet event is.
  */
 typedef enum {
@@ -142,36 +173,6 @@ typedef enum {
    */
   ACCORD_REVOKE_CLOSED = 3,
 } accord_revoke_reason;
-
-/**
- * Where a lease stands (the core keeps it; every binding reads the same).
- */
-typedef enum {
-  /**
-   * NULL was passed.
-   */
-  ACCORD_LEASE_STATUS_UNKNOWN = 0,
-  /**
-   * Held and renewed in the background.
-   */
-  ACCORD_LEASE_STATUS_HELD = 1,
-  /**
-   * A release or done is in flight, or failed on the way: not renewed, still watched.
-   */
-  ACCORD_LEASE_STATUS_ENDING = 2,
-  /**
-   * Released (by accord_lease_release or by freeing the handle).
-   */
-  ACCORD_LEASE_STATUS_RELEASED = 3,
-  /**
-   * Marked done.
-   */
-  ACCORD_LEASE_STATUS_DONE = 4,
-  /**
-   * Lost: see accord_lease_lost_reason().
-   */
-  ACCORD_LEASE_STATUS_LOST = 5,
-} accord_lease_status_code;
 
 /**
  * The state of a key.
@@ -229,9 +230,16 @@ typedef enum {
 } accord_event_kind;
 
 /**
- * Options of an acquire. Defaults: the client's ttl, no metadata, no timeout, no cancel token.
+ * Options of an acquire. Defaults: the client's ttl, no metadata, no timeout, no cancel token,
+ * exclusive.
  */
 typedef struct accord_acquire_options accord_acquire_options;
+
+/**
+ * Options of accord_election_campaign(). Defaults: the client's ttl, waiting without a time
+ * limit.
+ */
+typedef struct accord_campaign_options accord_campaign_options;
 
 /**
  * A token that cancels the waiting acquires it was given to (through their options). Safe to
@@ -258,6 +266,14 @@ typedef struct accord_client accord_client;
 typedef struct accord_client_options accord_client_options;
 
 /**
+ * An election of a client: campaign to lead it, read its leader, observe its leaders. Every
+ * function taking an election may be called from any thread, concurrently, until
+ * accord_election_free(). Leaderships won through it report their loss to the client's event
+ * queue, like leases.
+ */
+typedef struct accord_election accord_election;
+
+/**
  * An error: a status code and a message. Created by accord, freed by the caller with
  * accord_error_free().
  */
@@ -277,6 +293,14 @@ typedef struct accord_fleet accord_fleet;
  * timeout of the ttl, no metadata.
  */
 typedef struct accord_fleet_options accord_fleet_options;
+
+/**
+ * This client leads an election: an ordinary lease on the election's key (fenced, renewed with
+ * the client's other leases, its loss reported to the client's event queue). Every function
+ * taking a leadership may be called from any thread, concurrently, until
+ * accord_leadership_free().
+ */
+typedef struct accord_leadership accord_leadership;
 
 /**
  * A held key. Every function taking a lease may be called from any thread, concurrently,
@@ -307,6 +331,13 @@ typedef struct accord_member accord_member;
  * returned.
  */
 typedef struct accord_member_watch accord_member_watch;
+
+/**
+ * An observer of an election's leaders. accord_observer_next() may block in one thread while
+ * accord_observer_close() is called from another; free only after every call on it has
+ * returned.
+ */
+typedef struct accord_observer accord_observer;
 
 /**
  * A semaphore of a client: at most `limit` live holders of its name. Every function taking a
@@ -340,6 +371,32 @@ typedef struct {
    */
   int64_t fence;
 } accord_client_event;
+
+/**
+ * The leader of an election as the coordinator records it. Free with accord_leader_free().
+ */
+typedef struct {
+  /**
+   * The leading client's owner; owned by the leader.
+   */
+  const char *owner;
+  /**
+   * The value it campaigned with or last proclaimed; owned by the leader.
+   */
+  const char *value;
+  /**
+   * The leadership's fence: larger for every new leader.
+   */
+  int64_t fence;
+  /**
+   * When this leadership began, in ms since the Unix epoch (the coordinator's clock).
+   */
+  int64_t since_ms;
+  /**
+   * When the leadership expires unless renewed, in ms since the Unix epoch.
+   */
+  int64_t expires_at_ms;
+} accord_leader;
 
 /**
  * One member of a group. Strings are owned by the array or event it came in.
@@ -431,6 +488,11 @@ typedef struct {
    * When the key last changed, in ms since the Unix epoch.
    */
   int64_t updated_at_ms;
+  /**
+   * One of the key's shared holders: a key held shared is listed once per holder, each with
+   * its own owner, fence and expiry.
+   */
+  bool shared;
 } accord_lease_info;
 
 /**
@@ -530,6 +592,18 @@ const char *accord_client_owner(const accord_client *client);
 const char *accord_client_namespace(const accord_client *client);
 
 /**
+ * How many times this client's waiting acquires were woken by another client's release (each
+ * release wakes the head of its key's line only). A diagnostic, for tests (0 for NULL).
+ */
+uint64_t accord_client_waiter_wakeups(const accord_client *client);
+
+/**
+ * How many of this client's waiting acquires (and campaigns) hold a place in a key's line now.
+ * A diagnostic: tests wait for it to order waiters without sleeping (0 for NULL).
+ */
+uintptr_t accord_client_queued_count(const accord_client *client);
+
+/**
  * Waits until `key` is granted (or the options' timeout passes: ACCORD_TIMEOUT, or their
  * cancel token fires: ACCORD_CANCELLED, or the client closes: ACCORD_CLOSED; in each case
  * nothing is left held). A done key gives ACCORD_DONE. `options` may be NULL. Blocks. On
@@ -542,9 +616,10 @@ accord_status accord_client_acquire(const accord_client *client,
                                     accord_error **err);
 
 /**
- * Tries once: ACCORD_OK with `*out_lease` set if `key` was free; ACCORD_HELD (and
- * `*out_lease` NULL) if it is held by anyone, this client included; ACCORD_DONE if done. The
- * options' timeout is ignored. Blocks for one round trip.
+ * Tries once: ACCORD_OK with `*out_lease` set if `key` was free (for a shared acquire: free or
+ * held shared, with nobody waiting in line); ACCORD_HELD (and `*out_lease` NULL) if not (held
+ * by anyone, this client included); ACCORD_DONE if done. The options' timeout is ignored.
+ * Blocks for one round trip.
  */
 accord_status accord_client_try_acquire(const accord_client *client,
                                         const char *key,
@@ -615,6 +690,172 @@ void accord_client_close(const accord_client *client);
  * the handle during or after this call. NULL is accepted.
  */
 void accord_client_free(accord_client *client);
+
+/**
+ * Opens the election `name` (validated here: ACCORD_INVALID_ARGUMENT naming "election"). Does
+ * not touch the coordinator. On success `*out_election` is an election to free with
+ * accord_election_free().
+ */
+accord_status accord_client_election(const accord_client *client,
+                                     const char *name,
+                                     accord_election **out_election,
+                                     accord_error **err);
+
+/**
+ * The election's name; owned by the election (NULL for NULL).
+ */
+const char *accord_election_name(const accord_election *election);
+
+/**
+ * Frees an election handle (leaderships and observers made from it live on). NULL is
+ * accepted.
+ */
+void accord_election_free(accord_election *election);
+
+/**
+ * New campaign options with every default. Free with accord_campaign_options_free().
+ */
+accord_campaign_options *accord_campaign_options_new(void);
+
+/**
+ * Frees campaign options. NULL is accepted.
+ */
+void accord_campaign_options_free(accord_campaign_options *object);
+
+/**
+ * The leadership lease's ttl in milliseconds (100 ..= 86400000, checked by the campaign): a
+ * leader whose process dies is replaced this long after its last renewal.
+ */
+accord_status accord_campaign_options_set_ttl_ms(accord_campaign_options *options,
+                                                 int64_t ttl_ms,
+                                                 accord_error **err);
+
+/**
+ * How long the campaign waits to lead, in milliseconds (then ACCORD_TIMEOUT); negative waits
+ * without limit (the default).
+ */
+accord_status accord_campaign_options_set_timeout_ms(accord_campaign_options *options,
+                                                     int64_t timeout_ms,
+                                                     accord_error **err);
+
+/**
+ * Waits in line to lead (campaigners are granted in arrival order), then leads with `value`
+ * (what observers see). `options` (NULL: every default) set the ttl and the timeout (then
+ * ACCORD_TIMEOUT); `cancel` (may be NULL) ends the wait with ACCORD_CANCELLED; a closed client
+ * gives ACCORD_CLOSED. In each failure nothing is left held and the place in line is given up.
+ * On success `*out_leadership` is a leadership to free with accord_leadership_free() (which
+ * resigns in the background). Blocks.
+ */
+accord_status accord_election_campaign(const accord_election *election,
+                                       const char *value,
+                                       const accord_campaign_options *options,
+                                       const accord_cancel_token *cancel,
+                                       accord_leadership **out_leadership,
+                                       accord_error **err);
+
+/**
+ * The leadership's fence: pass it to what the leader writes, so that a deposed leader's late
+ * writes are refused (0 for NULL).
+ */
+int64_t accord_leadership_fence(const accord_leadership *leadership);
+
+/**
+ * The key of the leadership's lease (`accord.election/<name>`); owned by the leadership.
+ */
+const char *accord_leadership_key(const accord_leadership *leadership);
+
+/**
+ * The value observers see (the campaign's, or the last proclaimed; after a resign, the last
+ * one it led with). The caller frees it with accord_string_free(); NULL for NULL.
+ */
+char *accord_leadership_value(const accord_leadership *leadership);
+
+/**
+ * Whether the leadership is lost (expired, or its client closed); never for one resigned.
+ */
+bool accord_leadership_is_lost(const accord_leadership *leadership);
+
+/**
+ * The status of the leadership's lease (ACCORD_LEASE_STATUS_RELEASED once resigned).
+ */
+accord_lease_status_code accord_leadership_status(const accord_leadership *leadership);
+
+/**
+ * Waits up to `timeout_ms` (negative: without limit) for the leadership to be lost: ACCORD_OK
+ * once lost, ACCORD_TIMEOUT if not (one resigned is never lost), ACCORD_CLOSED if its client
+ * was closed. Blocks.
+ */
+accord_status accord_leadership_wait_lost(const accord_leadership *leadership,
+                                          int64_t timeout_ms,
+                                          accord_error **err);
+
+/**
+ * Changes the value observers see, without a new election (the fence stays). After a resign:
+ * ACCORD_LEASE_LOST. Blocks.
+ */
+accord_status accord_leadership_proclaim(const accord_leadership *leadership,
+                                         const char *value,
+                                         accord_error **err);
+
+/**
+ * Stops leading now: the next campaigner in line leads. ACCORD_LEASE_LOST if the leadership
+ * was already lost; resigning again is harmless. The handle stays valid until freed. Blocks.
+ */
+accord_status accord_leadership_resign(const accord_leadership *leadership, accord_error **err);
+
+/**
+ * Frees the leadership handle; a leadership not resigned resigns in the background. No other
+ * thread may use the handle during or after this call. NULL is accepted.
+ */
+void accord_leadership_free(accord_leadership *leadership);
+
+/**
+ * Frees a leader and its strings. NULL is accepted.
+ */
+void accord_leader_free(accord_leader *leader);
+
+/**
+ * The current leader, in one read: ACCORD_OK with `*out_leader` set (free it with
+ * accord_leader_free()), or NULL when nobody leads. Blocks for one round trip.
+ */
+accord_status accord_election_leader(const accord_election *election,
+                                     accord_leader **out_leader,
+                                     accord_error **err);
+
+/**
+ * Follows the election: the current leader (once there is one), then every new leader and
+ * every proclaimed value, each once, in order (fences never decrease). Listens before it
+ * returns, so that no change from then on is missed. On success `*out_observer` is an observer
+ * to read with accord_observer_next() and free with accord_observer_free(). Blocks.
+ */
+accord_status accord_election_observe(const accord_election *election,
+                                      accord_observer **out_observer,
+                                      accord_error **err);
+
+/**
+ * Waits up to `timeout_ms` (negative: without limit) for the next leader, or the next value of
+ * the leader: ACCORD_OK with `*out_leader` set (free it with
+ * accord_leader_free()); ACCORD_TIMEOUT if none came (nobody leads, or nothing changed);
+ * ACCORD_CANCELLED when `cancel` (may be NULL) fires; ACCORD_CLOSED once the observer or its
+ * client is closed. Meant for one reader thread per observer. Blocks.
+ */
+accord_status accord_observer_next(const accord_observer *observer,
+                                   int64_t timeout_ms,
+                                   const accord_cancel_token *cancel,
+                                   accord_leader **out_leader,
+                                   accord_error **err);
+
+/**
+ * Stops the observer: a blocked accord_observer_next() returns ACCORD_CLOSED, and so does every
+ * later one. Blocks briefly. Idempotent; NULL is ignored.
+ */
+void accord_observer_close(const accord_observer *observer);
+
+/**
+ * Frees an observer (closing it if needed). No other thread may use it during or after this
+ * call. NULL is accepted.
+ */
+void accord_observer_free(accord_observer *observer);
 
 /**
  * The name of a status, the same as its enumerator ("ACCORD_OK", "ACCORD_HELD", …) and as the
@@ -838,6 +1079,12 @@ const char *accord_lease_owner(const accord_lease *lease);
 int64_t accord_lease_fence(const accord_lease *lease);
 
 /**
+ * Whether this is one of the key's shared holders (accord_acquire_options_set_shared()); false
+ * for NULL.
+ */
+bool accord_lease_is_shared(const accord_lease *lease);
+
+/**
  * The lease's ttl in milliseconds.
  */
 int64_t accord_lease_ttl_ms(const accord_lease *lease);
@@ -880,7 +1127,8 @@ accord_status accord_lease_wait_lost(const accord_lease *lease,
 
 /**
  * Extends the lease now and merges `metadata_json` (a JSON object, or NULL) into the key's
- * metadata. The lease is also renewed in the background on its own. Blocks.
+ * metadata; a shared lease renews with NULL only (else ACCORD_INVALID_ARGUMENT). The lease is
+ * also renewed in the background on its own. Blocks.
  */
 accord_status accord_lease_renew(const accord_lease *lease,
                                  const char *metadata_json,
@@ -894,7 +1142,8 @@ accord_status accord_lease_release(const accord_lease *lease, accord_error **err
 
 /**
  * Marks the key done (never granted again until reset), merging `metadata_json` (a JSON
- * object, or NULL), and releases it. Twice, or after loss: ACCORD_LEASE_LOST. Blocks.
+ * object, or NULL), and releases it. Twice, or after loss: ACCORD_LEASE_LOST; a shared lease:
+ * ACCORD_INVALID_ARGUMENT (acquire the key exclusively to finish it). Blocks.
  */
 accord_status accord_lease_done(const accord_lease *lease,
                                 const char *metadata_json,
@@ -1163,6 +1412,16 @@ accord_status accord_acquire_options_set_metadata_json(accord_acquire_options *o
 accord_status accord_acquire_options_set_cancel_token(accord_acquire_options *options,
                                                       const accord_cancel_token *token,
                                                       accord_error **err);
+
+/**
+ * A shared grant (true): any number of shared holders of a key at once, or one exclusive
+ * holder (false, the default). Once an exclusive acquire waits, new shared acquires wait behind
+ * it. A shared lease renews, but cannot change the key's metadata or mark it done
+ * (ACCORD_INVALID_ARGUMENT).
+ */
+accord_status accord_acquire_options_set_shared(accord_acquire_options *options,
+                                                bool shared,
+                                                accord_error **err);
 
 /**
  * A new, uncancelled token. Free with accord_cancel_token_free().

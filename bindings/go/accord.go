@@ -22,6 +22,15 @@
 //	client.Offer(ctx, "task/", []string{"task/1", "task/2"}, nil)
 //	leases, err := client.Claim(ctx, "task/", &accord.ClaimOptions{Limit: 10, Timeout: time.Second})
 //
+// AcquireOptions.Shared asks for a shared (reader) grant: many shared holders at once, or one
+// exclusive holder. Waiting acquires are granted in arrival order. An Election picks one leader:
+// Campaign waits in line, then leads (a *Leadership, fenced and renewed like a lease); Leader
+// reads the leader, Observe follows the leaders.
+//
+//	election, err := client.Election("scheduler")
+//	leadership, err := election.Campaign(ctx, "host-a:8080", accord.CampaignOptions{})
+//	defer leadership.Resign(ctx)
+//
 // Join makes this client a member of a group (Members lists them, Watch follows them). A Fleet
 // splits shards among its members, handing them off as members come and go; its events are
 // pulled with Next, which also acknowledges the previous one (a hand-off's shard is released
@@ -222,12 +231,17 @@ func (c *Client) use(f func(*C.accord_client) error) error {
 	return f(c.ptr)
 }
 
-// AcquireOptions of Acquire and TryAcquire; nil means the client's ttl, no metadata, and (for
-// Acquire) waiting as long as the context allows.
+// AcquireOptions of Acquire and TryAcquire; nil means the client's ttl, no metadata, an
+// exclusive grant, and (for Acquire) waiting as long as the context allows.
 type AcquireOptions struct {
 	TTL      time.Duration
 	Timeout  time.Duration
 	Metadata map[string]any
+	// Shared asks for a shared grant: any number of shared holders of a key at once, or one
+	// exclusive holder. Once an exclusive acquire waits, new shared acquires wait behind it. A
+	// shared lease renews, but cannot change the key's metadata or be marked done
+	// (ErrInvalidArgument).
+	Shared bool
 }
 
 func acquireOptions(opts *AcquireOptions, deadline time.Time, hasDeadline bool) (*C.accord_acquire_options, error) {
@@ -248,17 +262,13 @@ func acquireOptions(opts *AcquireOptions, deadline time.Time, hasDeadline bool) 
 			return nil, err
 		}
 	}
-	timeout := C.int64_t(-1)
-	if opts.Timeout > 0 {
-		timeout = millis(opts.Timeout)
-	}
-	if hasDeadline {
-		if left := millis(time.Until(deadline)); timeout < 0 || left < timeout {
-			timeout = max(left, 0)
-		}
-	}
-	if err := fail(C.accord_acquire_options_set_timeout_ms(o, timeout, &cerr)); err != nil {
+	if err := fail(C.accord_acquire_options_set_timeout_ms(o, waitTimeout(opts.Timeout, deadline, hasDeadline), &cerr)); err != nil {
 		return nil, err
+	}
+	if opts.Shared {
+		if err := fail(C.accord_acquire_options_set_shared(o, true, &cerr)); err != nil {
+			return nil, err
+		}
 	}
 	if opts.Metadata != nil {
 		text, err := json.Marshal(opts.Metadata)
@@ -318,14 +328,39 @@ func (c *Client) wait(ctx context.Context, opts *AcquireOptions, call func(*C.ac
 	}
 	C.accord_cancel_token_free(token)
 	if err != nil {
-		// The wait may have been bounded by ctx's deadline a moment before ctx noticed.
-		bound := hasDeadline && (opts == nil || opts.Timeout <= 0 || time.Until(deadline) < opts.Timeout)
-		if bound && errors.Is(err, ErrTimeout) && ctx.Err() == nil {
-			return nil, fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+		var own time.Duration
+		if opts != nil {
+			own = opts.Timeout
 		}
-		return nil, withContext(ctx, err)
+		return nil, waitError(ctx, err, own, deadline, hasDeadline)
 	}
 	return c.adopt(ptr), nil
+}
+
+// waitTimeout is the C timeout (ms; -1: without limit) of a wait with its own timeout `own`
+// (none when not positive), bounded by ctx's deadline.
+func waitTimeout(own time.Duration, deadline time.Time, hasDeadline bool) C.int64_t {
+	timeout := C.int64_t(-1)
+	if own > 0 {
+		timeout = millis(own)
+	}
+	if hasDeadline {
+		if left := millis(time.Until(deadline)); timeout < 0 || left < timeout {
+			timeout = max(left, 0)
+		}
+	}
+	return timeout
+}
+
+// waitError is the error of a wait bounded as waitTimeout says: an error caused by ctx also
+// matches the context's error.
+func waitError(ctx context.Context, err error, own time.Duration, deadline time.Time, hasDeadline bool) error {
+	// The wait may have been bounded by ctx's deadline a moment before ctx noticed.
+	bound := hasDeadline && (own <= 0 || time.Until(deadline) < own)
+	if bound && errors.Is(err, ErrTimeout) && ctx.Err() == nil {
+		return fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+	}
+	return withContext(ctx, err)
 }
 
 // TryAcquire tries once: the lease if key is free, an error matching ErrHeld if it is held (by
@@ -380,6 +415,21 @@ func (c *Client) Notify(ctx context.Context, channel, payload string) error {
 	return c.use(func(cp *C.accord_client) error {
 		return takeError(C.accord_client_notify(cp, cch, cpayload, &cerr), cerr)
 	})
+}
+
+// WaiterWakeups is how many times this client's waiting acquires were woken by another
+// client's release (each release wakes the head of its key's line only). A diagnostic, for
+// tests.
+func (c *Client) WaiterWakeups() uint64 {
+	defer runtime.KeepAlive(c)
+	return uint64(C.accord_client_waiter_wakeups(c.ptr))
+}
+
+// QueuedCount is how many of this client's waiting acquires (and campaigns) hold a place in a
+// key's line now. A diagnostic: tests wait for it to order waiters without sleeping.
+func (c *Client) QueuedCount() int {
+	defer runtime.KeepAlive(c)
+	return int(C.accord_client_queued_count(c.ptr))
 }
 
 // Close releases the client's leases (their Lost channels close), ends waiting acquires and

@@ -24,6 +24,7 @@ type Lease struct {
 	owner  string
 	fence  int64
 	ttl    time.Duration
+	shared bool
 	lost   chan struct{}
 }
 
@@ -35,6 +36,7 @@ func (c *Client) adopt(ptr *C.accord_lease) *Lease {
 		owner:  C.GoString(C.accord_lease_owner(ptr)),
 		fence:  int64(C.accord_lease_fence(ptr)),
 		ttl:    time.Duration(C.accord_lease_ttl_ms(ptr)) * time.Millisecond,
+		shared: bool(C.accord_lease_is_shared(ptr)),
 		lost:   make(chan struct{}),
 	}
 	c.lostMu.Lock()
@@ -56,6 +58,9 @@ func (l *Lease) Fence() int64 { return l.fence }
 
 // TTL is the lease's time to live, renewed in the background.
 func (l *Lease) TTL() time.Duration { return l.ttl }
+
+// Shared reports whether this is one of the key's shared holders (AcquireOptions.Shared).
+func (l *Lease) Shared() bool { return l.shared }
 
 // Lost is closed when the lease is lost: not renewed within its ttl (checked against a deadline
 // that comes before anyone else could be granted the key), or ended by Client.Close. It is
@@ -166,8 +171,9 @@ func (l *Lease) LostReason() string {
 	return C.GoString(why)
 }
 
-// Renew extends the lease now and merges metadata (may be nil) into the key's metadata. The
-// lease also renews itself in the background.
+// Renew extends the lease now and merges metadata (may be nil) into the key's metadata; a
+// shared lease renews with nil only (else ErrInvalidArgument). The lease also renews itself in
+// the background.
 func (l *Lease) Renew(ctx context.Context, metadata map[string]any) error {
 	cm, err := metadataJSON(metadata)
 	if err != nil {
@@ -188,7 +194,8 @@ func (l *Lease) Release(ctx context.Context) error {
 }
 
 // Done marks the key done (never granted again until Reset), merging metadata (may be nil),
-// and releases it. Done twice, or after the lease was lost, gives ErrLeaseLost.
+// and releases it. Done twice, or after the lease was lost, gives ErrLeaseLost; a shared lease
+// gives ErrInvalidArgument (acquire the key exclusively to finish it).
 func (l *Lease) Done(ctx context.Context, metadata map[string]any) error {
 	cm, err := metadataJSON(metadata)
 	if err != nil {

@@ -53,6 +53,9 @@ type LeaseInfo struct {
 	ExpiresAt time.Time // zero unless held
 	Metadata  map[string]any
 	UpdatedAt time.Time
+	// Shared: one of the key's shared holders (a key held shared is listed once per holder,
+	// each with its own owner, fence and expiry).
+	Shared bool
 }
 
 // ListPage is one page of List, newest grant first.
@@ -121,6 +124,7 @@ func (c *Client) List(ctx context.Context, query *ListQuery) (*ListPage, error) 
 				State:     KeyState(it.state),
 				Fence:     int64(it.fence),
 				UpdatedAt: time.UnixMilli(int64(it.updated_at_ms)),
+				Shared:    bool(it.shared),
 			}
 			if it.owner != nil {
 				info.Owner = C.GoString(it.owner)

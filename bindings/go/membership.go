@@ -246,6 +246,12 @@ func cancellable(ctx context.Context, call func(*C.accord_cancel_token, **C.acco
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	return withContext(ctx, withCancelToken(ctx, call))
+}
+
+// withCancelToken runs a blocking C call given a cancel token that fires when ctx ends, and
+// returns its error as libaccord gave it.
+func withCancelToken(ctx context.Context, call func(*C.accord_cancel_token, **C.accord_error) C.accord_status) error {
 	token := C.accord_cancel_token_new()
 	cancelled := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
@@ -258,7 +264,7 @@ func cancellable(ctx context.Context, call func(*C.accord_cancel_token, **C.acco
 		<-cancelled // the canceller may still be using the token
 	}
 	C.accord_cancel_token_free(token)
-	return withContext(ctx, err)
+	return err
 }
 
 // Next waits for the next event, as long as ctx allows (its end gives an error matching both

@@ -93,6 +93,26 @@ pub extern "C" fn accord_client_namespace(client: *const accord_client) -> *cons
     })
 }
 
+/// How many times this client's waiting acquires were woken by another client's release (each
+/// release wakes the head of its key's line only). A diagnostic, for tests (0 for NULL).
+#[no_mangle]
+pub extern "C" fn accord_client_waiter_wakeups(client: *const accord_client) -> u64 {
+    run_or(0, || {
+        // SAFETY: NULL or a live client, by contract.
+        unsafe { client.as_ref() }.map_or(0, |c| c.client.waiter_wakeups())
+    })
+}
+
+/// How many of this client's waiting acquires (and campaigns) hold a place in a key's line now.
+/// A diagnostic: tests wait for it to order waiters without sleeping (0 for NULL).
+#[no_mangle]
+pub extern "C" fn accord_client_queued_count(client: *const accord_client) -> usize {
+    run_or(0, || {
+        // SAFETY: NULL or a live client, by contract.
+        unsafe { client.as_ref() }.map_or(0, |c| c.client.queued_count())
+    })
+}
+
 pub(crate) fn acquire_options(
     options: *const accord_acquire_options,
 ) -> accord_core::AcquireOptions {
@@ -125,9 +145,10 @@ pub extern "C" fn accord_client_acquire(
     })
 }
 
-/// Tries once: ACCORD_OK with `*out_lease` set if `key` was free; ACCORD_HELD (and
-/// `*out_lease` NULL) if it is held by anyone, this client included; ACCORD_DONE if done. The
-/// options' timeout is ignored. Blocks for one round trip.
+/// Tries once: ACCORD_OK with `*out_lease` set if `key` was free (for a shared acquire: free or
+/// held shared, with nobody waiting in line); ACCORD_HELD (and `*out_lease` NULL) if not (held
+/// by anyone, this client included); ACCORD_DONE if done. The options' timeout is ignored.
+/// Blocks for one round trip.
 #[no_mangle]
 pub extern "C" fn accord_client_try_acquire(
     client: *const accord_client,

@@ -98,6 +98,15 @@ pub extern "C" fn accord_lease_fence(lease: *const accord_lease) -> i64 {
     run_or(0, || lease_or_null(lease).map_or(0, |l| l.lease.fence()))
 }
 
+/// Whether this is one of the key's shared holders (accord_acquire_options_set_shared()); false
+/// for NULL.
+#[no_mangle]
+pub extern "C" fn accord_lease_is_shared(lease: *const accord_lease) -> bool {
+    run_or(false, || {
+        lease_or_null(lease).is_some_and(|l| l.lease.is_shared())
+    })
+}
+
 /// The lease's ttl in milliseconds.
 #[no_mangle]
 pub extern "C" fn accord_lease_ttl_ms(lease: *const accord_lease) -> i64 {
@@ -217,7 +226,8 @@ pub extern "C" fn accord_lease_wait_lost(
 }
 
 /// Extends the lease now and merges `metadata_json` (a JSON object, or NULL) into the key's
-/// metadata. The lease is also renewed in the background on its own. Blocks.
+/// metadata; a shared lease renews with NULL only (else ACCORD_INVALID_ARGUMENT). The lease is
+/// also renewed in the background on its own. Blocks.
 #[no_mangle]
 pub extern "C" fn accord_lease_renew(
     lease: *const accord_lease,
@@ -247,7 +257,8 @@ pub extern "C" fn accord_lease_release(
 }
 
 /// Marks the key done (never granted again until reset), merging `metadata_json` (a JSON
-/// object, or NULL), and releases it. Twice, or after loss: ACCORD_LEASE_LOST. Blocks.
+/// object, or NULL), and releases it. Twice, or after loss: ACCORD_LEASE_LOST; a shared lease:
+/// ACCORD_INVALID_ARGUMENT (acquire the key exclusively to finish it). Blocks.
 #[no_mangle]
 pub extern "C" fn accord_lease_done(
     lease: *const accord_lease,

@@ -10,6 +10,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 mod client;
+mod election;
 mod error;
 mod ffi;
 mod fleet;
@@ -25,6 +26,7 @@ mod subscription;
 use std::ffi::c_char;
 
 pub use client::*;
+pub use election::*;
 pub use error::*;
 pub use ffi::accord_string_free;
 pub use fleet::*;

@@ -26,6 +26,9 @@ pub struct accord_lease_info {
     pub metadata_json: *const c_char,
     /// When the key last changed, in ms since the Unix epoch.
     pub updated_at_ms: i64,
+    /// One of the key's shared holders: a key held shared is listed once per holder, each with
+    /// its own owner, fence and expiry.
+    pub shared: bool,
 }
 
 /// A page of keys, newest grant first. Free with accord_list_page_free().
@@ -58,6 +61,7 @@ impl accord_list_page {
                 expires_at_ms: i.expires_at.map_or(0, |t| t.timestamp_millis()),
                 metadata_json: keep(json(&i.metadata)),
                 updated_at_ms: i.updated_at.timestamp_millis(),
+                shared: i.shared,
             })
             .collect();
         Box::into_raw(Box::new(accord_list_page {

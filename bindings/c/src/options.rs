@@ -13,13 +13,15 @@ use crate::ffi::{free_box, metadata, opt_text, text};
 /// ttl 30 s, schema "accord", pool size 2, connect and statement timeouts 10 s, migrations on.
 pub struct accord_client_options(pub(crate) ClientOptions);
 
-/// Options of an acquire. Defaults: the client's ttl, no metadata, no timeout, no cancel token.
+/// Options of an acquire. Defaults: the client's ttl, no metadata, no timeout, no cancel token,
+/// exclusive.
 #[derive(Default)]
 pub struct accord_acquire_options {
     ttl: Option<Duration>,
     timeout: Option<Duration>,
     metadata: Option<accord_core::Metadata>,
     cancel: Option<CancellationToken>,
+    shared: bool,
 }
 
 impl accord_acquire_options {
@@ -37,7 +39,7 @@ impl accord_acquire_options {
         if let Some(c) = &self.cancel {
             o = o.cancel(c.clone());
         }
-        o
+        o.shared(self.shared)
     }
 }
 
@@ -336,6 +338,22 @@ pub extern "C" fn accord_acquire_options_set_cancel_token(
     set(options, err, |o| {
         // SAFETY: NULL or a live token, by contract.
         o.cancel = unsafe { token.as_ref() }.map(|t| t.0.clone());
+        Ok(())
+    })
+}
+
+/// A shared grant (true): any number of shared holders of a key at once, or one exclusive
+/// holder (false, the default). Once an exclusive acquire waits, new shared acquires wait behind
+/// it. A shared lease renews, but cannot change the key's metadata or mark it done
+/// (ACCORD_INVALID_ARGUMENT).
+#[no_mangle]
+pub extern "C" fn accord_acquire_options_set_shared(
+    options: *mut accord_acquire_options,
+    shared: bool,
+    err: *mut *mut accord_error,
+) -> accord_status {
+    set(options, err, |o| {
+        o.shared = shared;
         Ok(())
     })
 }

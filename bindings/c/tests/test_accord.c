@@ -1,9 +1,10 @@
 /*
- * The scenarios of docs/semantics.md that reach C (L1-L9, N1-N6, P1, P3, P4, P6, M1, F2, F4),
- * bad input, the client event queue, fork detection, the client options' timeouts and every status code,
- * through the installed header and library, against the PostgreSQL named by
- * ACCORD_TEST_DATABASE_URL. Exit status 0 when every check passed, and when every status but
- * ACCORD_INTERNAL was returned by some check (see seen[] and check_every_status_seen()).
+ * The scenarios of docs/semantics.md that reach C (L1-L9, N1-N6, P1, P3, P4, P6, M1, F2, F4,
+ * X1, X2, E1-E3), bad input, the client event queue, fork detection, the client options'
+ * timeouts and every status code, through the installed header and library, against the
+ * PostgreSQL named by ACCORD_TEST_DATABASE_URL. Exit status 0 when every check passed, and when
+ * every status but ACCORD_INTERNAL was returned by some check (see seen[] and
+ * check_every_status_seen()).
  *
  * Run as `test_accord stall-child <url> <namespace>` it is the child of the L3 check; as
  * `test_accord hold <url> <namespace> <key>` it holds a key for other languages' tests: it
@@ -1402,6 +1403,286 @@ static void test_fleet_bad_input(void) {
   accord_client_free(c);
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* Shared locks, fair waiting and elections (X1, X2, E1-E3 of docs/semantics.md, as C sees
+ * them). Waiters are ordered without sleeps: each takes its place in line (queued_count) before
+ * the next one starts. */
+
+/* Waits until `c` has `n` acquires or campaigns waiting with a place in line. */
+static void until_queued(accord_client *c, size_t n) {
+  int64_t started = mono_ms();
+  while (accord_client_queued_count(c) < n) {
+    if (mono_ms() - started > 20000 * slow) FAIL("no place in line within %d ms", 20000 * slow);
+    sleep_ms(5);
+  }
+  checks++;
+}
+
+/* X1: three shared holders at once (list shows each); an exclusive acquire waits for them, and
+ * once it waits a new shared try is refused; the exclusive is granted when the three release. A
+ * shared lease renews but cannot change the key's metadata or finish it. */
+static void test_x1_shared(void) {
+  accord_client *r[3] = {client("x1", "r1"), client("x1", "r2"), client("x1", "r3")};
+  accord_client *w = client("x1", "w"), *late = client("x1", "r4");
+  accord_acquire_options *so = acquire_opts(60000, 10000 * slow, NULL);
+  MUST(accord_acquire_options_set_shared(so, true, &err));
+  accord_lease *held[3];
+  for (int i = 0; i < 3; i++) {
+    held[i] = NULL;
+    MUST(accord_client_acquire(r[i], "k", so, &held[i], &err));
+    CHECK(accord_lease_is_shared(held[i]));
+    if (i) CHECK(accord_lease_fence(held[i]) > accord_lease_fence(held[i - 1]));
+  }
+  accord_list_query *q = accord_list_query_new();
+  MUST(accord_list_query_set_prefix(q, "k", &err));
+  accord_list_page *page = NULL;
+  MUST(accord_client_list(w, q, &page, &err));
+  size_t n = 0;
+  const accord_lease_info *items = accord_list_page_items(page, &n);
+  CHECK(n == 3);
+  unsigned owners = 0;
+  for (size_t i = 0; i < n; i++) {
+    CHECK(items[i].shared && items[i].state == ACCORD_KEY_HELD && !strcmp(items[i].key, "k"));
+    CHECK(items[i].owner && items[i].owner[0] == 'r');
+    owners |= 1u << (items[i].owner[1] - '0');
+  }
+  CHECK(owners == (1u << 1 | 1u << 2 | 1u << 3));
+  accord_list_page_free(page);
+  accord_list_query_free(q);
+
+  MUST(accord_lease_renew(held[0], NULL, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "metadata", accord_lease_renew(held[0], "{\"x\":1}", &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "done", accord_lease_done(held[0], NULL, &err));
+  CHECK(accord_lease_status(held[0]) == ACCORD_LEASE_STATUS_HELD);
+
+  accord_lease *none = NULL;
+  EXPECT(ACCORD_HELD, accord_client_try_acquire(w, "k", NULL, &none, &err));
+  struct waiter wx = {w, "k", 20000 * slow, NULL, -1, 0, NULL};
+  pthread_t t;
+  pthread_create(&t, NULL, wait_for_key, &wx);
+  until_queued(w, 1);
+  /* The exclusive acquire waits: a new shared one does not get in ahead of it. */
+  EXPECT(ACCORD_HELD, accord_client_try_acquire(late, "k", so, &none, &err));
+  CHECK(none == NULL);
+  MUST(accord_lease_release(held[0], &err));
+  MUST(accord_lease_release(held[1], &err));
+  CHECK(accord_client_queued_count(w) == 1); /* still in line: a reader is left */
+  MUST(accord_lease_release(held[2], &err));
+  pthread_join(t, NULL);
+  CHECK(wx.status == ACCORD_OK);
+  CHECK(!accord_lease_is_shared(wx.lease));
+  CHECK(accord_lease_fence(wx.lease) > accord_lease_fence(held[2]));
+  CHECK(accord_client_queued_count(w) == 0);
+  MUST(accord_lease_release(wx.lease, &err));
+  accord_lease_free(wx.lease);
+  for (int i = 0; i < 3; i++) accord_lease_free(held[i]);
+  accord_acquire_options_free(so);
+  CHECK(!accord_lease_is_shared(NULL));
+  for (int i = 0; i < 3; i++) {
+    accord_client_close(r[i]);
+    accord_client_free(r[i]);
+  }
+  accord_client_close(w);
+  accord_client_free(w);
+  accord_client_close(late);
+  accord_client_free(late);
+}
+
+/* X2: three clients queue on a held key in a known order and are granted in that order; each
+ * release wakes the head of the line only (wake-ups counted per client). */
+static void test_x2_fair(void) {
+  accord_client *h = client("x2", "h");
+  accord_client *c[3] = {client("x2", "c0"), client("x2", "c1"), client("x2", "c2")};
+  accord_lease *held = acquire(h, "q", 60000);
+  struct waiter w[3];
+  pthread_t t[3];
+  for (int i = 0; i < 3; i++) {
+    w[i] = (struct waiter){c[i], "q", 20000 * slow, NULL, -1, 0, NULL};
+    pthread_create(&t[i], NULL, wait_for_key, &w[i]);
+    until_queued(c[i], 1);
+  }
+  /* Nobody jumps the line, not even a try. */
+  accord_lease *none = NULL;
+  EXPECT(ACCORD_HELD, accord_client_try_acquire(h, "q", NULL, &none, &err));
+  int64_t fence = accord_lease_fence(held);
+  MUST(accord_lease_release(held, &err));
+  accord_lease_free(held);
+  /* Joined in arrival order: a grant out of turn would hold the key while the earlier waiter
+   * times out. */
+  for (int i = 0; i < 3; i++) {
+    pthread_join(t[i], NULL);
+    CHECK(w[i].status == ACCORD_OK);
+    CHECK(accord_lease_fence(w[i].lease) > fence);
+    fence = accord_lease_fence(w[i].lease);
+    for (int j = 0; j < 3; j++) {
+      CHECK(accord_client_waiter_wakeups(c[j]) == (j <= i ? 1u : 0u));
+      CHECK(accord_client_queued_count(c[j]) == (j > i ? 1u : 0u));
+    }
+    MUST(accord_lease_release(w[i].lease, &err));
+    accord_lease_free(w[i].lease);
+  }
+  CHECK(accord_client_waiter_wakeups(NULL) == 0 && accord_client_queued_count(NULL) == 0);
+  accord_client_close(h);
+  accord_client_free(h);
+  for (int i = 0; i < 3; i++) {
+    accord_client_close(c[i]);
+    accord_client_free(c[i]);
+  }
+}
+
+struct campaigner {
+  accord_election *election;
+  const char *value;
+  accord_status status;
+  accord_leadership *leadership;
+};
+
+static void *campaign(void *arg) {
+  struct campaigner *c = arg;
+  accord_campaign_options *o = accord_campaign_options_new();
+  if (accord_campaign_options_set_ttl_ms(o, 60000, NULL) != ACCORD_OK) abort();
+  if (accord_campaign_options_set_timeout_ms(o, 20000 * slow, NULL) != ACCORD_OK) abort();
+  c->status = accord_election_campaign(c->election, c->value, o, NULL, &c->leadership, NULL);
+  accord_campaign_options_free(o);
+  return NULL;
+}
+
+/* The observer's next leader, which must be `owner` with `value` and `fence`. */
+static void expect_observed(accord_observer *o, const char *owner, const char *value, int64_t fence) {
+  accord_leader *l = NULL;
+  MUST(accord_observer_next(o, 20000 * slow, NULL, &l, &err));
+  CHECK(l != NULL);
+  if (strcmp(l->owner, owner) || strcmp(l->value, value) || l->fence != fence)
+    FAIL("observed %s %s %lld, wanted %s %s %lld", l->owner, l->value, (long long)l->fence, owner,
+         value, (long long)fence);
+  CHECK(l->since_ms > 0 && l->expires_at_ms > l->since_ms);
+  accord_leader_free(l);
+}
+
+static void expect_value(accord_leadership *l, const char *value) {
+  char *v = accord_leadership_value(l);
+  CHECK(v != NULL && !strcmp(v, value));
+  accord_string_free(v);
+}
+
+/* E1: two campaigners, one leader; leader() agrees from every client and an observer yields
+ * it. E3: proclaim changes the value observers see, with the same fence. E2: the leader resigns,
+ * the waiting campaigner leads with a larger fence, and the observer sees it. */
+static void test_election(void) {
+  accord_client *a = client("e1", "a"), *b = client("e1", "b"), *watcher = client("e1", "watcher");
+  accord_election *ea = NULL, *eb = NULL, *ew = NULL;
+  MUST(accord_client_election(a, "primary", &ea, &err));
+  MUST(accord_client_election(b, "primary", &eb, &err));
+  MUST(accord_client_election(watcher, "primary", &ew, &err));
+  CHECK(!strcmp(accord_election_name(ew), "primary"));
+  accord_leader *leader = NULL;
+  MUST(accord_election_leader(ew, &leader, &err));
+  CHECK(leader == NULL);
+  accord_observer *obs = NULL;
+  MUST(accord_election_observe(ew, &obs, &err));
+
+  struct campaigner ca = {ea, "a-value", -1, NULL};
+  campaign(&ca);
+  CHECK(ca.status == ACCORD_OK);
+  accord_leadership *la = ca.leadership;
+  int64_t fence_a = accord_leadership_fence(la);
+  CHECK(fence_a > 0 && !strcmp(accord_leadership_key(la), "accord.election/primary"));
+  expect_value(la, "a-value");
+  CHECK(accord_leadership_status(la) == ACCORD_LEASE_STATUS_HELD && !accord_leadership_is_lost(la));
+  EXPECT(ACCORD_TIMEOUT, accord_leadership_wait_lost(la, 0, &err));
+
+  struct campaigner cb = {eb, "b-value", -1, NULL};
+  pthread_t t;
+  pthread_create(&t, NULL, campaign, &cb);
+  until_queued(b, 1);
+  accord_election *every[3] = {ea, eb, ew};
+  for (int i = 0; i < 3; i++) {
+    MUST(accord_election_leader(every[i], &leader, &err));
+    CHECK(leader && !strcmp(leader->owner, "a") && !strcmp(leader->value, "a-value"));
+    CHECK(leader->fence == fence_a);
+    accord_leader_free(leader);
+  }
+  expect_observed(obs, "a", "a-value", fence_a);
+
+  MUST(accord_leadership_proclaim(la, "a-new", &err));
+  expect_value(la, "a-new");
+  expect_observed(obs, "a", "a-new", fence_a);
+
+  MUST(accord_leadership_resign(la, &err));
+  pthread_join(t, NULL);
+  CHECK(cb.status == ACCORD_OK);
+  accord_leadership *lb = cb.leadership;
+  CHECK(accord_leadership_fence(lb) > fence_a);
+  expect_observed(obs, "b", "b-value", accord_leadership_fence(lb));
+  /* The resigned handle: released, not lost; proclaim refused, resign again harmless. */
+  CHECK(accord_leadership_status(la) == ACCORD_LEASE_STATUS_RELEASED && !accord_leadership_is_lost(la));
+  EXPECT(ACCORD_LEASE_LOST, accord_leadership_proclaim(la, "late", &err));
+  MUST(accord_leadership_resign(la, &err));
+  expect_value(la, "a-new");
+  accord_leadership_free(la);
+
+  /* While b leads: a campaign times out, or is cancelled, leaving no place in line; the
+   * observer has nothing new. */
+  accord_campaign_options *o = accord_campaign_options_new();
+  MUST(accord_campaign_options_set_timeout_ms(o, 100, &err));
+  accord_leadership *none = NULL;
+  EXPECT(ACCORD_TIMEOUT, accord_election_campaign(ea, "x", o, NULL, &none, &err));
+  accord_campaign_options_free(o);
+  accord_cancel_token *token = accord_cancel_token_new();
+  accord_cancel_token_cancel(token);
+  EXPECT(ACCORD_CANCELLED, accord_election_campaign(ea, "x", NULL, token, &none, &err));
+  CHECK(none == NULL && accord_client_queued_count(a) == 0);
+  EXPECT(ACCORD_TIMEOUT, accord_observer_next(obs, 50, NULL, &leader, &err));
+  EXPECT(ACCORD_CANCELLED, accord_observer_next(obs, -1, token, &leader, &err));
+  accord_cancel_token_free(token);
+  CHECK(leader == NULL);
+  accord_observer_close(obs);
+  EXPECT(ACCORD_CLOSED, accord_observer_next(obs, -1, NULL, &leader, &err));
+  accord_observer_close(obs);
+  accord_observer_free(obs);
+
+  MUST(accord_leadership_resign(lb, &err));
+  MUST(accord_election_leader(ew, &leader, &err));
+  CHECK(leader == NULL);
+  accord_leadership_free(lb);
+
+  /* Bad input: INVALID_ARGUMENT naming the argument. */
+  accord_election *e = NULL;
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "election", accord_client_election(a, "", &e, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "election", accord_client_election(a, NULL, &e, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "client", accord_client_election(NULL, "x", &e, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "out_election", accord_client_election(a, "x", NULL, &err));
+  CHECK(e == NULL);
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "value", accord_election_campaign(ea, NULL, NULL, NULL, &none, &err));
+  o = accord_campaign_options_new();
+  MUST(accord_campaign_options_set_ttl_ms(o, 50, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "ttl", accord_election_campaign(ea, "x", o, NULL, &none, &err));
+  accord_campaign_options_free(o);
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "options", accord_campaign_options_set_ttl_ms(NULL, 1000, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "election", accord_election_leader(NULL, &leader, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "out_observer", accord_election_observe(ea, NULL, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "observer", accord_observer_next(NULL, 0, NULL, &leader, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "leadership", accord_leadership_proclaim(NULL, "x", &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "leadership", accord_leadership_resign(NULL, &err));
+  CHECK(none == NULL);
+  CHECK(accord_election_name(NULL) == NULL && accord_leadership_fence(NULL) == 0);
+  CHECK(accord_leadership_value(NULL) == NULL && accord_leadership_key(NULL) == NULL);
+  CHECK(accord_leadership_status(NULL) == ACCORD_LEASE_STATUS_UNKNOWN);
+  accord_election_free(NULL);
+  accord_leadership_free(NULL);
+  accord_observer_close(NULL);
+  accord_observer_free(NULL);
+  accord_leader_free(NULL);
+  accord_campaign_options_free(NULL);
+  CHECK(list_count(a, NULL, ACCORD_KEY_HELD, NULL) == 0);
+  for (int i = 0; i < 3; i++) accord_election_free(every[i]);
+  accord_client *clients[3] = {a, b, watcher};
+  for (int i = 0; i < 3; i++) {
+    accord_client_close(clients[i]);
+    accord_client_free(clients[i]);
+  }
+}
+
 /* Every store opens by URL: the embedded SQLite file and the in-process memory store. */
 static void test_embedded_stores(void) {
   char path[256], sqlite_url[300];
@@ -1662,6 +1943,9 @@ int main(int argc, char **argv) {
   test_membership();
   test_fleet_bad_input();
   test_fleet();
+  test_x1_shared();
+  test_x2_fair();
+  test_election();
   test_embedded_stores();
   test_statement_timeout();
   check_every_status_seen();
