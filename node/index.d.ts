@@ -23,9 +23,11 @@ export declare class Client {
   /** True once `close()` was called. */
   get closed(): boolean
   /**
-   * Waits until `key` is granted, then resolves with its lease. Rejects with `ACCORD_DONE`
-   * if the key is done, `ACCORD_TIMEOUT` after `timeout` ms, `ACCORD_CANCELLED` when
-   * `signal` aborts, `ACCORD_CLOSED` when the client closes; then nothing is left held.
+   * Waits in the key's line until `key` is granted (in arrival order, whatever the client),
+   * then resolves with its lease. Rejects with `ACCORD_DONE` if the key is done,
+   * `ACCORD_TIMEOUT` after `timeout` ms, `ACCORD_CANCELLED` when `signal` aborts,
+   * `ACCORD_CLOSED` when the client closes; then nothing is left held and the place in line
+   * is given up.
    */
   acquire(key: string, options?: AcquireOptions | null): Promise<Lease>
   /**
@@ -83,6 +85,23 @@ export declare class Client {
    */
   fleet(name: string, options: FleetOptions): Promise<Fleet>
   /**
+   * The election `name`: `campaign` to lead it, `leader()` to read its leader, `observe()` to
+   * follow its leaders. Throws `ACCORD_INVALID_ARGUMENT` (naming `election`) for a name that
+   * cannot be one, `ACCORD_CLOSED` once the client is closed.
+   */
+  election(name: string): Election
+  /**
+   * How many times this client's waiting acquires (and campaigns) were woken by another
+   * client's release: a release wakes the head of its key's line only. For tests and
+   * diagnostics.
+   */
+  waiterWakeups(): number
+  /**
+   * How many of this client's waiting acquires (and campaigns) hold a place in a key's line
+   * now. For tests and diagnostics: a waiter counts here once its place is taken.
+   */
+  queuedCount(): number
+  /**
    * Makes a done (or free) key unknown again, so that it can be acquired. Resolves with
    * `false` if the key was not known; rejects with `ACCORD_HELD` if a live lease holds it.
    */
@@ -107,6 +126,31 @@ export declare class Client {
   close(): Promise<void>
   /** `await using client = await connect(url)` closes it at the end of the block. */
   [globalThis.Symbol.asyncDispose](): Promise<void>
+}
+
+/**
+ * An election, opened by `client.election(name)`: `campaign()` to lead it, `leader()` to read
+ * its leader, `observe()` to follow its leaders. Holds no resources of its own: nothing to
+ * close.
+ */
+export declare class Election {
+  /** The election's name. */
+  get name(): string
+  /**
+   * Waits in line to lead (campaigners are granted in arrival order), then leads with
+   * `value`, which observers see. Rejects with `ACCORD_TIMEOUT` after `timeout` ms,
+   * `ACCORD_CANCELLED` when `signal` aborts, `ACCORD_CLOSED` when the client closes; then
+   * nothing is held and the place in line is given up.
+   */
+  campaign(value: string, options?: CampaignOptions | null): Promise<Leadership>
+  /** The current leader, or `null` when nobody leads (one read). */
+  leader(): Promise<Leader | null>
+  /**
+   * Follows the election: iterate the observer with `for await` for the current leader
+   * (once there is one), then every new leader and every proclaimed value, each once, in
+   * order. Resolves once listening, so no change made after it resolves is missed.
+   */
+  observe(): Promise<Observer>
 }
 
 /**
@@ -159,6 +203,58 @@ export declare class Fleet {
 }
 
 /**
+ * This client leads an election, won by `election.campaign(value)`: a lease on the election's
+ * key (`accord.election/<name>`), renewed by the client's keepalive. Pass `fence` to what the
+ * leader writes, so that a deposed leader's late writes are refused.
+ *
+ * Use it with `await using` (it resigns on dispose), or call `resign()`. Watch `lost`: once it
+ * resolves, this process no longer leads. A leadership does not keep the Node process alive by
+ * itself; one collected without `resign()` resigns in the background.
+ */
+export declare class Leadership {
+  /** The election led. */
+  get election(): string
+  /** The key of the leadership lease (`accord.election/<name>`, readable with `list`). */
+  get key(): string
+  /** The leader's owner (the client's owner). */
+  get owner(): string
+  /** The leadership's fence: larger than every earlier leader's; a proclaim keeps it. */
+  get fence(): bigint
+  /** The value observers see: the campaign's, or the last one proclaimed. */
+  get value(): string
+  /**
+   * The leadership lease's status, as `lease.status` reads: `'held'` while leading, then
+   * `'released'` after `resign()`, or `'lost'`.
+   */
+  get status(): 'held' | 'ending' | 'released' | 'done' | 'lost'
+  /** True once the leadership is lost. */
+  get isLost(): boolean
+  /** Why the leadership was lost, as `lease.lostReason`; `null` unless lost. */
+  get lostReason(): 'not_renewed' | 'not_recorded' | 'client_closed' | 'forked' | null
+  /**
+   * Resolves when the leadership is lost (not renewed in time, or the client closed);
+   * never if it ends by `resign()`. Waiting on it keeps the event loop alive until the
+   * leadership ends.
+   */
+  get lost(): Promise<void>
+  /**
+   * Changes the value observers see, without a new election (the fence stays). Rejects
+   * with `ACCORD_LEASE_LOST` once the leadership is lost or resigned.
+   */
+  proclaim(value: string): Promise<void>
+  /**
+   * Stops leading: the next campaigner in line leads, and observers see it. Resigning again
+   * is harmless; rejects with `ACCORD_LEASE_LOST` if the leadership was already lost.
+   */
+  resign(): Promise<void>
+  /**
+   * `await using leadership = await election.campaign(value)` resigns at the end of the
+   * block.
+   */
+  [globalThis.Symbol.asyncDispose](): Promise<void>
+}
+
+/**
  * A key held by this client, renewed in the background until it is released, done or lost.
  *
  * Use it with `await using` (it releases on dispose), or call `release()` / `done()`. Watch
@@ -178,6 +274,12 @@ export declare class Lease {
   get fence(): bigint
   /** The owner recorded for this lease (the client's owner). */
   get owner(): string
+  /**
+   * True for one of the key's shared holders (`acquire(key, { shared: true })`): it renews
+   * and releases as any lease, but `renew(metadata)` and `done()` reject with
+   * `ACCORD_INVALID_ARGUMENT`.
+   */
+  get shared(): boolean
   /** The namespace of the key. */
   get namespace(): string
   /** The ttl the lease is renewed with, in milliseconds. */
@@ -209,7 +311,8 @@ export declare class Lease {
   get lost(): Promise<void>
   /**
    * Extends the lease by its ttl now (the keepalive does this on its own), merging
-   * `metadata` into the key's metadata. Fails with `ACCORD_LEASE_LOST` once lost.
+   * `metadata` into the key's metadata. Fails with `ACCORD_LEASE_LOST` once lost; a shared
+   * lease rejects `metadata` with `ACCORD_INVALID_ARGUMENT`.
    */
   renew(metadata?: Record<string, unknown> | null): Promise<void>
   /**
@@ -222,7 +325,7 @@ export declare class Lease {
   /**
    * Marks the key done (never granted again until `client.reset(key)`), merging `metadata`
    * into its metadata, and releases it. Done twice, or after losing the lease, fails with
-   * `ACCORD_LEASE_LOST`.
+   * `ACCORD_LEASE_LOST`; a shared lease cannot, `ACCORD_INVALID_ARGUMENT`.
    */
   done(metadata?: Record<string, unknown> | null): Promise<void>
   /**
@@ -304,6 +407,34 @@ export declare class MemberWatch {
 }
 
 /**
+ * An election's leaders: `for await (const leader of observer)` yields the current leader
+ * (once there is one), then every new leader and every proclaimed value, each once, fences
+ * never decreasing. Opened by `election.observe()`.
+ *
+ * The observer reads the election when it is asked for its next leader (woken by the
+ * election's announcements, reconnections and the leader's expiry), so it keeps the Node
+ * process alive only while a `next()` is pending. `close()` it (or leave the `for await`
+ * loop) when done.
+ */
+export declare class Observer {
+  /** True once `close()` was called. */
+  get closed(): boolean
+  /**
+   * The next leader (or new value of the leader): `{ done: false, value }`, or
+   * `{ done: true }` once the observer is closed. Waits while nobody leads. Rejects with
+   * `ACCORD_CLOSED` once the client is closed.
+   */
+  next(): Promise<IteratorResult<Leader, undefined>>
+  /** Closes the observer (what leaving a `for await` loop calls). */
+  return(): Promise<IteratorReturnResult<undefined>>
+  /** Stops following: a pending `next()` resolves with `done: true`. Idempotent. */
+  close(): Promise<void>
+  [globalThis.Symbol.asyncIterator](): this
+  /** `await using observer = await election.observe()` closes it at the end of the block. */
+  [globalThis.Symbol.asyncDispose](): Promise<void>
+}
+
+/**
  * A semaphore opened by `client.semaphore(name, limit)`: each holder holds one of `limit`
  * permits as an ordinary `Lease` (its key is the permit, fenced, renewed and lost like any
  * other). Release the lease, or mark it done, to give the permit back.
@@ -321,9 +452,9 @@ export declare class Semaphore {
    * `timeout` ms, `ACCORD_CANCELLED` when `signal` aborts, `ACCORD_CLOSED` when the client
    * closes; then nothing is left held.
    */
-  acquire(options?: AcquireOptions | null): Promise<Lease>
+  acquire(options?: Omit<AcquireOptions, 'shared'> | null): Promise<Lease>
   /** Tries once: resolves with a permit's lease if one is free, `null` if all are held. */
-  tryAcquire(options?: TryAcquireOptions | null): Promise<Lease | null>
+  tryAcquire(options?: Omit<TryAcquireOptions, 'shared'> | null): Promise<Lease | null>
 }
 
 /**
@@ -390,6 +521,32 @@ export interface AcquireOptions {
   /** Merged into the key's stored metadata on grant. */
   metadata?: Record<string, unknown>
   /** Aborting it ends a waiting acquire with `ACCORD_CANCELLED`, leaving nothing held. */
+  signal?: AbortSignal
+  /**
+   * A shared grant (default `false`: exclusive): any number of shared holders at once, or
+   * one exclusive holder. Once an exclusive acquire waits, new shared acquires wait behind
+   * it. A shared lease renews, releases and is fenced as any other, but cannot change the
+   * key's metadata or mark it done.
+   */
+  shared?: boolean
+}
+
+/** Options of `election.campaign()`. Durations are in milliseconds. */
+export interface CampaignOptions {
+  /**
+   * The leadership lease's ttl (default: the client's): a leader whose process dies is
+   * replaced this long after its last renewal.
+   */
+  ttl?: number
+  /**
+   * Give up waiting to lead after this long with `ACCORD_TIMEOUT` (default: wait until
+   * leading).
+   */
+  timeout?: number
+  /**
+   * Aborting it ends a waiting campaign with `ACCORD_CANCELLED`, giving up its place in
+   * line.
+   */
   signal?: AbortSignal
 }
 
@@ -518,6 +675,20 @@ export interface JoinOptions {
   ttl?: number
 }
 
+/** The leader of an election as the coordinator records it (`election.leader()`, observers). */
+export interface Leader {
+  /** The leading client's owner. */
+  owner: string
+  /** The value it campaigned with or last proclaimed. */
+  value: string
+  /** The leadership's fence: larger for every new leader, the same after a proclaim. */
+  fence: bigint
+  /** When this leadership began, by the coordinator's clock. */
+  since: Date
+  /** When the leadership expires unless renewed (the coordinator's clock). */
+  expiresAt: Date
+}
+
 /** One key as the coordinator knows it. */
 export interface LeaseInfo {
   key: string
@@ -536,6 +707,11 @@ export interface LeaseInfo {
   metadata: Record<string, unknown>
   /** When the key last changed. */
   updatedAt: Date
+  /**
+   * One of the key's shared holders: a key held shared is listed once per holder, each
+   * with its own owner, fence and expiry.
+   */
+  shared: boolean
 }
 
 /** One page of `list()`, newest grant first. */
@@ -615,4 +791,9 @@ export interface TryAcquireOptions {
   ttl?: number
   /** Merged into the key's stored metadata on grant. */
   metadata?: Record<string, unknown>
+  /**
+   * A shared grant (default `false`), as `AcquireOptions.shared`: `null` while the key is
+   * held exclusively or an acquire waits in its line (nobody jumps the line).
+   */
+  shared?: boolean
 }

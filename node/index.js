@@ -836,10 +836,13 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.Client = nativeBinding.Client
+module.exports.Election = nativeBinding.Election
 module.exports.Fleet = nativeBinding.Fleet
+module.exports.Leadership = nativeBinding.Leadership
 module.exports.Lease = nativeBinding.Lease
 module.exports.Member = nativeBinding.Member
 module.exports.MemberWatch = nativeBinding.MemberWatch
+module.exports.Observer = nativeBinding.Observer
 module.exports.Semaphore = nativeBinding.Semaphore
 module.exports.ShardLease = nativeBinding.ShardLease
 module.exports.Subscription = nativeBinding.Subscription

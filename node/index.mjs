@@ -4,10 +4,13 @@ import accord from './index.js'
 export const {
   Client,
   ERROR_CODES,
+  Election,
   Fleet,
+  Leadership,
   Lease,
   Member,
   MemberWatch,
+  Observer,
   Semaphore,
   ShardLease,
   Subscription,

@@ -1,5 +1,5 @@
 //! `connect` and `Client`: acquire, tryAcquire, offer, claim, counts, semaphore, join, members,
-//! watch, fleet, reset, list, notify, listen, close.
+//! watch, fleet, election, reset, list, notify, listen, close, and the waiting diagnostics.
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
@@ -9,6 +9,7 @@ use crate::convert::{
     call_method, integer, opt_bool, opt_integer, opt_metadata, opt_millis, opt_object, opt_string,
     property, settle, settle_map, settle_ok, string, strings,
 };
+use crate::election::Election;
 use crate::error::{Failure, Outcome};
 use crate::fleet::{parse_fleet, Fleet};
 use crate::lease::Lease;
@@ -58,6 +59,11 @@ pub struct AcquireOptions {
     /// Aborting it ends a waiting acquire with `ACCORD_CANCELLED`, leaving nothing held.
     #[napi(ts_type = "AbortSignal")]
     pub signal: Option<()>,
+    /// A shared grant (default `false`: exclusive): any number of shared holders at once, or
+    /// one exclusive holder. Once an exclusive acquire waits, new shared acquires wait behind
+    /// it. A shared lease renews, releases and is fenced as any other, but cannot change the
+    /// key's metadata or mark it done.
+    pub shared: Option<bool>,
 }
 
 /// Options of `client.tryAcquire()`.
@@ -69,6 +75,9 @@ pub struct TryAcquireOptions {
     /// Merged into the key's stored metadata on grant.
     #[napi(ts_type = "Record<string, unknown>")]
     pub metadata: Option<()>,
+    /// A shared grant (default `false`), as `AcquireOptions.shared`: `null` while the key is
+    /// held exclusively or an acquire waits in its line (nobody jumps the line).
+    pub shared: Option<bool>,
 }
 
 /// Options of `client.claim()`. Durations are in milliseconds.
@@ -138,6 +147,9 @@ pub struct LeaseInfo {
     pub metadata: accord::serde_json::Value,
     /// When the key last changed.
     pub updated_at: chrono::DateTime<chrono::Utc>,
+    /// One of the key's shared holders: a key held shared is listed once per holder, each
+    /// with its own owner, fence and expiry.
+    pub shared: bool,
 }
 
 /// One page of `list()`, newest grant first.
@@ -162,6 +174,7 @@ impl From<accord::ListPage> for ListPage {
                     expires_at: info.expires_at,
                     metadata: accord::serde_json::Value::Object(info.metadata),
                     updated_at: info.updated_at,
+                    shared: info.shared,
                 })
                 .collect(),
             next_cursor: page.next_cursor,
@@ -340,9 +353,11 @@ impl Client {
         self.inner.is_closed()
     }
 
-    /// Waits until `key` is granted, then resolves with its lease. Rejects with `ACCORD_DONE`
-    /// if the key is done, `ACCORD_TIMEOUT` after `timeout` ms, `ACCORD_CANCELLED` when
-    /// `signal` aborts, `ACCORD_CLOSED` when the client closes; then nothing is left held.
+    /// Waits in the key's line until `key` is granted (in arrival order, whatever the client),
+    /// then resolves with its lease. Rejects with `ACCORD_DONE` if the key is done,
+    /// `ACCORD_TIMEOUT` after `timeout` ms, `ACCORD_CANCELLED` when `signal` aborts,
+    /// `ACCORD_CLOSED` when the client closes; then nothing is left held and the place in line
+    /// is given up.
     #[napi(
         ts_args_type = "key: string, options?: AcquireOptions | null",
         ts_return_type = "Promise<Lease>"
@@ -359,6 +374,7 @@ impl Client {
             let mut parsed = accord::AcquireOptions::new();
             if let Some(o) = opt_object("options", options)? {
                 parsed = common_acquire_options(env, &o, parsed)?;
+                parsed = shared_option(&o, parsed)?;
                 if let Some(t) = opt_millis("options.timeout", &property(&o, "timeout")?, true)? {
                     parsed = parsed.timeout(t);
                 }
@@ -405,6 +421,7 @@ impl Client {
             let mut parsed = accord::AcquireOptions::new();
             if let Some(o) = opt_object("options", options)? {
                 parsed = common_acquire_options(env, &o, parsed)?;
+                parsed = shared_option(&o, parsed)?;
             }
             Ok((key, parsed))
         })();
@@ -667,6 +684,33 @@ impl Client {
         )
     }
 
+    /// The election `name`: `campaign` to lead it, `leader()` to read its leader, `observe()` to
+    /// follow its leaders. Throws `ACCORD_INVALID_ARGUMENT` (naming `election`) for a name that
+    /// cannot be one, `ACCORD_CLOSED` once the client is closed.
+    #[napi(ts_args_type = "name: string")]
+    pub fn election(&self, env: &Env, name: Unknown) -> Result<Election> {
+        let opened = (|| -> Outcome<_> {
+            let name = string("name", &name)?;
+            Ok(self.inner.election(&name)?)
+        })();
+        opened.map(Election::new).map_err(|f| f.into_napi(env))
+    }
+
+    /// How many times this client's waiting acquires (and campaigns) were woken by another
+    /// client's release: a release wakes the head of its key's line only. For tests and
+    /// diagnostics.
+    #[napi]
+    pub fn waiter_wakeups(&self) -> f64 {
+        self.inner.waiter_wakeups() as f64
+    }
+
+    /// How many of this client's waiting acquires (and campaigns) hold a place in a key's line
+    /// now. For tests and diagnostics: a waiter counts here once its place is taken.
+    #[napi]
+    pub fn queued_count(&self) -> f64 {
+        self.inner.queued_count() as f64
+    }
+
     /// Makes a done (or free) key unknown again, so that it can be acquired. Resolves with
     /// `false` if the key was not known; rejects with `ACCORD_HELD` if a live lease holds it.
     #[napi(ts_args_type = "key: string", ts_return_type = "Promise<boolean>")]
@@ -783,6 +827,15 @@ impl Client {
             },
         )
     }
+}
+
+/// `options.shared` of `acquire` and `tryAcquire` (not of a semaphore's: its permits are
+/// exclusive, and its options type leaves `shared` out).
+fn shared_option(o: &Object, parsed: accord::AcquireOptions) -> Outcome<accord::AcquireOptions> {
+    Ok(match opt_bool("options.shared", &property(o, "shared")?)? {
+        Some(shared) => parsed.shared(shared),
+        None => parsed,
+    })
 }
 
 pub(crate) fn common_acquire_options(

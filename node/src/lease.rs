@@ -122,6 +122,14 @@ impl Lease {
         self.inner.owner().to_string()
     }
 
+    /// True for one of the key's shared holders (`acquire(key, { shared: true })`): it renews
+    /// and releases as any lease, but `renew(metadata)` and `done()` reject with
+    /// `ACCORD_INVALID_ARGUMENT`.
+    #[napi(getter)]
+    pub fn shared(&self) -> bool {
+        self.inner.is_shared()
+    }
+
     /// The namespace of the key.
     #[napi(getter)]
     pub fn namespace(&self) -> String {
@@ -189,7 +197,8 @@ impl Lease {
     }
 
     /// Extends the lease by its ttl now (the keepalive does this on its own), merging
-    /// `metadata` into the key's metadata. Fails with `ACCORD_LEASE_LOST` once lost.
+    /// `metadata` into the key's metadata. Fails with `ACCORD_LEASE_LOST` once lost; a shared
+    /// lease rejects `metadata` with `ACCORD_INVALID_ARGUMENT`.
     #[napi(
         ts_args_type = "metadata?: Record<string, unknown> | null",
         ts_return_type = "Promise<void>"
@@ -221,7 +230,7 @@ impl Lease {
 
     /// Marks the key done (never granted again until `client.reset(key)`), merging `metadata`
     /// into its metadata, and releases it. Done twice, or after losing the lease, fails with
-    /// `ACCORD_LEASE_LOST`.
+    /// `ACCORD_LEASE_LOST`; a shared lease cannot, `ACCORD_INVALID_ARGUMENT`.
     #[napi(
         ts_args_type = "metadata?: Record<string, unknown> | null",
         ts_return_type = "Promise<void>"

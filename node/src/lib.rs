@@ -1,5 +1,6 @@
 //! The Node.js binding of accord (napi-rs): `connect`, `Client`, `Lease`, `Semaphore`,
-//! `Member`, `MemberWatch`, `Fleet`, `ShardLease`, `Subscription`.
+//! `Member`, `MemberWatch`, `Fleet`, `ShardLease`, `Election`, `Leadership`, `Observer`,
+//! `Subscription`.
 //!
 //! A thin layer: every rule lives in the core crate. This crate converts arguments (with
 //! clear `ACCORD_INVALID_ARGUMENT` errors), runs the core's futures on napi's tokio runtime,
@@ -10,6 +11,7 @@
 mod bridge;
 mod client;
 mod convert;
+mod election;
 mod error;
 mod fleet;
 mod lease;
@@ -21,6 +23,7 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
 pub use client::{connect, Client};
+pub use election::{Election, Leadership, Observer};
 pub use error::{ReadonlyArray, ERROR_CODES};
 pub use fleet::{Fleet, ShardLease};
 pub use lease::Lease;

@@ -44,7 +44,7 @@ impl Semaphore {
     /// `timeout` ms, `ACCORD_CANCELLED` when `signal` aborts, `ACCORD_CLOSED` when the client
     /// closes; then nothing is left held.
     #[napi(
-        ts_args_type = "options?: AcquireOptions | null",
+        ts_args_type = "options?: Omit<AcquireOptions, 'shared'> | null",
         ts_return_type = "Promise<Lease>"
     )]
     pub fn acquire<'e>(
@@ -85,7 +85,7 @@ impl Semaphore {
 
     /// Tries once: resolves with a permit's lease if one is free, `null` if all are held.
     #[napi(
-        ts_args_type = "options?: TryAcquireOptions | null",
+        ts_args_type = "options?: Omit<TryAcquireOptions, 'shared'> | null",
         ts_return_type = "Promise<Lease | null>"
     )]
     pub fn try_acquire<'e>(

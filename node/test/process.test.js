@@ -141,6 +141,17 @@ test('a held lease alone does not keep the process alive', async () => {
   await exitsSoonAfter(c, 'HELD')
 })
 
+test('a leadership and an observer with no call pending do not keep the process alive', async () => {
+  const c = child(`
+  const client = await accord.connect(url, { namespace: ns })
+  const election = client.election('exit/' + process.pid)
+  const observer = await election.observe()
+  const leadership = await election.campaign('v', { ttl: 2000 })
+  await observer.next()
+  say('LEADING')`)
+  await exitsSoonAfter(c, 'LEADING')
+})
+
 test('waiting on lost keeps the process alive while held; losing it at close ends that', async () => {
   const c = child(`
   const client = await accord.connect(url, { namespace: ns })
