@@ -191,7 +191,8 @@ macro_rules! leadership_class {
             fn election(&self) -> $election {
                 $election::new(self.leading.election.clone())
             }
-            /// The key of the leadership lease (`accord.election/<name>`, the name percent-encoded).
+            /// The key of the leadership lease (`accord.election/<name>`, the name
+            /// percent-encoded).
             #[getter]
             fn key(&self) -> &str {
                 &self.leading.key
