@@ -20,6 +20,14 @@ database: they take leases on named keys, mark units of work done, and notify ea
   among its members; iterate it for ``Assigned`` (with a ``ShardLease``: its fence) and
   ``Revoked`` (reason "handoff", "lost" or "closed"). Asking for the next event acknowledges
   a hand-off: do its work in the loop body. ``close`` hands every shard back.
+- Shared locks: ``acquire(key, shared=True)`` (and ``try_acquire``) grants a key to any number
+  of shared holders at once, or to one exclusive holder (``Lease.shared``, ``LeaseInfo.shared``).
+  Waiting acquires are granted in arrival order; ``waiter_wakeups()`` and ``queued_count()``
+  are diagnostics of this client's waiters.
+- Elections: ``election(name)`` (an ``Election``, ``AsyncElection``): ``campaign(value)`` waits
+  in line to lead (a ``Leadership``, ``AsyncLeadership``: a lease with a ``fence``,
+  ``proclaim`` and ``resign``; a context manager), ``leader()`` reads the ``Leader`` and
+  ``observe()`` (an ``Observer``, ``AsyncObserver``) yields each new leader and value.
 - Errors are subclasses of ``AccordError``, one per kind (``ERROR_CODES`` lists their codes).
 
 Durations (``ttl``, ``timeout``) are in seconds.
@@ -46,15 +54,21 @@ from ._accord import (
     MIN_TTL,
     Assigned,
     AsyncClient,
+    AsyncElection,
     AsyncFleet,
+    AsyncLeadership,
     AsyncLease,
     AsyncMember,
     AsyncMemberWatch,
+    AsyncObserver,
     AsyncSemaphore,
     AsyncSubscription,
     Client,
+    Election,
     Fleet,
     Joined,
+    Leader,
+    Leadership,
     Lease,
     LeaseInfo,
     Left,
@@ -65,6 +79,7 @@ from ._accord import (
     Members,
     MemberWatch,
     Message,
+    Observer,
     PoolCounts,
     Reconnected,
     Revoked,
@@ -117,10 +132,13 @@ __all__ = [
     "AccordError",
     "Assigned",
     "AsyncClient",
+    "AsyncElection",
     "AsyncFleet",
+    "AsyncLeadership",
     "AsyncLease",
     "AsyncMember",
     "AsyncMemberWatch",
+    "AsyncObserver",
     "AsyncSemaphore",
     "AsyncSubscription",
     "Cancelled",
@@ -129,6 +147,7 @@ __all__ = [
     "Connection",
     "Database",
     "Done",
+    "Election",
     "Event",
     "Fleet",
     "FleetEvent",
@@ -136,6 +155,8 @@ __all__ = [
     "Internal",
     "InvalidArgument",
     "Joined",
+    "Leader",
+    "Leadership",
     "Lease",
     "LeaseInfo",
     "LeaseLost",
@@ -148,6 +169,7 @@ __all__ = [
     "MemberWatch",
     "Members",
     "Message",
+    "Observer",
     "Opening",
     "PoolCounts",
     "Reconnected",

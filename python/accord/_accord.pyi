@@ -46,16 +46,22 @@ __all__ = [
     "MIN_TTL",
     "Assigned",
     "AsyncClient",
+    "AsyncElection",
     "AsyncFleet",
+    "AsyncLeadership",
     "AsyncLease",
     "AsyncMember",
     "AsyncMemberWatch",
+    "AsyncObserver",
     "AsyncSemaphore",
     "AsyncSubscription",
     "Client",
     "Completer",
+    "Election",
     "Fleet",
     "Joined",
+    "Leader",
+    "Leadership",
     "Lease",
     "LeaseInfo",
     "Left",
@@ -66,6 +72,7 @@ __all__ = [
     "MemberWatch",
     "Members",
     "Message",
+    "Observer",
     "PoolCounts",
     "Reconnected",
     "Revoked",
@@ -143,6 +150,9 @@ class LeaseInfo:
     def metadata(self) -> _Metadata: ...
     @property
     def updated_at(self) -> datetime: ...
+    @property
+    def shared(self) -> bool:
+        """One of the key's shared holders (listed once per holder)."""
     def __eq__(self, other: object, /) -> bool: ...
 
 @final
@@ -189,6 +199,10 @@ class Lease:
     @property
     def metadata(self) -> _Metadata: ...
     @property
+    def shared(self) -> bool:
+        """One of the key's shared holders: it renews and releases, but cannot change the
+        key's metadata or mark it done (InvalidArgument)."""
+    @property
     def is_lost(self) -> bool: ...
     @property
     def status(self) -> _LeaseStatus:
@@ -230,6 +244,10 @@ class AsyncLease:
     def expires_at(self) -> datetime: ...
     @property
     def metadata(self) -> _Metadata: ...
+    @property
+    def shared(self) -> bool:
+        """One of the key's shared holders: it renews and releases, but cannot change the
+        key's metadata or mark it done (InvalidArgument)."""
     @property
     def is_lost(self) -> bool: ...
     @property
@@ -616,6 +634,172 @@ class AsyncFleet:
     ) -> Literal[False]: ...
 
 @final
+class Leader:
+    """The leader of an election as the coordinator records it."""
+
+    @property
+    def owner(self) -> str:
+        """The leading client's owner."""
+    @property
+    def value(self) -> str:
+        """The value it campaigned with or last proclaimed."""
+    @property
+    def fence(self) -> int:
+        """The leadership's fence: larger for every new leader."""
+    @property
+    def since(self) -> datetime:
+        """When this leadership began (the coordinator's clock, timezone-aware)."""
+    @property
+    def expires_at(self) -> datetime:
+        """When the leadership expires unless renewed."""
+    def __eq__(self, other: object, /) -> bool: ...
+
+@final
+class Leadership:
+    """This client leads an election (sync API); a context manager that resigns at the end
+    of the block."""
+
+    @property
+    def election(self) -> Election: ...
+    @property
+    def key(self) -> str:
+        """The key of the leadership lease (``accord.election/<name>``, percent-encoded)."""
+    @property
+    def fence(self) -> int:
+        """The leadership's fence: pass it to what the leader writes."""
+    @property
+    def owner(self) -> str: ...
+    @property
+    def ttl(self) -> float: ...
+    @property
+    def value(self) -> str:
+        """The value observers see."""
+    @property
+    def status(self) -> _LeaseStatus:
+        """The leadership lease's status ("released" once resigned)."""
+    @property
+    def lost_reason(self) -> Optional[_LostReason]: ...
+    @property
+    def is_lost(self) -> bool: ...
+    @property
+    def lost(self) -> LostSignal:
+        """The lost signal: ``is_set()`` (and ``bool()``), ``wait(timeout)``."""
+    def proclaim(self, value: str) -> None:
+        """Changes the value observers see (the fence stays). Raises LeaseLost once ended."""
+    def resign(self) -> None:
+        """Stops leading; the next campaigner leads. Again: harmless. Raises LeaseLost if lost."""
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException] = None,
+        tb: Optional[TracebackType] = None,
+    ) -> Literal[False]: ...
+
+@final
+class AsyncLeadership:
+    """This client leads an election (asyncio API); ``async with`` resigns at the end of the
+    block."""
+
+    @property
+    def election(self) -> AsyncElection: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def fence(self) -> int: ...
+    @property
+    def owner(self) -> str: ...
+    @property
+    def ttl(self) -> float: ...
+    @property
+    def value(self) -> str: ...
+    @property
+    def status(self) -> _LeaseStatus: ...
+    @property
+    def lost_reason(self) -> Optional[_LostReason]: ...
+    @property
+    def is_lost(self) -> bool: ...
+    @property
+    def lost(self) -> asyncio.Future[None]:
+        """Completes when the leadership is lost; never for one that ends otherwise."""
+    async def proclaim(self, value: str) -> None: ...
+    async def resign(self) -> None: ...
+    async def __aenter__(self) -> Self: ...
+    async def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException] = None,
+        tb: Optional[TracebackType] = None,
+    ) -> Literal[False]: ...
+
+@final
+class Observer:
+    """The leaders of an election (sync API): the current one, then every change, each once;
+    iteration ends once closed."""
+
+    @property
+    def closed(self) -> bool: ...
+    def next(self, timeout: Optional[float] = None) -> Leader:
+        """The next leader (or new value); raises Timeout after ``timeout`` seconds, Closed
+        once closed."""
+    def __iter__(self) -> Self: ...
+    def __next__(self) -> Leader: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException] = None,
+        tb: Optional[TracebackType] = None,
+    ) -> Literal[False]: ...
+
+@final
+class AsyncObserver:
+    """The leaders of an election (asyncio API); ``async for`` ends once closed."""
+
+    @property
+    def closed(self) -> bool: ...
+    async def next(self, timeout: Optional[float] = None) -> Leader: ...
+    def __aiter__(self) -> Self: ...
+    async def __anext__(self) -> Leader: ...
+    async def close(self) -> None: ...
+    async def __aenter__(self) -> Self: ...
+    async def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException] = None,
+        tb: Optional[TracebackType] = None,
+    ) -> Literal[False]: ...
+
+@final
+class Election:
+    """An election (sync API): ``campaign`` to lead, ``leader`` to read, ``observe`` to
+    follow."""
+
+    @property
+    def name(self) -> str: ...
+    def campaign(
+        self, value: str, *, ttl: Optional[float] = None, timeout: Optional[float] = None
+    ) -> Leadership:
+        """Waits in line to lead (arrival order), then leads with ``value``."""
+    def leader(self) -> Optional[Leader]:
+        """The current leader; None when nobody leads."""
+    def observe(self) -> Observer: ...
+
+@final
+class AsyncElection:
+    """An election (asyncio API): ``campaign`` to lead, ``leader`` to read, ``observe`` to
+    follow."""
+
+    @property
+    def name(self) -> str: ...
+    def campaign(
+        self, value: str, *, ttl: Optional[float] = None, timeout: Optional[float] = None
+    ) -> Opening[AsyncLeadership]: ...
+    async def leader(self) -> Optional[Leader]: ...
+    def observe(self) -> Opening[AsyncObserver]: ...
+
+@final
 class Client:
     """A connection to a coordinator (sync API); thread-safe."""
 
@@ -641,6 +825,12 @@ class Client:
     def closed(self) -> bool: ...
     @property
     def held_count(self) -> int: ...
+    def waiter_wakeups(self) -> int:
+        """How many times this client's waiting acquires were woken by a release (diagnostics)."""
+    def queued_count(self) -> int:
+        """How many of this client's waiting acquires hold a place in a key's line now."""
+    def election(self, name: str) -> Election:
+        """The election ``name``; raises InvalidArgument for a bad name."""
     def acquire(
         self,
         key: str,
@@ -648,9 +838,17 @@ class Client:
         ttl: Optional[float] = None,
         timeout: Optional[float] = None,
         metadata: Optional[_Metadata] = None,
-    ) -> Lease: ...
+        shared: bool = False,
+    ) -> Lease:
+        """Waits until ``key`` is granted (waiters in arrival order); ``shared=True``: a shared
+        grant (many shared holders, or one exclusive)."""
     def try_acquire(
-        self, key: str, *, ttl: Optional[float] = None, metadata: Optional[_Metadata] = None
+        self,
+        key: str,
+        *,
+        ttl: Optional[float] = None,
+        metadata: Optional[_Metadata] = None,
+        shared: bool = False,
     ) -> Optional[Lease]: ...
     def offer(self, prefix: str, keys: Iterable[str], metadata: Optional[_Metadata] = None) -> int:
         """Offers ``keys`` (each under ``prefix``) to the work pool ``prefix``; how many joined."""
@@ -731,6 +929,10 @@ class AsyncClient:
     def closed(self) -> bool: ...
     @property
     def held_count(self) -> int: ...
+    def waiter_wakeups(self) -> int: ...
+    def queued_count(self) -> int: ...
+    def election(self, name: str) -> AsyncElection:
+        """The election ``name``; raises InvalidArgument for a bad name."""
     def acquire(
         self,
         key: str,
@@ -738,9 +940,15 @@ class AsyncClient:
         ttl: Optional[float] = None,
         timeout: Optional[float] = None,
         metadata: Optional[_Metadata] = None,
+        shared: bool = False,
     ) -> Opening[AsyncLease]: ...
     async def try_acquire(
-        self, key: str, *, ttl: Optional[float] = None, metadata: Optional[_Metadata] = None
+        self,
+        key: str,
+        *,
+        ttl: Optional[float] = None,
+        metadata: Optional[_Metadata] = None,
+        shared: bool = False,
     ) -> Optional[AsyncLease]: ...
     async def offer(
         self, prefix: str, keys: Iterable[str], metadata: Optional[_Metadata] = None

@@ -1,12 +1,13 @@
 """asyncio glue the extension module calls into: the parts of the async API that are about
 asyncio's cancellation rules rather than about accord.
 
-- ``Opening``: what ``AsyncClient.connect``, ``AsyncClient.acquire``, ``AsyncClient.listen`` and
-  ``AsyncSemaphore.acquire`` return: awaitable (``lease = await client.acquire("k")``) and an
-  async context manager (``async with client.acquire("k") as lease:``).
-- ``settle``: a cancelled ``acquire`` (or ``claim``, or a semaphore's ``acquire``) returns
-  (raises ``CancelledError``) only after the core made sure nothing it may have been granted
-  stays held (scenario L9).
+- ``Opening``: what ``AsyncClient.connect``, ``AsyncClient.acquire``, ``AsyncClient.listen``,
+  ``AsyncSemaphore.acquire`` and ``AsyncElection.campaign`` (among others) return: awaitable
+  (``lease = await client.acquire("k")``) and an async context manager
+  (``async with client.acquire("k") as lease:``).
+- ``settle``: a cancelled ``acquire`` (or ``claim``, a semaphore's ``acquire``, an election's
+  ``campaign``) returns (raises ``CancelledError``) only after the core made sure nothing it
+  may have been granted stays held (scenario L9).
 - ``next_event``: a cancelled subscription read loses no notification; the read in flight is
   kept and answers the next one.
 - ``new_future``: the future of an async call and the loop's ``Completer``, whose pipe the
@@ -103,9 +104,10 @@ async def _finish(aw: Awaitable[Any]) -> asyncio.Future[Any]:
     return future
 
 
-async def settle(future: asyncio.Future[T], cancel: Callable[[], None]) -> T:
+async def settle(future: asyncio.Future[T], cancel: Callable[[], None], undo: str = "release") -> T:
     """Awaits an acquire; when the caller is cancelled, cancels the core's acquire and waits
-    until it returned, releasing a lease granted in the meantime, before re-raising."""
+    until it returned, giving back what was granted in the meantime (its method ``undo``:
+    a lease's ``release``, a leadership's ``resign``) before re-raising."""
     try:
         await asyncio.wait((future,))
     except asyncio.CancelledError:
@@ -114,7 +116,7 @@ async def settle(future: asyncio.Future[T], cancel: Callable[[], None]) -> T:
         if not future.cancelled() and future.exception() is None:
             granted: Any = future.result()
             for lease in granted if isinstance(granted, list) else [granted]:
-                release = await _finish(lease.release())
+                release = await _finish(getattr(lease, undo)())
                 if not release.cancelled():
                     release.exception()  # retrieved, so that asyncio does not log it
         raise

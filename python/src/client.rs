@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyCFunction, PyTuple};
 
 use crate::convert;
+use crate::election::{AsyncElection, Election};
 use crate::errors::IntoPyResult;
 use crate::fleet::{self, AsyncFleet, Fleet};
 use crate::lease::{AsyncLease, Lease};
@@ -150,10 +151,31 @@ impl Client {
         self.inner.held_count()
     }
 
+    /// How many times this client's waiting acquires were woken by another client's release
+    /// (a release wakes only the head of its key's line). For tests and diagnostics.
+    fn waiter_wakeups(&self) -> u64 {
+        self.inner.waiter_wakeups()
+    }
+
+    /// How many of this client's waiting acquires (and campaigns) hold a place in a key's line
+    /// now. For tests and diagnostics: once it counts a waiter, later waiters are behind it.
+    fn queued_count(&self) -> usize {
+        self.inner.queued_count()
+    }
+
+    /// The election `name`: `campaign` to lead it, `leader` to read it, `observe` to follow it.
+    /// Raises `InvalidArgument` for a bad name.
+    fn election(&self, name: &str) -> PyResult<Election> {
+        Ok(Election::new(self.inner.election(name).py()?))
+    }
+
     /// Waits until `key` is granted and returns its lease. Raises `Done` if the key is done,
     /// `Timeout` after `timeout` seconds, `Closed` if the client closes. Ctrl-C interrupts the
-    /// wait; in every failure nothing is left held.
-    #[pyo3(signature = (key, *, ttl=None, timeout=None, metadata=None))]
+    /// wait; in every failure nothing is left held. Waiters are granted in arrival order.
+    /// `shared=True` asks for a shared grant: any number of shared holders at once, or one
+    /// exclusive holder; once an exclusive acquire waits, new shared ones wait behind it.
+    #[pyo3(signature = (key, *, ttl=None, timeout=None, metadata=None, shared=false))]
+    #[allow(clippy::too_many_arguments)]
     fn acquire(
         &self,
         py: Python<'_>,
@@ -161,24 +183,30 @@ impl Client {
         ttl: Option<f64>,
         timeout: Option<f64>,
         metadata: Option<&Bound<'_, PyAny>>,
+        shared: bool,
     ) -> PyResult<Lease> {
         let cancel = CancellationToken::new();
-        let options = acquire_options(ttl, timeout, metadata)?.cancel(cancel.clone());
+        let options = acquire_options(ttl, timeout, metadata)?
+            .shared(shared)
+            .cancel(cancel.clone());
         let lease = pool::block_on_grants(py, &cancel, self.inner.acquire(key, options))?;
         Ok(Lease::new(lease))
     }
 
     /// The lease if `key` is free, None at once if it is held (by anyone, this client
-    /// included: leases are not re-entrant). Raises `Done` if the key is done.
-    #[pyo3(signature = (key, *, ttl=None, metadata=None))]
+    /// included: leases are not re-entrant) or others wait for it. Raises `Done` if the key is
+    /// done. `shared=True`: a shared grant, refused (None) while an exclusive holder holds the
+    /// key or an exclusive acquire waits for it.
+    #[pyo3(signature = (key, *, ttl=None, metadata=None, shared=false))]
     fn try_acquire(
         &self,
         py: Python<'_>,
         key: &str,
         ttl: Option<f64>,
         metadata: Option<&Bound<'_, PyAny>>,
+        shared: bool,
     ) -> PyResult<Option<Lease>> {
-        let options = acquire_options(ttl, None, metadata)?;
+        let options = acquire_options(ttl, None, metadata)?.shared(shared);
         let acquired = block_on(py, self.inner.try_acquire(key, options))?.py()?;
         Ok(acquired.map(Lease::new))
     }
@@ -449,11 +477,30 @@ impl AsyncClient {
         self.inner.held_count()
     }
 
+    /// How many times this client's waiting acquires were woken by another client's release
+    /// (a release wakes only the head of its key's line). For tests and diagnostics.
+    fn waiter_wakeups(&self) -> u64 {
+        self.inner.waiter_wakeups()
+    }
+
+    /// How many of this client's waiting acquires (and campaigns) hold a place in a key's line
+    /// now. For tests and diagnostics: once it counts a waiter, later waiters are behind it.
+    fn queued_count(&self) -> usize {
+        self.inner.queued_count()
+    }
+
+    /// The election `name` (returned at once: opening one does no I/O); see
+    /// `Client.election`. Raises `InvalidArgument` for a bad name.
+    fn election(&self, name: &str) -> PyResult<AsyncElection> {
+        Ok(AsyncElection::new(self.inner.election(name).py()?))
+    }
+
     /// Waits until `key` is granted and returns its lease: await it, or use it with
     /// `async with`. Raises `Done`, `Timeout` (after `timeout` seconds) or `Closed`. A
     /// cancelled acquire raises `CancelledError` only once nothing it may have been granted
-    /// is held.
-    #[pyo3(signature = (key, *, ttl=None, timeout=None, metadata=None))]
+    /// is held. `shared=True`: a shared grant; see `Client.acquire`.
+    #[pyo3(signature = (key, *, ttl=None, timeout=None, metadata=None, shared=false))]
+    #[allow(clippy::too_many_arguments)]
     fn acquire<'py>(
         &self,
         py: Python<'py>,
@@ -461,8 +508,9 @@ impl AsyncClient {
         ttl: Option<f64>,
         timeout: Option<f64>,
         metadata: Option<&Bound<'py, PyAny>>,
+        shared: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let options = acquire_options(ttl, timeout, metadata)?;
+        let options = acquire_options(ttl, timeout, metadata)?.shared(shared);
         let client = self.inner.clone();
         opening(py, move |py| {
             let cancel = CancellationToken::new();
@@ -483,15 +531,17 @@ impl AsyncClient {
     }
 
     /// The lease if `key` is free, None at once if it is held. Raises `Done` if it is done.
-    #[pyo3(signature = (key, *, ttl=None, metadata=None))]
+    /// `shared=True`: a shared grant; see `Client.try_acquire`.
+    #[pyo3(signature = (key, *, ttl=None, metadata=None, shared=false))]
     fn try_acquire<'py>(
         &self,
         py: Python<'py>,
         key: String,
         ttl: Option<f64>,
         metadata: Option<&Bound<'py, PyAny>>,
+        shared: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let options = acquire_options(ttl, None, metadata)?;
+        let options = acquire_options(ttl, None, metadata)?.shared(shared);
         let client = self.inner.clone();
         runtime::future_into_py(py, async move {
             let acquired = client.try_acquire(&key, options).await.py()?;

@@ -81,6 +81,12 @@ macro_rules! lease_class {
             fn metadata<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
                 convert::metadata_to_py(py, &self.inner.metadata())
             }
+            /// True for one of the key's shared holders (`acquire(..., shared=True)`): it
+            /// renews and releases, but cannot change the key's metadata or mark it done.
+            #[getter]
+            fn shared(&self) -> bool {
+                self.inner.is_shared()
+            }
             /// True once the lease is lost (exact: checked against its deadline).
             #[getter]
             fn is_lost(&self) -> bool {
@@ -104,11 +110,12 @@ macro_rules! lease_class {
             fn __repr__(&self) -> String {
                 let status = status_name(self.inner.status()).unwrap_or("?");
                 format!(
-                    "<accord.{} key={} fence={} owner={}{}>",
+                    "<accord.{} key={} fence={} owner={}{}{}>",
                     stringify!($name),
                     py_str_repr(self.inner.key()),
                     self.inner.fence(),
                     py_str_repr(self.inner.owner()),
+                    if self.inner.is_shared() { " shared" } else { "" },
                     if status == "held" { String::new() } else { format!(" {status}") },
                 )
             }

@@ -6,6 +6,7 @@
 mod client;
 mod completion;
 mod convert;
+mod election;
 mod errors;
 mod fleet;
 mod lease;
@@ -14,6 +15,7 @@ mod pool;
 mod runtime;
 mod subscription;
 mod types;
+mod watching;
 
 use pyo3::prelude::*;
 
@@ -56,6 +58,13 @@ fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<fleet::ShardLease>()?;
     m.add_class::<fleet::Assigned>()?;
     m.add_class::<fleet::Revoked>()?;
+    m.add_class::<election::Election>()?;
+    m.add_class::<election::AsyncElection>()?;
+    m.add_class::<election::Leader>()?;
+    m.add_class::<election::Leadership>()?;
+    m.add_class::<election::AsyncLeadership>()?;
+    m.add_class::<election::Observer>()?;
+    m.add_class::<election::AsyncObserver>()?;
     m.add_function(wrap_pyfunction!(migration_sql, m)?)?;
     m.add_function(wrap_pyfunction!(errors::_error_for_code, m)?)?;
     m.add("ERROR_CODES", errors::codes(m.py())?)?;

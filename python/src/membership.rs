@@ -6,18 +6,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use accord::{CancellationToken, ErrorKind, JoinOptions, LeaseStatus};
+use accord::{ErrorKind, JoinOptions, LeaseStatus};
 use chrono::{DateTime, Utc};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple};
-use tokio::sync::{Mutex, RwLock};
+use tokio::sync::RwLock;
 
 use crate::convert;
-use crate::errors::{to_py, IntoPyResult, Timeout};
+use crate::errors::{to_py, IntoPyResult};
 use crate::lease::LostSignal;
 use crate::runtime::{self, aio, block_on, block_on_settled};
 use crate::types::py_str_repr;
+use crate::watching::{self, Read, Watching};
 
 /// The options of a `join`.
 pub fn join_options(
@@ -445,75 +446,23 @@ member_class! {
     }
 }
 
-/// What both watch classes share: the core's watch, and the token `close` fires so that a
-/// read in progress gives up the watch.
-#[derive(Clone)]
-struct Watching {
-    watch: Arc<Mutex<accord::MemberWatch>>,
-    closing: CancellationToken,
-}
-
-/// How a read of a watch ended.
-enum Read {
-    Event(accord::Result<accord::MemberEvent>),
-    /// `close` was called.
-    Closed,
-    TimedOut,
-}
-
-impl Watching {
-    fn new(watch: accord::MemberWatch) -> Self {
-        Watching {
-            watch: Arc::new(Mutex::new(watch)),
-            closing: CancellationToken::new(),
-        }
-    }
-
-    async fn read(self, limit: Option<Duration>) -> Read {
-        let next = async {
-            let mut watch = self.watch.lock().await;
-            watch.next().await
-        };
-        let next = async {
-            match limit {
-                Some(t) => tokio::time::timeout(t, next)
-                    .await
-                    .map_or(Read::TimedOut, Read::Event),
-                None => Read::Event(next.await),
-            }
-        };
-        tokio::select! {
-            biased;
-            _ = self.closing.cancelled() => Read::Closed,
-            read = next => read,
-        }
-    }
-
-    async fn close(self) {
-        self.closing.cancel();
-        self.watch.lock().await.close().await;
-    }
-}
-
 /// A read's answer: the event; None (iterating) or `Closed` (`next`) once the watch was
 /// closed; `Timeout` after `timeout` seconds.
-fn answer(read: Read, timeout: Option<f64>, iterating: bool) -> PyResult<Option<MemberEvent>> {
-    match read {
-        Read::Event(event) => Ok(Some(event.py()?.try_into()?)),
-        Read::Closed if iterating => Ok(None),
-        Read::Closed => Err(to_py(accord::Error::closed())),
-        Read::TimedOut => Err(Timeout::new_err(format!(
-            "no member event within {} s",
-            timeout.unwrap_or_default()
-        ))),
-    }
+fn answer(
+    read: Read<accord::MemberEvent>,
+    timeout: Option<f64>,
+    iterating: bool,
+) -> PyResult<Option<MemberEvent>> {
+    watching::answer(read, "member event", timeout, iterating)?
+        .map(MemberEvent::try_from)
+        .transpose()
 }
 
 /// The members of a group, then every change (sync API): iterate it (it ends once closed),
 /// or call `next`. Open it with `Client.watch`.
 #[pyclass(module = "accord", frozen)]
 pub struct MemberWatch {
-    watching: Watching,
+    watching: Watching<accord::MemberWatch>,
 }
 
 impl MemberWatch {
@@ -540,7 +489,7 @@ impl MemberWatch {
     /// True once `close` was called.
     #[getter]
     fn closed(&self) -> bool {
-        self.watching.closing.is_cancelled()
+        self.watching.closed()
     }
 
     /// The next event: `Members` first, then `Joined` and `Left` in order. Raises `Timeout`
@@ -586,7 +535,7 @@ impl MemberWatch {
 /// closed), or `await next()`. Open it with `AsyncClient.watch`.
 #[pyclass(module = "accord", frozen)]
 pub struct AsyncMemberWatch {
-    watching: Watching,
+    watching: Watching<accord::MemberWatch>,
 }
 
 impl AsyncMemberWatch {
@@ -616,7 +565,7 @@ impl AsyncMemberWatch {
     /// True once `close` was called.
     #[getter]
     fn closed(&self) -> bool {
-        self.watching.closing.is_cancelled()
+        self.watching.closed()
     }
 
     /// The next event: `Members` first, then `Joined` and `Left` in order. Raises `Timeout`

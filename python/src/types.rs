@@ -112,10 +112,16 @@ impl LeaseInfo {
     fn updated_at(&self) -> DateTime<Utc> {
         self.0.updated_at
     }
+    /// True for one of the key's shared holders: a key held shared is listed once per holder,
+    /// each with its own owner, fence and expiry.
+    #[getter]
+    fn shared(&self) -> bool {
+        self.0.shared
+    }
 
     fn __repr__(&self) -> String {
         format!(
-            "LeaseInfo(key={}, state='{}', owner={}, fence={})",
+            "LeaseInfo(key={}, state='{}', owner={}, fence={}{})",
             py_str_repr(&self.0.key),
             self.0.state.as_str(),
             self.0
@@ -123,7 +129,8 @@ impl LeaseInfo {
                 .as_deref()
                 .map(py_str_repr)
                 .unwrap_or_else(|| "None".into()),
-            self.0.fence
+            self.0.fence,
+            if self.0.shared { ", shared=True" } else { "" }
         )
     }
 }

@@ -3,13 +3,15 @@ namespace and names, clients that close themselves, and a TCP proxy that cuts co
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
 import threading
+import time
 import uuid
 from datetime import datetime, timedelta
-from typing import Any, Optional
+from typing import Any, Optional, Union
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -17,6 +19,8 @@ import psycopg
 import accord
 
 URL = os.environ.get("ACCORD_TEST_DATABASE_URL", "")
+#: Bounds a wait, never a speed.
+PATIENCE = 20.0
 
 
 class Database:
@@ -208,3 +212,20 @@ def assert_set_between(expires_at: datetime, before: datetime, after: datetime, 
     slack = timedelta(seconds=1)
     low, high = before + timedelta(seconds=ttl) - slack, after + timedelta(seconds=ttl) + slack
     assert low <= expires_at <= high, f"{expires_at} is not within [{low}, {high}]"
+
+
+def until_queued(client: Union[accord.Client, accord.AsyncClient], n: int = 1) -> None:
+    """Waits until `client` has `n` acquires (or campaigns) with a place in a key's line: a
+    waiter started after that is behind them, with no sleep to hope for it."""
+    deadline = time.monotonic() + PATIENCE
+    while client.queued_count() < n:
+        assert time.monotonic() < deadline, f"no {n} places in line within {PATIENCE} s"
+        time.sleep(0.005)
+
+
+async def until_queued_async(client: accord.AsyncClient, n: int = 1) -> None:
+    """`until_queued` for asyncio tests: the event loop runs meanwhile."""
+    deadline = time.monotonic() + PATIENCE
+    while client.queued_count() < n:
+        assert time.monotonic() < deadline, f"no {n} places in line within {PATIENCE} s"
+        await asyncio.sleep(0.005)
