@@ -37,7 +37,7 @@
 //! is lost while held, and `RELEASED <wake-ups>` (how many times a release woke it) after the
 //! line that tells it to release. `campaign` prints `READY <owner>`, `LEADER <fence>`, `LOST` if
 //! the leadership is lost, and `RESIGNED` after the line that tells it to resign
-//! (tests/polyglot's queue run, beside Python and Node workers doing the same).
+//! (tests/polyglot's waiting run, beside Python and Node workers doing the same).
 //!
 //! `hold` prints `RELEASED` once it released the key. With `-` for MILLIS it keeps the key until
 //! its standard input ends (a line or EOF): the caller decides when, no timer does, as with the

@@ -1,4 +1,4 @@
-"""A Python worker of the polyglot queue run: waits in a key's line, or campaigns in an
+"""A Python worker of the polyglot waiting run: waits in a key's line, or campaigns in an
 election, and prints one line per step, flushed at once:
 
     READY <owner>
@@ -9,8 +9,8 @@ election, and prints one line per step, flushed at once:
                                a release woke this worker's waiting acquire
     RESIGNED                   (campaign) after a line on standard input: resigned
 
-    python queue_worker.py URL NAMESPACE wait KEY TTL_MS [shared]
-    python queue_worker.py URL NAMESPACE campaign NAME VALUE TTL_MS
+    python waiting_worker.py URL NAMESPACE wait KEY TTL_MS [shared]
+    python waiting_worker.py URL NAMESPACE campaign NAME VALUE TTL_MS
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def main() -> None:
         name, value, ttl_ms = args[0], args[1], int(args[2])
         leadership = client.election(name).campaign(value, ttl=ttl_ms / 1000)
         say(f"LEADER {leadership.fence}")
-        until_told_or_lost(leadership.lease.lost)
+        until_told_or_lost(leadership.lost)
         try:
             leadership.resign()
         except accord.LeaseLost:

@@ -1,4 +1,4 @@
-"""The polyglot queue run (X2, X3, E1-E2 across languages): waiters and campaigners in Rust,
+"""The polyglot waiting run (X2, X3, E1-E2 across languages): waiters and campaigners in Rust,
 Python and Node processes on one PostgreSQL.
 
 - Fair waiting: five waiters in three languages queue on a held key in a known order (each one
@@ -12,7 +12,7 @@ Python and Node processes on one PostgreSQL.
   package) sees every leader once, in order, fences increasing, as the leader resigns, is
   killed with SIGKILL, and is stopped with SIGSTOP past its ttl (which then reports LOST).
 
-    ACCORD_TEST_DATABASE_URL=postgres://... .venv/bin/python tests/polyglot/queue.py
+    ACCORD_TEST_DATABASE_URL=postgres://... .venv/bin/python tests/polyglot/waiting.py
 
 Needs the Python package installed in the venv, the Node addon built (node/), and the Rust
 worker (`cargo build -p accord --example contend`); `make test-polyglot` does all of it.
@@ -90,12 +90,12 @@ def start(lang: str, url: str, namespace: str, *args: str) -> Worker:
         "rust": [contend, url, namespace, *args],
         "python": [
             sys.executable,
-            str(HERE / "queue_worker.py"),
+            str(HERE / "waiting_worker.py"),
             url,
             namespace,
             *args,
         ],
-        "node": ["node", str(HERE / "queue_worker.js"), url, namespace, *args],
+        "node": ["node", str(HERE / "waiting_worker.js"), url, namespace, *args],
     }[lang]
     process = subprocess.Popen(
         command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True

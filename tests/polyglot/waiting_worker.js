@@ -1,5 +1,5 @@
 'use strict'
-// A Node worker of the polyglot queue run: waits in a key's line, or campaigns in an election,
+// A Node worker of the polyglot waiting run: waits in a key's line, or campaigns in an election,
 // and prints one line per step:
 //
 //   READY <owner>
@@ -10,8 +10,8 @@
 //                          release woke this worker's waiting acquire
 //   RESIGNED               (campaign) after a line on standard input: resigned
 //
-//   node queue_worker.js URL NAMESPACE wait KEY TTL_MS [shared]
-//   node queue_worker.js URL NAMESPACE campaign NAME VALUE TTL_MS
+//   node waiting_worker.js URL NAMESPACE wait KEY TTL_MS [shared]
+//   node waiting_worker.js URL NAMESPACE campaign NAME VALUE TTL_MS
 
 const path = require('node:path')
 
@@ -52,7 +52,7 @@ async function main() {
     const [name, value, ttl] = args
     const leadership = await client.election(name).campaign(value, { ttl: Number(ttl) })
     say(`LEADER ${leadership.fence}`)
-    await untilToldOrLost(leadership.lease.lost)
+    await untilToldOrLost(leadership.lost)
     await leadership.resign().catch(() => {})
     say('RESIGNED')
   } else {
