@@ -531,3 +531,62 @@ async fn release_and_done_retried_after_commit_succeed() {
     }
     client.close().await;
 }
+
+/// Fair waiting: a release that names a waiter while it is leaving the line (the release's
+/// snapshot still shows its place) wakes nobody by itself; the leaver's client hears the
+/// wake-up and passes the turn on, so the next in line is granted on the release, not when its
+/// own timer fires. The race is made certain by holding the leaver's ticket row locked from
+/// another connection while the release runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_named_while_leaving_is_passed_on() {
+    let h = Harness::postgres("pass_turn").await;
+    let long = || AcquireOptions::new().ttl(Duration::from_secs(60));
+    let holder = h.client("holder").await;
+    let leaver = h.client("leaver").await;
+    let next = h.client("next").await;
+    let lease = holder.acquire("k", long()).await.unwrap();
+    let cancel = accord::CancellationToken::new();
+    let leaving = {
+        let (leaver, cancel) = (leaver.clone(), cancel.clone());
+        tokio::spawn(async move { leaver.acquire("k", long().cancel(cancel)).await })
+    };
+    while leaver.queued_count() < 1 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let waiting = {
+        let next = next.clone();
+        tokio::spawn(async move {
+            next.acquire("k", long().timeout(Duration::from_secs(20)))
+                .await
+        })
+    };
+    while next.queued_count() < 1 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The leaver's ticket row, locked: its leave (a DELETE) waits until this transaction ends.
+    let (locker, connection) = tokio_postgres::connect(&h.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    locker
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM accord.tickets WHERE namespace = '{}' AND owner = 'leaver' \
+             FOR UPDATE",
+            h.tag
+        ))
+        .await
+        .unwrap();
+    cancel.cancel();
+    assert_eq!(
+        leaving.await.unwrap().unwrap_err().kind(),
+        ErrorKind::Cancelled
+    );
+    // Released while the leaver's place still stands: the release names the leaver.
+    lease.release().await.unwrap();
+    locker.batch_execute("COMMIT").await.unwrap();
+    // Granted within 20 s: only a passed-on turn does that (`next` renews its place, and
+    // looks again unprompted, only every 20 s).
+    let granted = waiting.await.unwrap().unwrap();
+    assert!(next.waiter_wakeups() >= 1);
+    granted.release().await.unwrap();
+}

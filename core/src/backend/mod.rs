@@ -165,9 +165,17 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// One statement: grant the key (shared or exclusive) if the caller's turn has come
     /// (`rules::grantable_in_turn`); otherwise keep or take its place in line.
     async fn acquire_queued(&self, request: &AcquireRequest<'_>) -> Result<AcquireOutcome>;
-    /// Give up a place in line; the new head is woken if this was the head.
-    async fn leave_queue(&self, namespace: &str, key: &str, owner: &str, ticket: i64)
-        -> Result<()>;
+    /// Give up a place in line; the new head is woken if this was the head and the key is
+    /// free. `pass_turn`: wake the head after `ticket` (the key free) even if `ticket` already
+    /// left: a release named it while it was leaving.
+    async fn leave_queue(
+        &self,
+        namespace: &str,
+        key: &str,
+        owner: &str,
+        ticket: i64,
+        pass_turn: bool,
+    ) -> Result<()>;
     /// Free one shared hold if this grant still holds it (the last one out wakes the line).
     async fn release_shared(&self, lease: LeaseRef<'_>) -> Result<bool>;
     /// The key's live exclusive holder, if any.

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::dispatch::Dispatch;
 use super::grant::Grant;
 use super::scope::Scope;
 use super::Session;
@@ -38,6 +39,7 @@ struct Attempt {
 /// wait for the ticket to expire.
 struct Place {
     scope: Arc<Scope>,
+    dispatch: Arc<Dispatch>,
     key: String,
     ticket: Option<i64>,
 }
@@ -45,6 +47,8 @@ struct Place {
 impl Drop for Place {
     fn drop(&mut self) {
         if let Some(ticket) = self.ticket.take() {
+            // Remembered, so that a release naming it meanwhile passes the turn on.
+            self.dispatch.waiters.left(&self.key, ticket);
             self.scope
                 .leave_queue_later(std::mem::take(&mut self.key), ticket);
         }
@@ -112,6 +116,7 @@ impl Session {
         // call ends without a grant.
         let mut place = Place {
             scope: self.scope.clone(),
+            dispatch: self.dispatch.clone(),
             key: attempt.key.clone(),
             ticket: None,
         };

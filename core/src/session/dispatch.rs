@@ -35,15 +35,21 @@ pub(crate) type Sender = mpsc::UnboundedSender<Event>;
 pub(crate) struct Dispatch {
     namespace: String,
     pub waiters: Waiters,
+    /// Places this client gave up that a release named: the session's task passes each turn on.
+    turns: mpsc::UnboundedSender<(String, i64)>,
+    pub turns_to_pass: Mutex<Option<mpsc::UnboundedReceiver<(String, i64)>>>,
     subscriptions: Mutex<HashMap<String, Vec<(u64, Sender)>>>,
     next_id: AtomicU64,
 }
 
 impl Dispatch {
     pub fn new(namespace: String) -> Self {
+        let (turns, turns_to_pass) = mpsc::unbounded_channel();
         Dispatch {
             namespace,
             waiters: Waiters::default(),
+            turns,
+            turns_to_pass: Mutex::new(Some(turns_to_pass)),
             subscriptions: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
         }
@@ -99,7 +105,9 @@ impl EventSink for Dispatch {
                 tickets,
             } => {
                 if namespace == self.namespace {
-                    self.waiters.wake(&key, tickets);
+                    for turn in self.waiters.wake(&key, tickets) {
+                        let _ = self.turns.send(turn);
+                    }
                 }
             }
             BackendEvent::Reconnected => {

@@ -40,6 +40,31 @@ pub(crate) struct Session {
     pub dispatch: Arc<Dispatch>,
 }
 
+/// Passes on the turns that releases gave to places this client had just left (see
+/// `Waiters::left`), until the session closes.
+async fn pass_turns(
+    scope: Arc<Scope>,
+    mut turns: tokio::sync::mpsc::UnboundedReceiver<(String, i64)>,
+    closed: CancellationToken,
+) {
+    loop {
+        let (key, ticket) = tokio::select! {
+            turn = turns.recv() => match turn {
+                Some(turn) => turn,
+                None => return,
+            },
+            _ = closed.cancelled() => return,
+        };
+        if let Err(e) = scope
+            .backend
+            .leave_queue(&scope.namespace, &key, &scope.owner, ticket, true)
+            .await
+        {
+            tracing::debug!(target: "accord", key, ticket, error = %e, "passing a turn on failed; the next in line retries at its own time");
+        }
+    }
+}
+
 fn default_owner() -> String {
     let host = gethostname::gethostname().to_string_lossy().into_owned();
     format!(
@@ -81,6 +106,13 @@ impl Session {
             session.keepalive.clone(),
             session.closed.clone(),
         ));
+        if let Some(turns) = session.dispatch.turns_to_pass.lock().unwrap().take() {
+            tokio::spawn(pass_turns(
+                session.scope.clone(),
+                turns,
+                session.closed.clone(),
+            ));
+        }
         Ok(session)
     }
 

@@ -64,7 +64,7 @@ impl Scope {
         self.runtime.spawn(async move {
             if let Err(e) = scope
                 .backend
-                .leave_queue(&scope.namespace, &key, &scope.owner, ticket)
+                .leave_queue(&scope.namespace, &key, &scope.owner, ticket, false)
                 .await
             {
                 tracing::debug!(target: "accord", key, ticket, error = %e, "leaving the line failed; the place expires at its ttl");

@@ -8,6 +8,9 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
+/// How many given-up places a client remembers (see `Waiters::left`).
+const MAX_LEFT: usize = 256;
+
 /// Waiting acquires of one client, by key, and waiting claims, by pool. Wake-ups come from the
 /// backend's release notifications; a reconnect of the listening side wakes everyone (one may
 /// have been missed).
@@ -18,6 +21,10 @@ pub(crate) struct Waiters {
     next_waiter: AtomicU64,
     /// How many times a waiting acquire was woken by a wake-up (not by its own timer).
     woken: AtomicU64,
+    /// Places in line this client gave up lately, by key: a release that named one of them
+    /// while it was leaving woke nobody, so its wake-up is passed on (the newest few suffice:
+    /// a leave takes one statement).
+    left: Mutex<VecDeque<(String, i64)>>,
     /// Claimers, in the order they are to be woken: a freed key wakes the first that waits on
     /// its pool, which then goes to the back (so one free key never wakes every claimer, and
     /// claimers take turns).
@@ -98,6 +105,15 @@ impl Waiters {
             .count()
     }
 
+    /// Records that this client gave up its place `ticket` in `key`'s line.
+    pub fn left(&self, key: &str, ticket: i64) {
+        let mut left = self.left.lock().unwrap();
+        if left.len() >= MAX_LEFT {
+            left.pop_front();
+        }
+        left.push_back((key.to_string(), ticket));
+    }
+
     /// Wake-ups delivered to waiting acquires so far.
     pub fn woken(&self) -> u64 {
         self.woken.load(Ordering::Relaxed)
@@ -121,7 +137,21 @@ impl Waiters {
     /// `key` was released or finished (or, when it names a pool, keys were offered to it).
     /// `tickets`: the places in line to wake (see `BackendEvent::Wakeup`); a waiter that has
     /// no place yet (its statement is in flight) wakes too, so that it cannot miss its turn.
-    pub fn wake(&self, key: &str, tickets: Option<(i64, Option<i64>)>) {
+    ///
+    /// Returns the places this client gave up that the wake-up named: their turn is to be
+    /// passed on to the next in line.
+    pub fn wake(&self, key: &str, tickets: Option<(i64, Option<i64>)>) -> Vec<(String, i64)> {
+        let mut passed = Vec::new();
+        if let Some((first, last)) = tickets {
+            let mut left = self.left.lock().unwrap();
+            left.retain(|(k, t)| {
+                let named = k == key && *t >= first && last.is_none_or(|l| *t <= l);
+                if named {
+                    passed.push((k.clone(), *t));
+                }
+                !named
+            });
+        }
         if let Some(list) = self.by_key.lock().unwrap().get(key) {
             let named = |w: &KeyWaiter| match (tickets, w.ticket) {
                 (Some((first, last)), Some(t)) => t >= first && last.is_none_or(|l| t <= l),
@@ -145,6 +175,7 @@ impl Waiters {
             claimer.notify.notify_one();
             claimers.push_back(claimer);
         }
+        passed
     }
 
     pub fn wake_all(&self) {

@@ -218,7 +218,13 @@ pub async fn x3_leaving_the_line_stalls_nobody(h: &Harness) {
     // places would otherwise stand for their 60 s ttl).
     let granted = n.await.unwrap();
     assert!(released_at.elapsed() < BOUND);
-    assert_eq!(next.waiter_wakeups(), 1);
+    // Woken by the release, or (a release that named a leaver while it was leaving) by the
+    // leaver passing its turn on; both at most, never a herd.
+    assert!(
+        (1..=2).contains(&next.waiter_wakeups()),
+        "{}",
+        next.waiter_wakeups()
+    );
     granted.release().await.unwrap();
 }
 

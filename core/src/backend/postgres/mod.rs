@@ -174,9 +174,11 @@ impl Backend for PgBackend {
         key: &str,
         owner: &str,
         ticket: i64,
+        pass_turn: bool,
     ) -> Result<()> {
         let channel = self.wakeup_channel.as_str();
-        let params: [&(dyn ToSql + Sync); 5] = [&namespace, &key, &owner, &ticket, &channel];
+        let params: [&(dyn ToSql + Sync); 6] =
+            [&namespace, &key, &owner, &ticket, &channel, &pass_turn];
         self.pool
             .run_retrying("leave queue", |c| async move {
                 c.client.query_one(&c.stmts.leave_queue, &params).await

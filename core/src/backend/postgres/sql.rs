@@ -262,24 +262,28 @@ impl Sql {
             ),
             // A waiting acquire that gives up (timeout, cancel, its caller gone) leaves the
             // line; when it was at the head of the line of a key no exclusive holder holds, the
-            // new head is woken (its turn may have come).
+            // new head is woken (its turn may have come). With $6 (passing the turn on), the
+            // head after $4 is woken whether or not $4 was still in line: a release that named
+            // $4 while it was leaving woke nobody (its snapshot still showed $4), and the client
+            // that left $4 passes the wake-up on when it hears it.
             leave_queue: format!(
                 "WITH gone AS (
                    DELETE FROM {s}.tickets t
                     WHERE t.namespace = $1 AND t.key = $2 AND t.ticket = $4 AND t.owner = $3
                       AND NOT t.granted
                    RETURNING t.ticket),
-                 was_head AS (
-                   SELECT 1 FROM gone g
-                    WHERE NOT EXISTS (
-                      SELECT 1 FROM {s}.leases l
-                       WHERE l.namespace = $1 AND l.key = $2
-                         AND l.expires_at > clock_timestamp())
+                 turn AS (
+                   SELECT 1
+                    WHERE (EXISTS (SELECT 1 FROM gone) OR $6)
                       AND NOT EXISTS (
-                      SELECT 1 FROM {s}.tickets t
-                       WHERE t.namespace = $1 AND t.key = $2 AND NOT t.granted
-                         AND t.expires_at > clock_timestamp() AND t.ticket < g.ticket))
-                 SELECT count(pg_notify($5, {wake_key2})) FROM was_head",
+                        SELECT 1 FROM {s}.leases l
+                         WHERE l.namespace = $1 AND l.key = $2
+                           AND l.expires_at > clock_timestamp())
+                      AND ($6 OR NOT EXISTS (
+                        SELECT 1 FROM {s}.tickets t
+                         WHERE t.namespace = $1 AND t.key = $2 AND NOT t.granted
+                           AND t.expires_at > clock_timestamp() AND t.ticket < $4)))
+                 SELECT count(pg_notify($5, {wake_key2})) FROM turn",
                 wake_key2 = wake_payload(&s, "$2", "$4"),
             ),
             // A shared holder leaves: its ticket goes and the key counts one holder fewer

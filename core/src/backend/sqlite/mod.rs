@@ -639,6 +639,7 @@ impl Backend for SqliteBackend {
         key: &str,
         owner: &str,
         ticket: i64,
+        pass_turn: bool,
     ) -> Result<()> {
         let (ns, key, owner) = (namespace.to_string(), key.to_string(), owner.to_string());
         self.write("leave queue", move |tx, now| {
@@ -652,12 +653,14 @@ impl Backend for SqliteBackend {
                 .map_err(|e| db_error("leave queue", e))?;
             let held = read_key(tx, &ns, &key, "leave queue")?
                 .is_some_and(|r| r.expires_at_ms.is_some_and(|e| e > now));
-            let was_head =
-                gone > 0 && !held && line.first().is_none_or(|(w, _)| w.ticket >= ticket);
-            if was_head {
+            // As on PostgreSQL (`leave_queue`): the head wakes when the leaver was at the head,
+            // or when a release named the leaver (passing the turn on), the key being free.
+            let was_head = line.first().is_none_or(|(w, _)| w.ticket >= ticket);
+            let wake = (gone > 0 || pass_turn) && !held && (pass_turn || was_head);
+            if wake {
                 add_wakeup(tx, &ns, &key, Some(ticket), now)?;
             }
-            Ok(((), was_head))
+            Ok(((), wake))
         })
         .await
     }
