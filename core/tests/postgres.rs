@@ -577,13 +577,31 @@ async fn a_turn_named_while_leaving_is_passed_on() {
         .await
         .unwrap();
     cancel.cancel();
+    // The leaver's leave is in flight, waiting for the row lock.
+    let app = h.app_name("leaver");
+    loop {
+        let blocked: i64 = h
+            .admin()
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE application_name = $1 AND wait_event_type = 'Lock'",
+                &[&app],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if blocked > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Released while the leaver's place still stands: the release names the leaver.
+    lease.release().await.unwrap();
+    locker.batch_execute("COMMIT").await.unwrap();
     assert_eq!(
         leaving.await.unwrap().unwrap_err().kind(),
         ErrorKind::Cancelled
     );
-    // Released while the leaver's place still stands: the release names the leaver.
-    lease.release().await.unwrap();
-    locker.batch_execute("COMMIT").await.unwrap();
     // Granted within 20 s: only a passed-on turn does that (`next` renews its place, and
     // looks again unprompted, only every 20 s).
     let granted = waiting.await.unwrap().unwrap();

@@ -44,6 +44,28 @@ struct Place {
     ticket: Option<i64>,
 }
 
+impl Place {
+    /// Gives the place back before the acquire returns `error` (timeout, cancel, done): when
+    /// the caller hears of the failure, nobody waits behind a place it no longer wants, even if
+    /// the process exits at once. A failure to leave only means the place expires at its ttl.
+    async fn give_up(&mut self, error: Error) -> Error {
+        if let Some(ticket) = self.ticket {
+            self.dispatch.waiters.left(&self.key, ticket);
+            let scope = &self.scope;
+            if let Err(e) = scope
+                .backend
+                .leave_queue(&scope.namespace, &self.key, &scope.owner, ticket, false)
+                .await
+            {
+                tracing::debug!(target: "accord", key = %self.key, ticket, error = %e, "leaving the line failed; the place expires at its ttl");
+            }
+            // Only now: a caller that goes away during the leave leaves it to `drop`.
+            self.ticket = None;
+        }
+        error
+    }
+}
+
 impl Drop for Place {
     fn drop(&mut self) {
         if let Some(ticket) = self.ticket.take() {
@@ -146,7 +168,7 @@ impl Session {
                     }
                     return Ok(Some(grant));
                 }
-                AcquireOutcome::Done => return Err(Error::done(key)),
+                AcquireOutcome::Done => return Err(place.give_up(Error::done(key)).await),
                 AcquireOutcome::Held => {
                     // Held, or others wait in line: take a place at once.
                     queued = true;
@@ -164,7 +186,9 @@ impl Session {
             let now = Instant::now();
             let retry_in = retry_in.min(MAX_WAIT_SLICE);
             let wake_at = match deadline {
-                Some(d) if d <= now => return Err(timeout_error(key, started)),
+                Some(d) if d <= now => {
+                    return Err(place.give_up(timeout_error(key, started)).await)
+                }
                 Some(d) => d.min(now + retry_in),
                 None => now + retry_in,
             };
@@ -172,10 +196,13 @@ impl Session {
                 _ = &mut notified => {}
                 _ = tokio::time::sleep_until(wake_at.into()) => {
                     if deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Err(timeout_error(key, started));
+                        return Err(place.give_up(timeout_error(key, started)).await);
                     }
                 }
-                _ = cancel.cancelled() => return Err(Error::cancelled(&format!("acquire of {key:?}"))),
+                _ = cancel.cancelled() => {
+                    return Err(place.give_up(Error::cancelled(&format!("acquire of {key:?}"))).await)
+                }
+                // Closing: the place is given up in the background (the client is going away).
                 _ = self.closed.cancelled() => return Err(Error::closed()),
             }
         }

@@ -226,6 +226,10 @@ pub async fn x3_leaving_the_line_stalls_nobody(h: &Harness) {
         next.waiter_wakeups()
     );
     granted.release().await.unwrap();
+    // The leavers' places were gone when their calls returned: nothing stands in line, so a
+    // try_acquire (which never jumps a line) is granted at once.
+    let again = quitter.try_acquire("t", exclusive()).await.unwrap();
+    assert!(again.is_some(), "a place given up still stands in line");
 }
 
 /// X3, second part: a waiter whose process stops (its network cut) costs the next in line at
