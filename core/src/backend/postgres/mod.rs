@@ -143,8 +143,8 @@ impl Backend for PgBackend {
             &r.ticket,
             &r.enqueue,
         ];
-        // Safe to repeat: the attempt token re-grants a lost first grant; a ticket taken by a
-        // lost first try expires unrenewed (its waiter is behind it and skips it then).
+        // Safe to repeat: the attempt token re-grants a lost first grant, and finds the place
+        // in line a lost first try took (the statement's `mine`).
         let rows = self
             .pool
             .run_retrying("acquire", |c| async move {
