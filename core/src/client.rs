@@ -18,6 +18,7 @@ use crate::options::{
 };
 use crate::semaphore::Semaphore;
 use crate::session::Session;
+use crate::stream::{self, StreamInfo, StreamRetention, StreamSubscription, SubscribeOptions};
 use crate::subscription::Subscription;
 use crate::validate;
 
@@ -276,6 +277,51 @@ impl Client {
             return Err(Error::invalid("channels", "at least one channel is needed"));
         }
         Subscription::open(&self.session, unique).await
+    }
+
+    /// Appends `payload` (any UTF-8, up to 64 KiB) to `stream` and returns its seq: 1 for the
+    /// stream's first event, one more for each after it, in the order the publishes committed.
+    /// Concurrent publishes of this client share statements (one at a time, up to 1,000
+    /// events each). On a `Connection` error the event may or may not have been stored.
+    pub async fn publish(&self, stream: &str, payload: &str) -> Result<i64> {
+        stream::publish(&self.session, stream, payload).await
+    }
+
+    /// Appends the payloads to `stream` in this order (at most 10,000 per call, a statement per
+    /// 1,000) and returns their seqs, increasing.
+    pub async fn publish_many<I, S>(&self, stream: &str, payloads: I) -> Result<Vec<i64>>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let payloads = payloads.into_iter().map(Into::into).collect();
+        stream::publish_many(&self.session, stream, payloads).await
+    }
+
+    /// Reads `stream`: the stored events from where the options say, then live ones, each
+    /// once and in seq order, across reconnects. Returns once events published from then on
+    /// will be delivered. `Trimmed` when the asked-for start was deleted by retention.
+    pub async fn subscribe(
+        &self,
+        stream: &str,
+        options: SubscribeOptions,
+    ) -> Result<StreamSubscription> {
+        StreamSubscription::open(&self.session, stream, options).await
+    }
+
+    /// The stream's first and last stored seq and its retention rule.
+    pub async fn stream_info(&self, stream: &str) -> Result<StreamInfo> {
+        stream::stream_info(&self.session, stream).await
+    }
+
+    /// Sets how long `stream` keeps its events (replacing its rule; `StreamRetention::new()`
+    /// keeps everything) and trims it now. Returns how many events the trim deleted.
+    pub async fn set_stream_retention(
+        &self,
+        stream: &str,
+        retention: StreamRetention,
+    ) -> Result<u64> {
+        stream::set_retention(&self.session, stream, retention).await
     }
 
     /// The channels this client's listening connection has LISTENed, as the server reports

@@ -30,12 +30,15 @@ pub enum ErrorKind {
     Unsupported,
     /// A bug in accord; please report it.
     Internal,
+    /// A stream no longer holds the events asked for: retention removed them. The message
+    /// names the seq the stream starts at now.
+    Trimmed,
 }
 
 impl ErrorKind {
     /// Every kind, in the order of C's status codes (which start at 1): what each binding's
     /// tests walk to check that its mapping is one to one.
-    pub const ALL: [ErrorKind; 11] = [
+    pub const ALL: [ErrorKind; 12] = [
         ErrorKind::InvalidArgument,
         ErrorKind::Held,
         ErrorKind::Done,
@@ -47,6 +50,7 @@ impl ErrorKind {
         ErrorKind::Closed,
         ErrorKind::Unsupported,
         ErrorKind::Internal,
+        ErrorKind::Trimmed,
     ];
 
     /// The stable name of the kind, as Node's `err.code` and C's status names use it.
@@ -63,6 +67,7 @@ impl ErrorKind {
             ErrorKind::Closed => "ACCORD_CLOSED",
             ErrorKind::Unsupported => "ACCORD_UNSUPPORTED",
             ErrorKind::Internal => "ACCORD_INTERNAL",
+            ErrorKind::Trimmed => "ACCORD_TRIMMED",
         }
     }
 }
@@ -164,6 +169,17 @@ impl Error {
         Error::new(ErrorKind::Cancelled, format!("{what} was cancelled"))
     }
 
+    /// `Trimmed`: the events of `stream` after `after` are gone; it starts at `first_seq`.
+    pub(crate) fn trimmed(stream: &str, after: i64, first_seq: i64) -> Self {
+        Error::new(
+            ErrorKind::Trimmed,
+            format!(
+                "stream {stream:?}: the events after seq {after} were trimmed by its retention; \
+                 the stream starts at seq {first_seq} now"
+            ),
+        )
+    }
+
     /// `Internal`: a bug in accord (or in a binding), described by `what`.
     pub fn internal(what: impl fmt::Display) -> Self {
         Error::new(
@@ -194,7 +210,8 @@ mod tests {
                 | ErrorKind::Database
                 | ErrorKind::Closed
                 | ErrorKind::Unsupported
-                | ErrorKind::Internal => {}
+                | ErrorKind::Internal
+                | ErrorKind::Trimmed => {}
             }
         }
     }

@@ -47,6 +47,7 @@ mod options;
 mod rules;
 mod semaphore;
 mod session;
+mod stream;
 mod subscription;
 mod validate;
 
@@ -65,6 +66,10 @@ pub use options::{
 };
 pub use semaphore::Semaphore;
 pub use session::{Event, LeaseStatus, LostReason, Message};
+pub use stream::{
+    StreamEvent, StreamInfo, StreamRetention, StreamStart, StreamSubscription, SubscribeOptions,
+    DEFAULT_PAGE_SIZE,
+};
 pub use subscription::Subscription;
 pub use validate::{
     MAX_CHANNEL_BYTES, MAX_LIST_LIMIT, MAX_METADATA_BYTES, MAX_NAME_BYTES, MAX_POOL_SIZE, MAX_TTL,
@@ -75,10 +80,10 @@ pub use validate::{
 /// integers against them, so that no binding restates a range or its message.
 pub mod limits {
     pub use crate::validate::{
-        claim_limit, handoffs_per_period, list_limit, permits, pool_size, shards,
-        MAX_CHANNEL_BYTES, MAX_CLAIM_LIMIT, MAX_HANDOFFS_PER_PERIOD, MAX_LIST_LIMIT,
-        MAX_METADATA_BYTES, MAX_NAME_BYTES, MAX_OFFER_KEYS, MAX_PERMITS, MAX_POOL_SIZE, MAX_SHARDS,
-        MAX_TTL, MIN_TTL, OFFER_BATCH,
+        claim_limit, handoffs_per_period, list_limit, page_size, permits, pool_size, shards,
+        MAX_CHANNEL_BYTES, MAX_CLAIM_LIMIT, MAX_EVENT_BYTES, MAX_HANDOFFS_PER_PERIOD,
+        MAX_LIST_LIMIT, MAX_METADATA_BYTES, MAX_NAME_BYTES, MAX_OFFER_KEYS, MAX_PAGE_SIZE,
+        MAX_PERMITS, MAX_POOL_SIZE, MAX_PUBLISH_EVENTS, MAX_SHARDS, MAX_TTL, MIN_TTL, OFFER_BATCH,
     };
 }
 
@@ -98,7 +103,8 @@ pub fn migration_sql(schema: &str) -> Result<String> {
 
 /// Every statement the PostgreSQL backend prepares, by name (`acquire`, `acquire_queued`,
 /// `leave_queue`, `release_shared`, `holder`, `renew`, `renew_batch`, `release`, `done`,
-/// `release_batch`, `done_batch`, `reset`, `list`, `notify`, `offer`, `claim`, `counts`), for
+/// `release_batch`, `done_batch`, `reset`, `list`, `notify`, `offer`, `claim`, `counts`; the streams' `publish`, `read_stream`, `stream_state`, `set_retention`,
+/// `trim_stream`, `ack`, `acked`), for
 /// DBAs reviewing what accord runs and for the benchmarks, which send the same text raw as the
 /// floor accord is measured against. The statements that free a key or change a line
 /// (`release`, `done`, their batches, `release_shared`, `leave_queue`, `offer`) take the
@@ -124,6 +130,13 @@ pub fn statements(schema: &str) -> Result<Vec<(&'static str, String)>> {
         ("offer", sql.offer),
         ("claim", sql.claim),
         ("counts", sql.counts),
+        ("publish", sql.streams.publish),
+        ("read_stream", sql.streams.read),
+        ("stream_state", sql.streams.state),
+        ("set_retention", sql.streams.set_retention),
+        ("trim_stream", sql.streams.trim),
+        ("ack", sql.streams.ack),
+        ("acked", sql.streams.acked),
     ])
 }
 

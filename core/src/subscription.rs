@@ -85,6 +85,14 @@ impl Subscription {
         }
     }
 
+    /// Drops the events already delivered and not read: for a reader about to look at the
+    /// table, which every one of them only said to read again.
+    pub(crate) fn discard_pending(&self) {
+        if let Ok(mut receiver) = self.receiver.try_lock() {
+            while receiver.try_recv().is_ok() {}
+        }
+    }
+
     /// The events as a stream, ending after this subscription is closed or with one
     /// `Err(Closed)` when the client closes.
     pub fn stream(&self) -> impl Stream<Item = Result<Event>> + '_ {

@@ -30,6 +30,12 @@ pub const OFFER_BATCH: usize = 1000;
 pub const MAX_CLAIM_LIMIT: usize = 1000;
 /// Most permits of a semaphore.
 pub const MAX_PERMITS: usize = 10_000;
+/// The largest stream event payload, in bytes of UTF-8.
+pub const MAX_EVENT_BYTES: usize = 64 * 1024;
+/// The most events one `publish_many` call takes.
+pub const MAX_PUBLISH_EVENTS: usize = 10_000;
+/// The most events one read of a stream (a subscription's page) fetches.
+pub const MAX_PAGE_SIZE: usize = 1_000;
 
 /// A claim's limit from a binding's integer: `InvalidArgument` naming `limit` outside
 /// 1..=[`MAX_CLAIM_LIMIT`].
@@ -178,6 +184,33 @@ pub(crate) fn payload(value: &str, max_bytes: usize) -> Result<()> {
     }
     if value.contains('\0') {
         return Err(Error::invalid("payload", "must not contain NUL characters"));
+    }
+    Ok(())
+}
+
+/// A stream event's payload: any UTF-8 (NUL included: it is stored as bytes), up to 64 KiB.
+pub(crate) fn event_payload(value: &str) -> Result<()> {
+    if value.len() > MAX_EVENT_BYTES {
+        return Err(Error::invalid(
+            "payload",
+            format!(
+                "is {} bytes long, the limit is {MAX_EVENT_BYTES}",
+                value.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A subscription's page size, from a binding's integer.
+pub fn page_size(value: i64) -> Result<usize> {
+    count("page_size", value, MAX_PAGE_SIZE)
+}
+
+/// A seq given by a caller: 0 (before the first event) or more.
+pub(crate) fn seq(field: &str, value: i64) -> Result<()> {
+    if value < 0 {
+        return Err(Error::invalid(field, format!("{value} is negative")));
     }
     Ok(())
 }

@@ -126,6 +126,45 @@ pub(crate) struct DoneItem {
     pub metadata: Option<String>,
 }
 
+/// One event to publish: its stream, payload, and the channel its stream's subscribers listen on.
+pub(crate) struct PublishItem<'a> {
+    pub stream: &'a str,
+    pub payload: &'a str,
+    pub channel: &'a str,
+}
+
+/// Where a published event landed.
+pub(crate) struct Published {
+    pub seq: i64,
+    pub published_at: DateTime<Utc>,
+    /// The stream has a retention rule: the publisher's client should trim it.
+    pub retained: bool,
+}
+
+/// One stored event of a stream.
+pub(crate) struct StoredEvent {
+    pub seq: i64,
+    pub payload: String,
+    pub published_at: DateTime<Utc>,
+}
+
+/// One page of a stream read after a seq, as one snapshot saw the stream.
+pub(crate) struct StreamPage {
+    /// The stream's newest seq (0: never published).
+    pub last_seq: i64,
+    /// Up to the limit asked for, in seq order.
+    pub events: Vec<StoredEvent>,
+}
+
+/// A stream's bounds and retention rule.
+pub(crate) struct StreamState {
+    /// The oldest stored seq (`last_seq + 1` when nothing is stored).
+    pub first_seq: i64,
+    pub last_seq: i64,
+    pub max_len: Option<i64>,
+    pub max_age: Option<Duration>,
+}
+
 pub(crate) enum ResetOutcome {
     Reset,
     NotFound,
@@ -232,6 +271,33 @@ pub(crate) trait Backend: Send + Sync + 'static {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claimed>;
     /// Free, held and done keys of the pool.
     async fn counts(&self, namespace: &str, pool: &str) -> Result<PoolCounts>;
+    /// One statement: append the events to their streams (seqs in commit order, gapless per
+    /// stream), and wake each stream's subscribers once. Answers in the order given.
+    async fn publish(&self, namespace: &str, items: &[PublishItem<'_>]) -> Result<Vec<Published>>;
+    /// Up to `limit` events of the stream after seq `after`, with the stream's newest seq.
+    async fn read_stream(
+        &self,
+        namespace: &str,
+        stream: &str,
+        after: i64,
+        limit: usize,
+    ) -> Result<StreamPage>;
+    async fn stream_state(&self, namespace: &str, stream: &str) -> Result<StreamState>;
+    /// Stores the stream's retention rule (`None`: no bound of that kind).
+    async fn set_retention(
+        &self,
+        namespace: &str,
+        stream: &str,
+        max_len: Option<i64>,
+        max_age: Option<Duration>,
+    ) -> Result<()>;
+    /// Deletes the oldest events the retention rule no longer keeps, at most `limit` of them,
+    /// without taking the lock publishers take. Returns how many went.
+    async fn trim_stream(&self, namespace: &str, stream: &str, limit: usize) -> Result<u64>;
+    /// Stores a consumer's position (it only moves forward).
+    async fn ack(&self, namespace: &str, stream: &str, consumer: &str, seq: i64) -> Result<()>;
+    /// A consumer's stored position.
+    async fn acked(&self, namespace: &str, stream: &str, consumer: &str) -> Result<Option<i64>>;
     /// The largest payload `notify` carries, in bytes.
     fn max_payload(&self) -> usize;
     /// Start receiving `channel` (reference-counted: only the first call subscribes). Returns

@@ -10,6 +10,7 @@ mod dispatch;
 mod grant;
 mod keepalive;
 mod pool;
+mod publisher;
 mod rounds;
 mod scope;
 mod waiters;
@@ -24,6 +25,7 @@ pub use self::dispatch::{Event, Message};
 pub(crate) use self::grant::Grant;
 pub use self::grant::{LeaseStatus, LostReason};
 use self::keepalive::Keepalive;
+pub(crate) use self::publisher::{trim as trim_stream, Outgoing, Publisher};
 pub(crate) use self::scope::Scope;
 use crate::backend;
 use crate::error::{Error, ErrorKind, Result};
@@ -94,6 +96,7 @@ impl Session {
                 runtime,
                 rounds: Default::default(),
                 shared_fences: Default::default(),
+                publisher: Default::default(),
             }),
             ttl: options.ttl,
             pid: std::process::id(),

@@ -20,6 +20,8 @@ pub(crate) struct Scope {
     pub rounds: Rounds,
     /// Fences of this client's live shared grants: they are released by their own statement.
     pub shared_fences: Mutex<HashSet<i64>>,
+    /// Stream publishes in flight, grouped into one statement at a time.
+    pub publisher: super::publisher::Publisher,
 }
 
 impl Scope {

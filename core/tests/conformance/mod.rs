@@ -23,6 +23,7 @@ pub mod leases;
 pub mod notify;
 pub mod pool;
 pub mod queue;
+pub mod streams;
 
 /// Expands to one `#[tokio::test]` per scenario, each with a fresh harness from `$harness`:
 /// `conformance_suite!(Harness::sqlite, has []);`. This is the one list of scenarios: add a new
@@ -74,6 +75,12 @@ macro_rules! conformance_suite {
             queue::x3_a_dead_waiter_costs_at_most_its_ttl: [network_faults],
             queue::e1_e3_one_leader_handed_on_in_order: [],
             queue::e2_a_dead_leader_is_replaced: [network_faults],
+            streams::d1_earliest_replays_in_order_then_live: [],
+            streams::d1_concurrent_publishers_commit_in_order: [],
+            streams::d2_no_gap_across_reconnects: [connection_termination],
+            streams::d3_a_consumer_resumes_after_its_ack: [],
+            streams::d4_retention_trims_and_says_where_the_stream_starts: [],
+            streams::d5_payloads_are_any_utf8_and_names_any_text: [],
         );
     };
 }

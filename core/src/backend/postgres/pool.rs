@@ -12,6 +12,7 @@ use tokio_util::task::AbortOnDropHandle;
 
 use super::connect::{ConnectSpec, Connected};
 use super::sql::Sql;
+use super::streams::{StreamSql, StreamStatements};
 use crate::error::{Error, ErrorKind, Result};
 
 pub(crate) struct Prepared {
@@ -38,11 +39,23 @@ pub(crate) struct Conn {
     pub client: Client,
     _driver: AbortOnDropHandle<()>,
     pub stmts: Prepared,
+    /// The stream statements, prepared at the first stream operation on this connection.
+    streams: tokio::sync::OnceCell<StreamStatements>,
     inflight: AtomicUsize,
     broken: AtomicBool,
 }
 
 impl Conn {
+    /// The stream statements, prepared on first use.
+    pub async fn streams(
+        &self,
+        sql: &StreamSql,
+    ) -> Result<&StreamStatements, tokio_postgres::Error> {
+        self.streams
+            .get_or_try_init(|| sql.prepare(&self.client))
+            .await
+    }
+
     fn usable(&self) -> bool {
         !self.broken.load(Ordering::Relaxed) && !self.client.is_closed()
     }
@@ -101,6 +114,11 @@ impl Pool {
             slow_statement,
             closed: AtomicBool::new(false),
         }
+    }
+
+    /// The statements' text.
+    pub fn sql(&self) -> &Sql {
+        &self.sql
     }
 
     /// Opens every connection (so that a bad URL or password fails at connect time).
@@ -193,6 +211,7 @@ impl Pool {
                 claim,
                 counts,
             },
+            streams: tokio::sync::OnceCell::new(),
             inflight: AtomicUsize::new(0),
             broken: AtomicBool::new(false),
         }))

@@ -106,6 +106,8 @@ pub(crate) struct Sql {
     pub offer: String,
     pub claim: String,
     pub counts: String,
+    /// Durable streams' statements (prepared on first use).
+    pub streams: super::streams::StreamSql,
 }
 
 impl Sql {
@@ -558,6 +560,7 @@ impl Sql {
                    FROM {s}.leases
                   WHERE namespace = $1 AND pool = $2"
             ),
+            streams: super::streams::StreamSql::new(schema),
         }
     }
 }
@@ -623,6 +626,42 @@ pub(crate) fn migrations(schema: &str) -> Vec<Vec<String>> {
                  updated_at timestamptz NOT NULL,
                  granted_at timestamptz,
                  PRIMARY KEY (namespace, key, ticket)
+             )"
+            ),
+        ],
+        // Version 4: durable streams (`streams.rs`). A stream's row holds its newest seq: a
+        // publisher locks it to take the next seqs, so seqs follow commit order. Events are
+        // bytes (any UTF-8, NUL included); a consumer's position is a row of its own.
+        vec![
+            format!(
+                "CREATE TABLE {s}.streams (
+                 namespace    text COLLATE \"C\" NOT NULL,
+                 stream       text COLLATE \"C\" NOT NULL,
+                 last_seq     bigint NOT NULL,
+                 published_at timestamptz,
+                 max_len      bigint,
+                 max_age_ms   bigint,
+                 PRIMARY KEY (namespace, stream)
+             )"
+            ),
+            format!(
+                "CREATE TABLE {s}.stream_events (
+                 namespace    text COLLATE \"C\" NOT NULL,
+                 stream       text COLLATE \"C\" NOT NULL,
+                 seq          bigint NOT NULL,
+                 payload      bytea NOT NULL,
+                 published_at timestamptz NOT NULL,
+                 PRIMARY KEY (namespace, stream, seq)
+             )"
+            ),
+            format!(
+                "CREATE TABLE {s}.stream_acks (
+                 namespace  text COLLATE \"C\" NOT NULL,
+                 stream     text COLLATE \"C\" NOT NULL,
+                 consumer   text COLLATE \"C\" NOT NULL,
+                 seq        bigint NOT NULL,
+                 updated_at timestamptz NOT NULL,
+                 PRIMARY KEY (namespace, stream, consumer)
              )"
             ),
         ],

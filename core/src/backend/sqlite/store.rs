@@ -236,6 +236,33 @@ fn migrate(conn: &mut Connection) -> Result<()> {
              granted_at_ms INTEGER,
              PRIMARY KEY (namespace, key, ticket)
          );",
+        // Version 4: durable streams, as on PostgreSQL. Seqs need no lock of their own here:
+        // one writer at a time (the IMMEDIATE transaction) already orders publishes.
+        "CREATE TABLE streams (
+             namespace       TEXT NOT NULL,
+             stream          TEXT NOT NULL,
+             last_seq        INTEGER NOT NULL,
+             published_at_ms INTEGER,
+             max_len         INTEGER,
+             max_age_ms      INTEGER,
+             PRIMARY KEY (namespace, stream)
+         );
+         CREATE TABLE stream_events (
+             namespace       TEXT NOT NULL,
+             stream          TEXT NOT NULL,
+             seq             INTEGER NOT NULL,
+             payload         BLOB NOT NULL,
+             published_at_ms INTEGER NOT NULL,
+             PRIMARY KEY (namespace, stream, seq)
+         );
+         CREATE TABLE stream_acks (
+             namespace     TEXT NOT NULL,
+             stream        TEXT NOT NULL,
+             consumer      TEXT NOT NULL,
+             seq           INTEGER NOT NULL,
+             updated_at_ms INTEGER NOT NULL,
+             PRIMARY KEY (namespace, stream, consumer)
+         );",
     ];
     let tx = conn
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
