@@ -15,6 +15,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 mod pool;
+mod stream;
 mod supervise;
 
 mod exit {
@@ -24,6 +25,8 @@ mod exit {
     pub const HELD: u8 = 3;
     pub const DONE: u8 = 4;
     pub const LOST: u8 = 5;
+    /// `subscribe`: the events asked for were trimmed by the stream's retention.
+    pub const TRIMMED: u8 = 6;
     /// `work`: some command failed (as xargs says it).
     pub const SOME_FAILED: u8 = 123;
 }
@@ -44,6 +47,9 @@ Examples:
   seq -f 'img/%04g' 1 500 | accord offer img/   # a work pool: keys on stdin, one a line
   accord work img/ -j 8 -- ./resize.sh {}        # like xargs -P, across machines
   accord counts img/ --watch                     # free/held/done until nothing is left
+  accord publish orders 'order 7 paid'           # a durable event; prints its seq
+  accord subscribe orders --from 0 --consumer billing   # JSON lines; resumes where it stopped
+  accord stream orders --max-age 7d              # retention; prints first/last seq
 
 Exit codes:
   0  ok
@@ -52,6 +58,7 @@ Exit codes:
   3  could not acquire: the key is held (--timeout 0) or the wait timed out
   4  the key is done (reset it to acquire it again)
   5  the lease was lost (run, work: the command was stopped)
+  6  subscribe: the events asked for were trimmed by the stream's retention
   run passes its command's exit code through (128+N if it died of signal N), also when
   only the final release failed (with a warning)
   123 work: some command failed (its key was released)
@@ -183,6 +190,45 @@ enum Command {
         channel: String,
         /// The message (may be empty).
         payload: String,
+    },
+    /// Append PAYLOAD (or each line of stdin) to the durable STREAM; prints each event's seq.
+    Publish {
+        #[arg(value_parser = non_empty)]
+        stream: String,
+        /// The event (any text up to 64 KiB); without it, one event per stdin line.
+        payload: Option<String>,
+    },
+    /// Print the events of STREAM as JSON lines ({stream, seq, payload, published_at}), stored
+    /// ones first, then live ones, until Ctrl-C.
+    Subscribe {
+        #[arg(value_parser = non_empty)]
+        stream: String,
+        /// Where to start: earliest, latest, or a seq to read after (0: from the first event).
+        /// Default: latest, or where --consumer stopped.
+        #[arg(long = "from", value_parser = stream::parse_start)]
+        start: Option<accord::StreamStart>,
+        /// A named consumer: its position is stored after each printed line, and a later
+        /// `accord subscribe` of the same consumer goes on from there.
+        #[arg(long, value_parser = non_empty)]
+        consumer: Option<String>,
+        /// Stop after this many events.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        count: Option<u64>,
+    },
+    /// Print STREAM's first and last stored seq and its retention (JSON); with --max-len,
+    /// --max-age or --keep-all, set its retention first (trimming at once).
+    Stream {
+        #[arg(value_parser = non_empty)]
+        stream: String,
+        /// Keep at most this many of the newest events.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        max_len: Option<u64>,
+        /// Keep events at most this old (e.g. 7d, 12h, 30m).
+        #[arg(long, value_parser = parse_duration)]
+        max_age: Option<Duration>,
+        /// Remove the retention rule: keep every event.
+        #[arg(long, conflicts_with_all = ["max_len", "max_age"])]
+        keep_all: bool,
     },
     /// Print notifications on the channels as they arrive (channel<TAB>payload), until Ctrl-C.
     Listen {
@@ -336,6 +382,7 @@ fn code_of(kind: ErrorKind) -> u8 {
         ErrorKind::Held | ErrorKind::Timeout => exit::HELD,
         ErrorKind::Done => exit::DONE,
         ErrorKind::LeaseLost => exit::LOST,
+        ErrorKind::Trimmed => exit::TRIMMED,
         _ => exit::ERROR,
     }
 }
@@ -465,6 +512,41 @@ async fn dispatch(cli: Cli) -> Outcome {
             Ok(exit::OK)
         }
         Command::Listen { channels, json } => listen(&client, channels, json).await,
+        Command::Publish { stream, payload } => stream::publish(&client, &stream, payload).await,
+        Command::Subscribe {
+            stream,
+            start,
+            consumer,
+            count,
+        } => {
+            stream::subscribe(
+                &client,
+                stream::SubscribeArgs {
+                    stream,
+                    start,
+                    consumer,
+                    count,
+                },
+            )
+            .await
+        }
+        Command::Stream {
+            stream,
+            max_len,
+            max_age,
+            keep_all,
+        } => {
+            stream::stream(
+                &client,
+                stream::StreamArgs {
+                    stream,
+                    max_len,
+                    max_age,
+                    keep_all,
+                },
+            )
+            .await
+        }
         Command::Offer { prefix, metadata } => pool::offer(&client, &prefix, metadata).await,
         Command::Counts {
             prefix,

@@ -1091,3 +1091,65 @@ fn work_releases_the_keys_whose_command_failed_and_exits_non_zero() {
     assert_eq!(code(&out), 127, "{}", stderr(&out));
     assert_eq!(env.counts("t/"), (6, 0, 6));
 }
+
+#[test]
+fn publish_subscribe_and_retention() {
+    let env = Env::new("streams");
+    // One event from the arguments, then one per stdin line.
+    let out = env.run(&["publish", "orders", "first"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "1");
+    let mut publisher = env
+        .cmd(&["publish", "orders"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    publisher
+        .stdin
+        .take()
+        .unwrap()
+        .write_all("second\ntab\there\n🦀\n".as_bytes())
+        .unwrap();
+    let out = wait_within(publisher, Duration::from_secs(20));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "2\n3\n4\n");
+
+    // A named consumer prints JSON lines and resumes after what it printed.
+    let read = |extra: &[&str]| {
+        let mut args = vec!["subscribe", "orders"];
+        args.extend_from_slice(extra);
+        let out = env.run(&args);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        stdout(&out)
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a JSON line"))
+            .collect::<Vec<_>>()
+    };
+    let events = read(&["--from", "earliest", "--consumer", "c1", "--count", "2"]);
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0]["seq"], 1);
+    assert_eq!(events[0]["payload"], "first");
+    assert_eq!(events[0]["stream"], "orders");
+    assert!(events[0]["published_at"].as_str().unwrap().ends_with('Z'));
+    let events = read(&["--consumer", "c1", "--count", "2"]);
+    assert_eq!(events[0]["seq"], 3);
+    assert_eq!(events[0]["payload"], "tab\there");
+    assert_eq!(events[1]["payload"], "🦀");
+    let events = read(&["--from", "1", "--count", "1"]);
+    assert_eq!(events[0]["seq"], 2);
+
+    // Retention: the info, a trim, and a subscriber asking for trimmed events exits 6.
+    let out = env.run(&["stream", "orders", "--max-len", "2"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let info: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(info["first_seq"], 3);
+    assert_eq!(info["last_seq"], 4);
+    assert_eq!(info["max_len"], 2);
+    let out = env.run(&["subscribe", "orders", "--from", "0", "--count", "1"]);
+    assert_eq!(code(&out), 6, "{}", stderr(&out));
+    assert!(stderr(&out).contains("starts at seq 3"), "{}", stderr(&out));
+    let out = env.run(&["subscribe", "orders", "--from", "-1"]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+}

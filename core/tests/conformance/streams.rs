@@ -37,7 +37,10 @@ pub async fn d1_earliest_replays_in_order_then_live(h: &Harness) {
     let publisher = h.client("o1").await;
     let reader = h.client("o2").await;
     let payloads: Vec<String> = (1..=1000).map(|i| format!("event {i}")).collect();
-    let seqs = publisher.publish_many("jobs", payloads.clone()).await.unwrap();
+    let seqs = publisher
+        .publish_many("jobs", payloads.clone())
+        .await
+        .unwrap();
     assert_eq!(seqs, (1..=1000).collect::<Vec<i64>>());
     let info = reader.stream_info("jobs").await.unwrap();
     assert_eq!((info.first_seq, info.last_seq), (1, 1000));
@@ -60,7 +63,10 @@ pub async fn d1_earliest_replays_in_order_then_live(h: &Harness) {
     assert_eq!(sub.position(), 1001);
 
     // Latest skips what is stored; the default is Latest.
-    let tail = reader.subscribe("jobs", SubscribeOptions::new()).await.unwrap();
+    let tail = reader
+        .subscribe("jobs", SubscribeOptions::new())
+        .await
+        .unwrap();
     publisher.publish("jobs", "tail").await.unwrap();
     let event = next_event(&tail).await;
     assert_eq!((event.seq, event.payload.as_str()), (1002, "tail"));
@@ -135,7 +141,10 @@ pub async fn d1_concurrent_publishers_commit_in_order(h: &Harness) {
         assert_eq!(mine.len(), EACH);
         // Rounds are sequential: every event of a round comes after the previous round's.
         for w in mine.windows(2) {
-            assert!(w[1] / 10 >= w[0] / 10, "publisher {p}'s rounds out of order: {mine:?}");
+            assert!(
+                w[1] / 10 >= w[0] / 10,
+                "publisher {p}'s rounds out of order: {mine:?}"
+            );
         }
     }
 }
@@ -181,7 +190,9 @@ pub async fn d3_a_consumer_resumes_after_its_ack(h: &Harness) {
     let sub = first
         .subscribe(
             "d3",
-            from(StreamStart::Earliest).consumer("billing").page_size(100),
+            from(StreamStart::Earliest)
+                .consumer("billing")
+                .page_size(100),
         )
         .await
         .unwrap();
@@ -298,7 +309,10 @@ pub async fn d4_retention_trims_and_says_where_the_stream_starts(h: &Harness) {
         .await
         .unwrap();
     let first = next_event(&kept).await;
-    assert!(first.seq >= 6, "an event older than the age was kept: {first:?}");
+    assert!(
+        first.seq >= 6,
+        "an event older than the age was kept: {first:?}"
+    );
     // Each of the new ones is kept unless it too grew older than the age meanwhile.
     if (now - first.published_at).to_std().unwrap_or_default() < age {
         assert_eq!(first.seq, 6);
@@ -308,7 +322,10 @@ pub async fn d4_retention_trims_and_says_where_the_stream_starts(h: &Harness) {
         .set_stream_retention("d4a", StreamRetention::new())
         .await
         .unwrap();
-    assert_eq!(client.stream_info("d4a").await.unwrap().retention, StreamRetention::new());
+    assert_eq!(
+        client.stream_info("d4a").await.unwrap().retention,
+        StreamRetention::new()
+    );
 }
 
 pub async fn d5_payloads_are_any_utf8_and_names_any_text(h: &Harness) {
@@ -342,7 +359,11 @@ pub async fn d5_payloads_are_any_utf8_and_names_any_text(h: &Harness) {
     let err = client.publish("plain", &too_big).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     assert!(err.message().contains("payload"), "{err}");
-    for (stream, field) in [("", "stream"), ("a\0b", "stream"), (&"s".repeat(513)[..], "stream")] {
+    for (stream, field) in [
+        ("", "stream"),
+        ("a\0b", "stream"),
+        (&"s".repeat(513)[..], "stream"),
+    ] {
         let err = client.publish(stream, "x").await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{stream:?}");
         assert!(err.message().contains(field), "{err}");
@@ -364,7 +385,10 @@ pub async fn d5_payloads_are_any_utf8_and_names_any_text(h: &Harness) {
         .unwrap_err();
     assert!(err.message().contains("max_len"), "{err}");
     let err = client
-        .publish_many("plain", vec![String::new(); accord::limits::MAX_PUBLISH_EVENTS + 1])
+        .publish_many(
+            "plain",
+            vec![String::new(); accord::limits::MAX_PUBLISH_EVENTS + 1],
+        )
         .await
         .unwrap_err();
     assert!(err.message().contains("payloads"), "{err}");

@@ -1,0 +1,165 @@
+//! `accord publish`, `accord subscribe` and `accord stream`: durable streams from a shell.
+
+use std::io::{BufRead, Write};
+use std::time::Duration;
+
+use accord::{Client, StreamEvent, StreamInfo, StreamRetention, StreamStart, SubscribeOptions};
+
+use crate::{exit, signals, Failure, Outcome};
+
+/// Where `accord subscribe` starts: `earliest`, `latest`, or a seq to read after.
+pub fn parse_start(s: &str) -> Result<StreamStart, String> {
+    match s {
+        "earliest" => Ok(StreamStart::Earliest),
+        "latest" => Ok(StreamStart::Latest),
+        n => n
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n >= 0)
+            .map(StreamStart::After)
+            .ok_or_else(|| format!("expected earliest, latest or a seq (0 or more), got {n:?}")),
+    }
+}
+
+/// One payload from the arguments, or one per stdin line, published in batches of 1,000 (one
+/// statement each); prints each event's seq on a line of its own.
+pub async fn publish(client: &Client, stream: &str, payload: Option<String>) -> Outcome {
+    let mut out = std::io::stdout();
+    if let Some(payload) = payload {
+        let seq = client.publish(stream, &payload).await?;
+        writeln!(out, "{seq}").ok();
+        return Ok(exit::OK);
+    }
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    let mut batch = Vec::new();
+    let mut published = 0u64;
+    loop {
+        let line = lines.next().transpose().map_err(|e| {
+            Failure::new(exit::ERROR, format!("cannot read payloads from stdin: {e}"))
+        })?;
+        let end = line.is_none();
+        if let Some(line) = line {
+            batch.push(line.strip_suffix('\r').map(str::to_string).unwrap_or(line));
+        }
+        if batch.len() == 1000 || (end && !batch.is_empty()) {
+            for seq in client
+                .publish_many(stream, std::mem::take(&mut batch))
+                .await?
+            {
+                writeln!(out, "{seq}").ok();
+                published += 1;
+            }
+            out.flush().ok();
+        }
+        if end {
+            break;
+        }
+    }
+    eprintln!(
+        "accord: published {published} event{} to {stream:?}",
+        if published == 1 { "" } else { "s" }
+    );
+    Ok(exit::OK)
+}
+
+fn event_json(e: &StreamEvent) -> String {
+    serde_json::json!({
+        "stream": e.stream,
+        "seq": e.seq,
+        "payload": e.payload,
+        "published_at": e.published_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+    })
+    .to_string()
+}
+
+pub struct SubscribeArgs {
+    pub stream: String,
+    pub start: Option<StreamStart>,
+    pub consumer: Option<String>,
+    pub count: Option<u64>,
+}
+
+/// Prints the stream's events as JSON lines until Ctrl-C (or `--count` events). A named
+/// consumer's position is stored after each line is written, so a restarted `accord subscribe`
+/// of the consumer goes on after the last line it printed (a line may repeat after a crash
+/// between printing and storing, never be skipped).
+pub async fn subscribe(client: &Client, args: SubscribeArgs) -> Outcome {
+    let (mut int, mut term) = signals()?;
+    let mut options = SubscribeOptions::new();
+    if let Some(start) = args.start {
+        options = options.start(start);
+    }
+    if let Some(consumer) = &args.consumer {
+        options = options.consumer(consumer.clone());
+    }
+    let sub = client.subscribe(&args.stream, options).await?;
+    eprintln!(
+        "accord: reading {:?} after seq {}",
+        args.stream,
+        sub.position()
+    );
+    let mut out = std::io::stdout();
+    let mut delivered = 0u64;
+    while args.count.is_none_or(|n| delivered < n) {
+        let event = tokio::select! {
+            event = sub.next() => match event? {
+                Some(event) => event,
+                None => return Err(Failure::new(exit::ERROR, "the subscription ended")),
+            },
+            _ = int.recv() => break,
+            _ = term.recv() => break,
+        };
+        if writeln!(out, "{}", event_json(&event))
+            .and_then(|_| out.flush())
+            .is_err()
+        {
+            // The reader went away (a closed pipe): this event was not delivered.
+            break;
+        }
+        delivered += 1;
+        if args.consumer.is_some() {
+            sub.ack(event.seq).await?;
+        }
+    }
+    sub.close().await;
+    Ok(exit::OK)
+}
+
+fn info_json(info: &StreamInfo) -> String {
+    serde_json::json!({
+        "stream": info.stream,
+        "first_seq": info.first_seq,
+        "last_seq": info.last_seq,
+        "stored": (info.last_seq - info.first_seq + 1).max(0),
+        "max_len": info.retention.max_len,
+        "max_age_ms": info.retention.max_age.map(|d| d.as_millis() as u64),
+    })
+    .to_string()
+}
+
+pub struct StreamArgs {
+    pub stream: String,
+    pub max_len: Option<u64>,
+    pub max_age: Option<Duration>,
+    pub keep_all: bool,
+}
+
+/// Prints the stream's bounds and retention as JSON; with a rule given, sets it first (which
+/// trims at once).
+pub async fn stream(client: &Client, args: StreamArgs) -> Outcome {
+    if args.keep_all || args.max_len.is_some() || args.max_age.is_some() {
+        let retention = StreamRetention {
+            max_len: args.max_len,
+            max_age: args.max_age,
+        };
+        let trimmed = client.set_stream_retention(&args.stream, retention).await?;
+        eprintln!(
+            "accord: retention of {:?} set; {trimmed} events trimmed",
+            args.stream
+        );
+    }
+    let info = client.stream_info(&args.stream).await?;
+    println!("{}", info_json(&info));
+    Ok(exit::OK)
+}
