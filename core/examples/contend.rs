@@ -11,6 +11,8 @@
 //! contend URL NAMESPACE fleet FLEET SHARDS TTL_MS PERIOD_MS  # a member of a fleet until SIGTERM or EOF
 //! contend URL NAMESPACE wait KEY TTL_MS [shared]   # wait in KEY's line, hold until a stdin line
 //! contend URL NAMESPACE campaign NAME VALUE TTL_MS # campaign, lead until a stdin line, resign
+//! contend URL NAMESPACE publish STREAM COUNT TAG   # publish COUNT events, 10 at once
+//! contend URL NAMESPACE subscribe STREAM CONSUMER COUNT  # read COUNT events from the earliest
 //! ```
 //!
 //! `contend` proves exclusion without trusting any client: TABLE (created by the caller as
@@ -39,6 +41,13 @@
 //! the leadership is lost, and `RESIGNED` after the line that tells it to resign
 //! (tests/polyglot's waiting run, beside Python and Node workers doing the same).
 //!
+//! `publish` sends `TAG:i:` + one of four suffixes (empty, a NUL, non-ASCII, quotes) for i in
+//! 1..=COUNT, ten concurrent publishes at a time (one client: they share statements), printing
+//! `PUBLISHED <i> <seq>` for each and `DONE` at the end. `subscribe` reads the stream from the
+//! earliest event (as the named CONSUMER unless it is `-`, acking each event), printing
+//! `EVENT <seq> <sha256 of the payload>` for each of COUNT events (tests/polyglot's stream run,
+//! beside Python and Node workers doing the same).
+//!
 //! `hold` prints `RELEASED` once it released the key. With `-` for MILLIS it keeps the key until
 //! its standard input ends (a line or EOF): the caller decides when, no timer does, as with the
 //! C test binary's `hold` mode.
@@ -47,7 +56,7 @@ use std::time::Duration;
 
 use accord::{
     AcquireOptions, CampaignOptions, ClaimOptions, Client, ClientOptions, FleetEvent, FleetOptions,
-    LostSignal,
+    LostSignal, StreamStart, SubscribeOptions,
 };
 
 /// Waits for a line (or EOF) on standard input, printing `LOST` if `lost` fires first (and
@@ -67,7 +76,7 @@ async fn until_told_or_lost(lost: LostSignal) {
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: contend URL NAMESPACE (contend KEY ROUNDS TABLE | hold KEY (MILLIS | -) | notify CHANNEL PAYLOAD | hammer KEY GRANTS | drain PREFIX BATCH | fleet FLEET SHARDS TTL_MS PERIOD_MS | wait KEY TTL_MS [shared] | campaign NAME VALUE TTL_MS)";
+    let usage = "usage: contend URL NAMESPACE (contend KEY ROUNDS TABLE | hold KEY (MILLIS | -) | notify CHANNEL PAYLOAD | hammer KEY GRANTS | drain PREFIX BATCH | fleet FLEET SHARDS TTL_MS PERIOD_MS | wait KEY TTL_MS [shared] | campaign NAME VALUE TTL_MS | publish STREAM COUNT TAG | subscribe STREAM CONSUMER COUNT)";
     let [url, namespace, command, a, b, rest @ ..] = args.as_slice() else {
         eprintln!("{usage}");
         std::process::exit(2);
@@ -149,6 +158,46 @@ async fn main() {
             until_told_or_lost(leadership.lost_signal()).await;
             let _ = leadership.resign().await;
             println!("RESIGNED");
+            0
+        }
+        "publish" => {
+            let (count, tag) = (
+                b.parse::<usize>().expect("COUNT is a number"),
+                rest.first().expect(usage),
+            );
+            const EXTRA: [&str; 4] = ["", "nul\0byte", "é中🦀", "quote'\"\\$accord$"];
+            for round in (1..=count).step_by(10) {
+                let batch = (round..=(round + 9).min(count)).map(|i| {
+                    let client = client.clone();
+                    async move {
+                        let payload = format!("{tag}:{i}:{}", EXTRA[i % 4]);
+                        (i, client.publish(a, &payload).await.expect("publish"))
+                    }
+                });
+                for (i, seq) in futures_util::future::join_all(batch).await {
+                    println!("PUBLISHED {i} {seq}");
+                }
+            }
+            println!("DONE");
+            0
+        }
+        "subscribe" => {
+            use sha2::Digest;
+            let count: usize = rest.first().expect(usage).parse().expect("COUNT is a number");
+            let mut options = SubscribeOptions::new().start(StreamStart::Earliest);
+            if b != "-" {
+                options = options.consumer(b.as_str());
+            }
+            let sub = client.subscribe(a, options).await.expect("subscribe");
+            for _ in 0..count {
+                let event = sub.next().await.expect("next").expect("an event");
+                let digest = sha2::Sha256::digest(event.payload.as_bytes());
+                let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+                println!("EVENT {} {hex}", event.seq);
+                if b != "-" {
+                    sub.ack(event.seq).await.expect("ack");
+                }
+            }
             0
         }
         "hammer" => {
