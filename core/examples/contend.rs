@@ -183,7 +183,11 @@ async fn main() {
         }
         "subscribe" => {
             use sha2::Digest;
-            let count: usize = rest.first().expect(usage).parse().expect("COUNT is a number");
+            let count: usize = rest
+                .first()
+                .expect(usage)
+                .parse()
+                .expect("COUNT is a number");
             let mut options = SubscribeOptions::new().start(StreamStart::Earliest);
             if b != "-" {
                 options = options.consumer(b.as_str());

@@ -19,6 +19,7 @@ worker (`cargo build -p accord --example contend`); `make test-polyglot` does al
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import queue
 import signal
@@ -131,9 +132,11 @@ def publishers_and_subscribers(url: str, tag: str) -> None:
         for i, seq in seqs:
             by_round.setdefault((i - 1) // 10, []).append(seq)
         rounds = [by_round[r] for r in sorted(by_round)]
-        for a, b in zip(rounds, rounds[1:]):
+        for a, b in itertools.pairwise(rounds):
             if max(a) >= min(b):
-                raise SystemExit(f"✗ D1: the {p.lang} publisher's rounds interleave: {a} {b}")
+                raise SystemExit(
+                    f"✗ D1: the {p.lang} publisher's rounds interleave: {a} {b}"
+                )
     with accord.Client(url, namespace=tag) as client:
         seq = client.publish(stream, BIG)
     expected[seq] = sha(BIG)
@@ -143,9 +146,13 @@ def publishers_and_subscribers(url: str, tag: str) -> None:
         for want in range(1, total + 1):
             got, digest = s.expect("EVENT")
             if int(got) != want:
-                raise SystemExit(f"✗ D1: the {s.lang} subscriber got seq {got}, expected {want}")
+                raise SystemExit(
+                    f"✗ D1: the {s.lang} subscriber got seq {got}, expected {want}"
+                )
             if digest != expected[want]:
-                raise SystemExit(f"✗ D5: the {s.lang} subscriber got another payload for {want}")
+                raise SystemExit(
+                    f"✗ D5: the {s.lang} subscriber got another payload for {want}"
+                )
         if s.process.wait(timeout=BOUND) != 0:
             raise SystemExit(f"✗ the {s.lang} subscriber failed")
     print(

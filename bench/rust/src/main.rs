@@ -1,5 +1,5 @@
 //! `accord-bench`: the Rust part of `make bench` (bench/README.md). Runs scenarios 1–5, 8 (a
-//! work pool) and 10 (waiting in line, elections) of the benchmark against the database in ACCORD_BENCH_URL and writes their raw samples to
+//! work pool), 10 (waiting in line, elections) and 11 (durable streams) of the benchmark against the database in ACCORD_BENCH_URL and writes their raw samples to
 //! ACCORD_BENCH_OUT for bench/report.py.
 
 mod concurrent;
@@ -10,6 +10,7 @@ mod notify;
 mod pool;
 mod raw;
 mod record;
+mod streams;
 mod uncontended;
 
 use std::time::Duration;
@@ -24,10 +25,10 @@ pub const SCHEMA: &str = "accord_bench";
 pub const NAMESPACE: &str = "bench";
 
 #[derive(Parser)]
-#[command(about = "accord's Rust benchmarks (scenarios 1-5, 8 and 10); see bench/README.md")]
+#[command(about = "accord's Rust benchmarks (scenarios 1-5, 8, 10 and 11); see bench/README.md")]
 struct Args {
     /// Scenarios to run, e.g. `1,3`.
-    #[arg(long, value_delimiter = ',', default_values_t = [1u8, 2, 3, 4, 5, 8, 10])]
+    #[arg(long, value_delimiter = ',', default_values_t = [1u8, 2, 3, 4, 5, 8, 10, 11])]
     scenarios: Vec<u8>,
     /// The database (a throwaway one: the bench writes to schema accord_bench).
     #[arg(long, env = "ACCORD_BENCH_URL")]
@@ -114,7 +115,8 @@ async fn main() -> BenchResult<()> {
             5 => keepalive::run(&config).await?,
             8 => pool::run(&config).await?,
             10 => line::run(&config).await?,
-            other => return Err(format!("there is no scenario {other} (1-5, 8, 10)").into()),
+            11 => streams::run(&config).await?,
+            other => return Err(format!("there is no scenario {other} (1-5, 8, 10, 11)").into()),
         };
         for record in &found {
             println!("  {}", record.summary());
