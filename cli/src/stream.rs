@@ -9,16 +9,7 @@ use crate::{exit, signals, Failure, Outcome};
 
 /// Where `accord subscribe` starts: `earliest`, `latest`, or a seq to read after.
 pub fn parse_start(s: &str) -> Result<StreamStart, String> {
-    match s {
-        "earliest" => Ok(StreamStart::Earliest),
-        "latest" => Ok(StreamStart::Latest),
-        n => n
-            .parse::<i64>()
-            .ok()
-            .filter(|n| *n >= 0)
-            .map(StreamStart::After)
-            .ok_or_else(|| format!("expected earliest, latest or a seq (0 or more), got {n:?}")),
-    }
+    StreamStart::parse("--from", s).map_err(|e| e.message().to_string())
 }
 
 /// One payload from the arguments, or one per stdin line, published in batches of 1,000 (one

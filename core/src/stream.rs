@@ -62,6 +62,30 @@ pub enum StreamStart {
     After(i64),
 }
 
+impl StreamStart {
+    /// `"earliest"`, `"latest"`, or a seq (0 or more) in decimal, as the bindings and the CLI
+    /// take it; an `InvalidArgument` error naming `field` otherwise.
+    pub fn parse(field: &str, text: &str) -> Result<StreamStart> {
+        match text {
+            "earliest" => Ok(StreamStart::Earliest),
+            "latest" => Ok(StreamStart::Latest),
+            other => match other.parse::<i64>() {
+                Ok(seq) => StreamStart::after(field, seq),
+                Err(_) => Err(Error::invalid(
+                    field,
+                    format!("{other:?} is not \"earliest\", \"latest\" or a seq"),
+                )),
+            },
+        }
+    }
+
+    /// `After(seq)` for a binding's integer: `InvalidArgument` naming `field` when negative.
+    pub fn after(field: &str, seq: i64) -> Result<StreamStart> {
+        validate::seq(field, seq)?;
+        Ok(StreamStart::After(seq))
+    }
+}
+
 /// Options of [`crate::Client::subscribe`].
 #[derive(Clone, Debug)]
 pub struct SubscribeOptions {

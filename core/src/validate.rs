@@ -207,6 +207,18 @@ pub fn page_size(value: i64) -> Result<usize> {
     count("page_size", value, MAX_PAGE_SIZE)
 }
 
+/// A stream's `max_len` from a binding's integer: `InvalidArgument` naming `max_len` outside
+/// 1..=2^63-1.
+pub fn stream_max_len(value: i64) -> Result<u64> {
+    if value < 1 {
+        return Err(Error::invalid(
+            "max_len",
+            format!("{value} is outside 1..=9223372036854775807"),
+        ));
+    }
+    Ok(value as u64)
+}
+
 /// A seq given by a caller: 0 (before the first event) or more.
 pub(crate) fn seq(field: &str, value: i64) -> Result<()> {
     if value < 0 {

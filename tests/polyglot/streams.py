@@ -21,86 +21,21 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
-import queue
 import signal
-import subprocess
-import sys
-import threading
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import accord
+from procs import BOUND, Worker, spawn, stop_all
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
-#: Bounds a hang, never a speed.
-BOUND = 60.0
 LANGS = ["rust", "python", "node"]
 PER_PUBLISHER = int(os.environ.get("ACCORD_POLYGLOT_EVENTS", "60"))
 EXTRA = ["", "nul\u0000byte", "é中🦀", "quote'\"\\$accord$"]
 #: 65,536 bytes of UTF-8: the largest event.
 BIG = "é" * 32_768
 
-STARTED: list[subprocess.Popen[str]] = []
-
-
-@dataclass
-class Worker:
-    lang: str
-    process: subprocess.Popen[str]
-    lines: queue.Queue[str] = field(default_factory=queue.Queue)
-    log: list[str] = field(default_factory=list)
-
-    def expect(self, word: str) -> list[str]:
-        """The rest of the next line starting with `word` (earlier lines are kept in the log)."""
-        deadline = time.monotonic() + BOUND
-        while True:
-            try:
-                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                raise SystemExit(
-                    f"✗ {self.lang} worker: no {word} within {BOUND:.0f} s; {self.log[-5:]}"
-                ) from None
-            self.log.append(line)
-            head, *rest = line.split()
-            if head == word:
-                return rest
-
-    def tell(self, line: str) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(line + "\n")
-        self.process.stdin.flush()
-
 
 def start(lang: str, url: str, namespace: str, *args: str) -> Worker:
-    contend = os.environ.get(
-        "ACCORD_CONTEND", str(REPO / "target/debug/examples/contend")
-    )
-    command = {
-        "rust": [contend, url, namespace, *args],
-        "python": [
-            sys.executable,
-            str(HERE / "stream_worker.py"),
-            url,
-            namespace,
-            *args,
-        ],
-        "node": ["node", str(HERE / "stream_worker.js"), url, namespace, *args],
-    }[lang]
-    process = subprocess.Popen(
-        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    STARTED.append(process)
-    worker = Worker(lang, process)
-
-    def pump() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            worker.lines.put(line.rstrip("\n"))
-
-    threading.Thread(target=pump, daemon=True).start()
-    return worker
+    return spawn(lang, "stream_worker", url, namespace, *args)
 
 
 def sha(payload: str) -> str:
@@ -201,10 +136,7 @@ def main() -> None:
         publishers_and_subscribers(url, tag)
         killed_before_ack(url, tag)
     finally:
-        for p in STARTED:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        stop_all()
 
 
 if __name__ == "__main__":

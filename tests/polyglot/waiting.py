@@ -23,92 +23,20 @@ from __future__ import annotations
 import os
 import queue
 import signal
-import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import accord
 import psycopg
+from procs import BOUND, Worker, spawn, stop_all
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
-#: Bounds a hang, never a speed.
-BOUND = 60.0
 LONG_TTL_MS = 30_000
 SHORT_TTL_MS = 1_500
 
 
-#: Every worker started, so that none outlives the run.
-STARTED: list[subprocess.Popen[str]] = []
-
-
-@dataclass
-class Worker:
-    lang: str
-    process: subprocess.Popen[str]
-    lines: queue.Queue[str] = field(default_factory=queue.Queue)
-    log: list[str] = field(default_factory=list)
-
-    def expect(self, word: str) -> list[str]:
-        """The rest of the next line starting with `word` (earlier lines are kept in the log)."""
-        deadline = time.monotonic() + BOUND
-        while True:
-            try:
-                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                raise SystemExit(
-                    f"✗ {self.lang} worker: no {word} within {BOUND:.0f} s; {self.log[-5:]}"
-                ) from None
-            self.log.append(line)
-            head, *rest = line.split()
-            if head == word:
-                return rest
-
-    def said(self, word: str) -> bool:
-        """Whether a line starting with `word` came (without waiting)."""
-        while True:
-            try:
-                self.log.append(self.lines.get_nowait())
-            except queue.Empty:
-                break
-        return any(line.split()[0] == word for line in self.log)
-
-    def tell(self) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write("go\n")
-        self.process.stdin.flush()
-
-
 def start(lang: str, url: str, namespace: str, *args: str) -> Worker:
-    contend = os.environ.get(
-        "ACCORD_CONTEND", str(REPO / "target/debug/examples/contend")
-    )
-    command = {
-        "rust": [contend, url, namespace, *args],
-        "python": [
-            sys.executable,
-            str(HERE / "waiting_worker.py"),
-            url,
-            namespace,
-            *args,
-        ],
-        "node": ["node", str(HERE / "waiting_worker.js"), url, namespace, *args],
-    }[lang]
-    process = subprocess.Popen(
-        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    STARTED.append(process)
-    worker = Worker(lang, process)
-
-    def pump() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            worker.lines.put(line.rstrip("\n"))
-
-    threading.Thread(target=pump, daemon=True).start()
+    worker = spawn(lang, "waiting_worker", url, namespace, *args)
     worker.expect("READY")
     return worker
 
@@ -313,11 +241,7 @@ def main() -> int:
             dead_and_stopped(db, url, tag)
             elections(db, url, tag)
         finally:
-            for process in STARTED:
-                if process.poll() is None:
-                    process.send_signal(signal.SIGCONT)
-                    process.kill()
-                    process.wait()
+            stop_all()
     return 0
 
 

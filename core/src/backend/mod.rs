@@ -25,6 +25,11 @@ use crate::error::Result;
 use crate::metadata::Metadata;
 use crate::options::{ListPage, ListQuery, PoolCounts};
 
+/// A duration as whole milliseconds, for a statement's bigint parameter (saturating).
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
 /// Identifies one grant: what every fenced statement matches on (G5).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LeaseRef<'a> {
@@ -196,8 +201,40 @@ pub(crate) trait EventSink: Send + Sync {
     fn deliver(&self, event: BackendEvent);
 }
 
+/// Durable streams' statements (each store's `streams.rs`).
 #[async_trait]
-pub(crate) trait Backend: Send + Sync + 'static {
+pub(crate) trait StreamStore {
+    /// One statement: append the events to their streams (seqs in commit order, gapless per
+    /// stream), and wake each stream's subscribers once. Answers in the order given.
+    async fn publish(&self, namespace: &str, items: &[PublishItem<'_>]) -> Result<Vec<Published>>;
+    /// Up to `limit` events of the stream after seq `after`, with the stream's newest seq.
+    async fn read_stream(
+        &self,
+        namespace: &str,
+        stream: &str,
+        after: i64,
+        limit: usize,
+    ) -> Result<StreamPage>;
+    async fn stream_state(&self, namespace: &str, stream: &str) -> Result<StreamState>;
+    /// Stores the stream's retention rule (`None`: no bound of that kind).
+    async fn set_retention(
+        &self,
+        namespace: &str,
+        stream: &str,
+        max_len: Option<i64>,
+        max_age: Option<Duration>,
+    ) -> Result<()>;
+    /// Deletes the oldest events the retention rule no longer keeps, at most `limit` of them,
+    /// without taking the lock publishers take. Returns how many went.
+    async fn trim_stream(&self, namespace: &str, stream: &str, limit: usize) -> Result<u64>;
+    /// Stores a consumer's position (it only moves forward).
+    async fn ack(&self, namespace: &str, stream: &str, consumer: &str, seq: i64) -> Result<()>;
+    /// A consumer's stored position.
+    async fn acked(&self, namespace: &str, stream: &str, consumer: &str) -> Result<Option<i64>>;
+}
+
+#[async_trait]
+pub(crate) trait Backend: StreamStore + Send + Sync + 'static {
     /// One statement: grant the key exclusively if it is free and nobody waits in line, else
     /// say why not.
     async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<AcquireOutcome>;
@@ -271,33 +308,6 @@ pub(crate) trait Backend: Send + Sync + 'static {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claimed>;
     /// Free, held and done keys of the pool.
     async fn counts(&self, namespace: &str, pool: &str) -> Result<PoolCounts>;
-    /// One statement: append the events to their streams (seqs in commit order, gapless per
-    /// stream), and wake each stream's subscribers once. Answers in the order given.
-    async fn publish(&self, namespace: &str, items: &[PublishItem<'_>]) -> Result<Vec<Published>>;
-    /// Up to `limit` events of the stream after seq `after`, with the stream's newest seq.
-    async fn read_stream(
-        &self,
-        namespace: &str,
-        stream: &str,
-        after: i64,
-        limit: usize,
-    ) -> Result<StreamPage>;
-    async fn stream_state(&self, namespace: &str, stream: &str) -> Result<StreamState>;
-    /// Stores the stream's retention rule (`None`: no bound of that kind).
-    async fn set_retention(
-        &self,
-        namespace: &str,
-        stream: &str,
-        max_len: Option<i64>,
-        max_age: Option<Duration>,
-    ) -> Result<()>;
-    /// Deletes the oldest events the retention rule no longer keeps, at most `limit` of them,
-    /// without taking the lock publishers take. Returns how many went.
-    async fn trim_stream(&self, namespace: &str, stream: &str, limit: usize) -> Result<u64>;
-    /// Stores a consumer's position (it only moves forward).
-    async fn ack(&self, namespace: &str, stream: &str, consumer: &str, seq: i64) -> Result<()>;
-    /// A consumer's stored position.
-    async fn acked(&self, namespace: &str, stream: &str, consumer: &str) -> Result<Option<i64>>;
     /// The largest payload `notify` carries, in bytes.
     fn max_payload(&self) -> usize;
     /// Start receiving `channel` (reference-counted: only the first call subscribes). Returns

@@ -20,9 +20,8 @@ use self::listener::Listener;
 use self::pool::{Failure, Pool};
 use self::sql::Sql;
 use super::{
-    AcquireOutcome, AcquireRequest, Backend, BatchItem, ClaimRequest, Claimed, DoneItem, EventSink,
-    Granted, Holder, LeaseRef, PublishItem, Published, Renewed, ResetOutcome, StreamPage,
-    StreamState,
+    millis, AcquireOutcome, AcquireRequest, Backend, BatchItem, ClaimRequest, Claimed, DoneItem,
+    EventSink, Granted, Holder, LeaseRef, Renewed, ResetOutcome,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::metadata::Metadata;
@@ -80,10 +79,6 @@ impl PgBackend {
             wakeup_channel,
         })
     }
-}
-
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// The answer of an acquire statement when it granted (columns 0-3) or found the key done
@@ -511,47 +506,6 @@ impl Backend for PgBackend {
             held: n(1),
             done: n(2),
         })
-    }
-
-    async fn publish(&self, namespace: &str, items: &[PublishItem<'_>]) -> Result<Vec<Published>> {
-        self.publish_events(namespace, items).await
-    }
-
-    async fn read_stream(
-        &self,
-        namespace: &str,
-        stream: &str,
-        after: i64,
-        limit: usize,
-    ) -> Result<StreamPage> {
-        self.read_events(namespace, stream, after, limit).await
-    }
-
-    async fn stream_state(&self, namespace: &str, stream: &str) -> Result<StreamState> {
-        self.stream_bounds(namespace, stream).await
-    }
-
-    async fn set_retention(
-        &self,
-        namespace: &str,
-        stream: &str,
-        max_len: Option<i64>,
-        max_age: Option<Duration>,
-    ) -> Result<()> {
-        self.store_retention(namespace, stream, max_len, max_age)
-            .await
-    }
-
-    async fn trim_stream(&self, namespace: &str, stream: &str, limit: usize) -> Result<u64> {
-        self.trim_events(namespace, stream, limit).await
-    }
-
-    async fn ack(&self, namespace: &str, stream: &str, consumer: &str, seq: i64) -> Result<()> {
-        self.store_ack(namespace, stream, consumer, seq).await
-    }
-
-    async fn acked(&self, namespace: &str, stream: &str, consumer: &str) -> Result<Option<i64>> {
-        self.stored_ack(namespace, stream, consumer).await
     }
 
     fn max_payload(&self) -> usize {

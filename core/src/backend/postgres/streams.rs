@@ -16,7 +16,11 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement};
 
 use super::sql::quote_ident;
-use crate::backend::{PublishItem, Published, StoredEvent, StreamPage, StreamState};
+use async_trait::async_trait;
+
+use crate::backend::{
+    millis, PublishItem, Published, StoredEvent, StreamPage, StreamState, StreamStore,
+};
 use crate::error::{Error, Result};
 
 /// The statements' text.
@@ -177,16 +181,9 @@ fn payload_text(bytes: Vec<u8>, seq: i64) -> Result<String> {
         .map_err(|_| Error::internal(format!("stored event {seq} is not UTF-8")))
 }
 
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-impl super::PgBackend {
-    pub(super) async fn publish_events(
-        &self,
-        namespace: &str,
-        items: &[PublishItem<'_>],
-    ) -> Result<Vec<Published>> {
+#[async_trait]
+impl StreamStore for super::PgBackend {
+    async fn publish(&self, namespace: &str, items: &[PublishItem<'_>]) -> Result<Vec<Published>> {
         let streams: Vec<&str> = items.iter().map(|i| i.stream).collect();
         let payloads: Vec<&[u8]> = items.iter().map(|i| i.payload.as_bytes()).collect();
         let channels: Vec<&str> = items.iter().map(|i| i.channel).collect();
@@ -211,7 +208,7 @@ impl super::PgBackend {
             .collect())
     }
 
-    pub(super) async fn read_events(
+    async fn read_stream(
         &self,
         namespace: &str,
         stream: &str,
@@ -245,7 +242,7 @@ impl super::PgBackend {
         Ok(page)
     }
 
-    pub(super) async fn stream_bounds(&self, namespace: &str, stream: &str) -> Result<StreamState> {
+    async fn stream_state(&self, namespace: &str, stream: &str) -> Result<StreamState> {
         let params: [&(dyn ToSql + Sync); 2] = [&namespace, &stream];
         let row = self
             .pool
@@ -272,7 +269,7 @@ impl super::PgBackend {
         })
     }
 
-    pub(super) async fn store_retention(
+    async fn set_retention(
         &self,
         namespace: &str,
         stream: &str,
@@ -290,12 +287,7 @@ impl super::PgBackend {
         Ok(())
     }
 
-    pub(super) async fn trim_events(
-        &self,
-        namespace: &str,
-        stream: &str,
-        limit: usize,
-    ) -> Result<u64> {
+    async fn trim_stream(&self, namespace: &str, stream: &str, limit: usize) -> Result<u64> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let params: [&(dyn ToSql + Sync); 3] = [&namespace, &stream, &limit];
         let row = self
@@ -308,13 +300,7 @@ impl super::PgBackend {
         Ok(row.get::<_, i64>(0).max(0) as u64)
     }
 
-    pub(super) async fn store_ack(
-        &self,
-        namespace: &str,
-        stream: &str,
-        consumer: &str,
-        seq: i64,
-    ) -> Result<()> {
+    async fn ack(&self, namespace: &str, stream: &str, consumer: &str, seq: i64) -> Result<()> {
         let params: [&(dyn ToSql + Sync); 4] = [&namespace, &stream, &consumer, &seq];
         self.pool
             .run_retrying("ack", |c| async move {
@@ -325,12 +311,7 @@ impl super::PgBackend {
         Ok(())
     }
 
-    pub(super) async fn stored_ack(
-        &self,
-        namespace: &str,
-        stream: &str,
-        consumer: &str,
-    ) -> Result<Option<i64>> {
+    async fn acked(&self, namespace: &str, stream: &str, consumer: &str) -> Result<Option<i64>> {
         let params: [&(dyn ToSql + Sync); 3] = [&namespace, &stream, &consumer];
         let row = self
             .pool

@@ -21,8 +21,7 @@ use tokio_util::sync::CancellationToken;
 use self::store::{db_error, now_ms, Location, Store};
 use super::{
     parse_wakeup, wakeup_payload, AcquireOutcome, AcquireRequest, Backend, BackendEvent, BatchItem,
-    ClaimRequest, Claimed, DoneItem, EventSink, Granted, Holder, LeaseRef, PublishItem, Published,
-    Renewed, ResetOutcome, StreamPage, StreamState,
+    ClaimRequest, Claimed, DoneItem, EventSink, Granted, Holder, LeaseRef, Renewed, ResetOutcome,
 };
 use crate::error::{Error, Result};
 use crate::metadata::Metadata;
@@ -1159,47 +1158,6 @@ impl Backend for SqliteBackend {
                 Ok(counts)
             })
             .await
-    }
-
-    async fn publish(&self, namespace: &str, items: &[PublishItem<'_>]) -> Result<Vec<Published>> {
-        self.publish_events(namespace, items).await
-    }
-
-    async fn read_stream(
-        &self,
-        namespace: &str,
-        stream: &str,
-        after: i64,
-        limit: usize,
-    ) -> Result<StreamPage> {
-        self.read_events(namespace, stream, after, limit).await
-    }
-
-    async fn stream_state(&self, namespace: &str, stream: &str) -> Result<StreamState> {
-        self.stream_bounds(namespace, stream).await
-    }
-
-    async fn set_retention(
-        &self,
-        namespace: &str,
-        stream: &str,
-        max_len: Option<i64>,
-        max_age: Option<Duration>,
-    ) -> Result<()> {
-        self.store_retention(namespace, stream, max_len, max_age)
-            .await
-    }
-
-    async fn trim_stream(&self, namespace: &str, stream: &str, limit: usize) -> Result<u64> {
-        self.trim_events(namespace, stream, limit).await
-    }
-
-    async fn ack(&self, namespace: &str, stream: &str, consumer: &str, seq: i64) -> Result<()> {
-        self.store_ack(namespace, stream, consumer, seq).await
-    }
-
-    async fn acked(&self, namespace: &str, stream: &str, consumer: &str) -> Result<Option<i64>> {
-        self.stored_ack(namespace, stream, consumer).await
     }
 
     fn max_payload(&self) -> usize {

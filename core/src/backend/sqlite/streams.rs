@@ -8,12 +8,13 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use super::store::db_error;
 use super::{add_event, time, SqliteBackend};
-use crate::backend::{PublishItem, Published, StoredEvent as StreamEvent, StreamPage, StreamState};
-use crate::error::{Error, Result};
+use async_trait::async_trait;
 
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
+use crate::backend::{
+    millis, PublishItem, Published, StoredEvent as StreamEvent, StreamPage, StreamState,
+    StreamStore,
+};
+use crate::error::{Error, Result};
 
 /// The stream's newest seq, first stored seq and rule; `None` when never published nor ruled.
 fn state(conn: &Connection, ns: &str, stream: &str) -> Result<Option<StreamState>> {
@@ -43,12 +44,9 @@ fn state(conn: &Connection, ns: &str, stream: &str) -> Result<Option<StreamState
     }))
 }
 
-impl SqliteBackend {
-    pub(super) async fn publish_events(
-        &self,
-        namespace: &str,
-        items: &[PublishItem<'_>],
-    ) -> Result<Vec<Published>> {
+#[async_trait]
+impl StreamStore for SqliteBackend {
+    async fn publish(&self, namespace: &str, items: &[PublishItem<'_>]) -> Result<Vec<Published>> {
         let ns = namespace.to_string();
         let items: Vec<(String, String, String)> = items
             .iter()
@@ -109,7 +107,7 @@ impl SqliteBackend {
         .await
     }
 
-    pub(super) async fn read_events(
+    async fn read_stream(
         &self,
         namespace: &str,
         stream: &str,
@@ -164,7 +162,7 @@ impl SqliteBackend {
             .await
     }
 
-    pub(super) async fn stream_bounds(&self, namespace: &str, stream: &str) -> Result<StreamState> {
+    async fn stream_state(&self, namespace: &str, stream: &str) -> Result<StreamState> {
         let (ns, stream) = (namespace.to_string(), stream.to_string());
         self.store
             .with(move |conn| {
@@ -183,7 +181,7 @@ impl SqliteBackend {
             .await
     }
 
-    pub(super) async fn store_retention(
+    async fn set_retention(
         &self,
         namespace: &str,
         stream: &str,
@@ -206,12 +204,7 @@ impl SqliteBackend {
         .await
     }
 
-    pub(super) async fn trim_events(
-        &self,
-        namespace: &str,
-        stream: &str,
-        limit: usize,
-    ) -> Result<u64> {
+    async fn trim_stream(&self, namespace: &str, stream: &str, limit: usize) -> Result<u64> {
         let (ns, stream) = (namespace.to_string(), stream.to_string());
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.write("trim stream", move |tx, now| {
@@ -248,13 +241,7 @@ impl SqliteBackend {
         .await
     }
 
-    pub(super) async fn store_ack(
-        &self,
-        namespace: &str,
-        stream: &str,
-        consumer: &str,
-        seq: i64,
-    ) -> Result<()> {
+    async fn ack(&self, namespace: &str, stream: &str, consumer: &str, seq: i64) -> Result<()> {
         let (ns, stream, consumer) = (
             namespace.to_string(),
             stream.to_string(),
@@ -274,12 +261,7 @@ impl SqliteBackend {
         .await
     }
 
-    pub(super) async fn stored_ack(
-        &self,
-        namespace: &str,
-        stream: &str,
-        consumer: &str,
-    ) -> Result<Option<i64>> {
+    async fn acked(&self, namespace: &str, stream: &str, consumer: &str) -> Result<Option<i64>> {
         let (ns, stream, consumer) = (
             namespace.to_string(),
             stream.to_string(),
