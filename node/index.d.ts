@@ -119,6 +119,35 @@ export declare class Client {
    */
   listen(...channels: string[]): Promise<Subscription>
   /**
+   * Appends `payload` (any string, NUL included, up to 64 KiB of UTF-8) to `stream` and
+   * resolves with its seq: 1 for the stream's first event, one more for each after it, in
+   * the order the publishes committed. Concurrent publishes share statements. On
+   * `ACCORD_CONNECTION` the event may or may not be stored.
+   */
+  publish(stream: string, payload: string): Promise<bigint>
+  /**
+   * Appends `payloads` to `stream` in this order (at most 10000 per call) and resolves with
+   * their seqs, increasing in the same order.
+   */
+  publishMany(stream: string, payloads: string[]): Promise<bigint[]>
+  /**
+   * Reads `stream`: the stored events from where `after` says, then live ones, each once and
+   * in seq order, across reconnects. Resolves once events published from then on will be
+   * delivered; iterate the subscription with `for await`. Rejects with `ACCORD_TRIMMED` when
+   * the events to start with were deleted by the stream's retention, `ACCORD_CANCELLED` when
+   * `signal` has already aborted.
+   */
+  subscribe(stream: string, options?: SubscribeOptions | null): Promise<StreamSubscription>
+  /** The stream's first and last stored seq and its retention (one read). */
+  streamInfo(stream: string): Promise<StreamInfo>
+  /**
+   * Sets how long `stream` keeps its events, replacing its rule (`{}` keeps every event):
+   * `maxLen` keeps the newest events only, `maxAge` (ms) the recent ones only. Trims at once
+   * and resolves with how many events that deleted; later trimming runs in the background
+   * of publishing clients.
+   */
+  setStreamRetention(stream: string, retention: StreamRetention): Promise<number>
+  /**
    * Closes the client: held leases are released (their `lost` resolves), waiting acquires
    * and subscriptions end with `ACCORD_CLOSED`, connections close. Afterwards `renew`,
    * `release` and `done` of any of its leases reject with `ACCORD_CLOSED`. Idempotent.
@@ -484,6 +513,49 @@ export declare class ShardLease {
 }
 
 /**
+ * The events of one stream, stored ones first, then live, in seq order, each once, across
+ * reconnects: `for await (const event of subscription)` yields `StreamEvent`s. Opened by
+ * `client.subscribe()`.
+ *
+ * The subscription reads the stream when asked for its next event, so it keeps the Node
+ * process alive only while a `next()` is pending. `close()` it (or leave the `for await` loop,
+ * or dispose it, or abort its `signal`) when done.
+ */
+export declare class StreamSubscription {
+  /** The stream this subscription reads. */
+  get stream(): string
+  /** The named consumer, or `null`. */
+  get consumer(): string | null
+  /** The seq of the last event delivered (before the first: where the subscription started). */
+  get position(): bigint
+  /** True once closed (by `close()`, its signal, or closing the client). */
+  get closed(): boolean
+  /**
+   * The next event: `{ done: false, value }`, waiting for one to be published, or
+   * `{ done: true }` once the subscription is closed. Rejects with `ACCORD_CLOSED` once the
+   * client is closed, and with `ACCORD_TRIMMED` when the stream's retention deleted events
+   * this subscription had not read yet (it then ends).
+   */
+  next(): Promise<IteratorResult<StreamEvent, undefined>>
+  /**
+   * Stores the named consumer's position: a later subscription of the consumer starts after
+   * `seq`, which must have been delivered by this subscription. Positions only move forward.
+   * Rejects with `ACCORD_INVALID_ARGUMENT` without a consumer.
+   */
+  ack(seq: bigint | number): Promise<void>
+  /** Closes the subscription (what leaving a `for await` loop calls). */
+  return(): Promise<IteratorReturnResult<undefined>>
+  /** Stops reading and listening: a pending `next()` resolves with `done: true`. Idempotent. */
+  close(): Promise<void>
+  [globalThis.Symbol.asyncIterator](): this
+  /**
+   * `await using subscription = await client.subscribe(stream)` closes it at the end of the
+   * block.
+   */
+  [globalThis.Symbol.asyncDispose](): Promise<void>
+}
+
+/**
  * Notifications on one or more channels, in the order the coordinator delivered them:
  * `for await (const event of subscription)` yields `Message`s and `Reconnected` events.
  *
@@ -612,7 +684,8 @@ export declare function connect(url: string, options?: ClientOptions | null): Pr
  * Every `code` an accord error can carry, one per error kind of the core, in its order
  * (`ErrorKind::ALL`): `ACCORD_INVALID_ARGUMENT`, `ACCORD_HELD`, `ACCORD_DONE`,
  * `ACCORD_TIMEOUT`, `ACCORD_CANCELLED`, `ACCORD_LEASE_LOST`, `ACCORD_CONNECTION`,
- * `ACCORD_DATABASE`, `ACCORD_CLOSED`, `ACCORD_UNSUPPORTED`, `ACCORD_INTERNAL`. Frozen.
+ * `ACCORD_DATABASE`, `ACCORD_CLOSED`, `ACCORD_UNSUPPORTED`, `ACCORD_INTERNAL`,
+ * `ACCORD_TRIMMED` (a stream's retention deleted the events asked for). Frozen.
  */
 export declare const ERROR_CODES: ReadonlyArray<string>
 
@@ -773,6 +846,64 @@ export interface PoolCounts {
   held: number
   /** Marked done. */
   done: number
+}
+
+/** One event of a stream. */
+export interface StreamEvent {
+  /** The stream it was published to. */
+  stream: string
+  /** Its place in the stream: 1 for the first event, one more for each after it. */
+  seq: bigint
+  /** What the publisher sent (any string, NUL included, up to 64 KiB of UTF-8). */
+  payload: string
+  /** When it was stored, by the coordinator's clock; never earlier than the event before it. */
+  publishedAt: Date
+}
+
+/** A stream's bounds and retention (`client.streamInfo()`). */
+export interface StreamInfo {
+  /** The stream's name. */
+  stream: string
+  /** The oldest seq still stored; `lastSeq + 1` when none is. */
+  firstSeq: bigint
+  /** The newest seq published (`0`: nothing ever was). */
+  lastSeq: bigint
+  /** The retention's bound on the number of events, `null` for none. */
+  maxLen: number | null
+  /** The retention's bound on the age of events in milliseconds, `null` for none. */
+  maxAge: number | null
+}
+
+/**
+ * Options of `client.setStreamRetention()`: both may be set, and an event goes when either
+ * says so; none keeps every event.
+ */
+export interface StreamRetention {
+  /** Keep at most this many of the newest events (at least 1). */
+  maxLen?: number
+  /** Keep events at most this many milliseconds (at least 100). */
+  maxAge?: number
+}
+
+/** Options of `client.subscribe()`. */
+export interface SubscribeOptions {
+  /**
+   * Where to start: `'latest'` (the next event published; the default), `'earliest'` (the
+   * oldest event the stream still holds), or a seq: the events after it (`0`: from the first
+   * event ever). `'latest'` and `'earliest'` apply only when the consumer has no stored
+   * position; a seq always applies (a seek). Rejects with `ACCORD_TRIMMED` when the events
+   * after that seq were deleted by the stream's retention.
+   */
+  after?: 'latest' | 'earliest' | bigint | number
+  /**
+   * A named consumer: `ack(seq)` stores its position, and a later subscription of the same
+   * name (in any process and language) resumes after it.
+   */
+  consumer?: string
+  /** Events read per statement (default 100; 1 ..= 1000). */
+  pageSize?: number
+  /** Aborting it closes the subscription: a pending `next()` resolves with `done: true`. */
+  signal?: AbortSignal
 }
 
 /**

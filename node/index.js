@@ -845,6 +845,7 @@ module.exports.MemberWatch = nativeBinding.MemberWatch
 module.exports.Observer = nativeBinding.Observer
 module.exports.Semaphore = nativeBinding.Semaphore
 module.exports.ShardLease = nativeBinding.ShardLease
+module.exports.StreamSubscription = nativeBinding.StreamSubscription
 module.exports.Subscription = nativeBinding.Subscription
 module.exports.connect = nativeBinding.connect
 module.exports.ERROR_CODES = nativeBinding.ERROR_CODES

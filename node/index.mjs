@@ -13,6 +13,7 @@ export const {
   Observer,
   Semaphore,
   ShardLease,
+  StreamSubscription,
   Subscription,
   connect,
   migrationSql,

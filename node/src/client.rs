@@ -1,5 +1,6 @@
 //! `connect` and `Client`: acquire, tryAcquire, offer, claim, counts, semaphore, join, members,
-//! watch, fleet, election, reset, list, notify, listen, close, and the waiting diagnostics.
+//! watch, fleet, election, reset, list, notify, listen, publish, publishMany, subscribe,
+//! streamInfo, setStreamRetention, close, and the waiting diagnostics.
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
@@ -15,6 +16,7 @@ use crate::fleet::{parse_fleet, Fleet};
 use crate::lease::Lease;
 use crate::membership::{member_infos, Member, MemberInfo, MemberWatch};
 use crate::semaphore::Semaphore;
+use crate::stream::{parse_retention, parse_subscribe, StreamInfo, StreamSubscription};
 use crate::subscription::Subscription;
 
 /// Options of `connect()`. Every one has a default; durations are in milliseconds.
@@ -319,6 +321,13 @@ impl AbortWatch {
             call_method(env, &remove, signal, ("abort", listener).into())?;
             Ok(())
         })();
+        let _ = self.signal.unref(env);
+        drop(self.listener);
+    }
+
+    /// Lets go of the signal without calling JavaScript (in a finalizer): the listener stays on
+    /// the signal, cancelling its token if it ever aborts.
+    pub(crate) fn forget(self, env: &Env) {
         let _ = self.signal.unref(env);
         drop(self.listener);
     }
@@ -776,6 +785,129 @@ impl Client {
         channels: Unknown,
     ) -> Result<PromiseRaw<'e, Subscription>> {
         self.listen_all(env, vec![channels])
+    }
+
+    /// Appends `payload` (any string, NUL included, up to 64 KiB of UTF-8) to `stream` and
+    /// resolves with its seq: 1 for the stream's first event, one more for each after it, in
+    /// the order the publishes committed. Concurrent publishes share statements. On
+    /// `ACCORD_CONNECTION` the event may or may not be stored.
+    #[napi(
+        ts_args_type = "stream: string, payload: string",
+        ts_return_type = "Promise<bigint>"
+    )]
+    pub fn publish<'e>(
+        &self,
+        env: &'e Env,
+        stream: Unknown,
+        payload: Unknown,
+    ) -> Result<PromiseRaw<'e, BigInt>> {
+        let parsed =
+            (|| -> Outcome<_> { Ok((string("stream", &stream)?, string("payload", &payload)?)) })();
+        let client = self.inner.clone();
+        settle_ok(env, async move {
+            let (stream, payload) = parsed?;
+            Ok(BigInt::from(client.publish(&stream, &payload).await?))
+        })
+    }
+
+    /// Appends `payloads` to `stream` in this order (at most 10000 per call) and resolves with
+    /// their seqs, increasing in the same order.
+    #[napi(
+        ts_args_type = "stream: string, payloads: string[]",
+        ts_return_type = "Promise<bigint[]>"
+    )]
+    pub fn publish_many<'e>(
+        &self,
+        env: &'e Env,
+        stream: Unknown,
+        payloads: Unknown,
+    ) -> Result<PromiseRaw<'e, Vec<BigInt>>> {
+        let parsed = (|| -> Outcome<_> {
+            Ok((string("stream", &stream)?, strings("payloads", &payloads)?))
+        })();
+        let client = self.inner.clone();
+        settle_ok(env, async move {
+            let (stream, payloads) = parsed?;
+            let seqs = client.publish_many(&stream, payloads).await?;
+            Ok(seqs.into_iter().map(BigInt::from).collect())
+        })
+    }
+
+    /// Reads `stream`: the stored events from where `after` says, then live ones, each once and
+    /// in seq order, across reconnects. Resolves once events published from then on will be
+    /// delivered; iterate the subscription with `for await`. Rejects with `ACCORD_TRIMMED` when
+    /// the events to start with were deleted by the stream's retention, `ACCORD_CANCELLED` when
+    /// `signal` has already aborted.
+    #[napi(
+        ts_args_type = "stream: string, options?: SubscribeOptions | null",
+        ts_return_type = "Promise<StreamSubscription>"
+    )]
+    pub fn subscribe<'e>(
+        &self,
+        env: &'e Env,
+        stream: Unknown,
+        options: Option<Unknown>,
+    ) -> Result<PromiseRaw<'e, StreamSubscription>> {
+        let (parsed, abort) = match parse_subscribe(env, &stream, options) {
+            Ok(s) => (Ok((s.stream, s.options)), s.abort),
+            Err(f) => (Err(f), None),
+        };
+        let client = self.inner.clone();
+        settle(
+            env,
+            async move {
+                let (stream, options) = parsed?;
+                Ok(client.subscribe(&stream, options).await?)
+            },
+            move |env, outcome| match outcome {
+                Ok(inner) => Ok(StreamSubscription::adopt(inner, abort)),
+                Err(f) => {
+                    if let Some((watch, _)) = abort {
+                        watch.stop(env);
+                    }
+                    Err(f)
+                }
+            },
+        )
+    }
+
+    /// The stream's first and last stored seq and its retention (one read).
+    #[napi(
+        ts_args_type = "stream: string",
+        ts_return_type = "Promise<StreamInfo>"
+    )]
+    pub fn stream_info<'e>(
+        &self,
+        env: &'e Env,
+        stream: Unknown,
+    ) -> Result<PromiseRaw<'e, StreamInfo>> {
+        let stream = string("stream", &stream);
+        let client = self.inner.clone();
+        settle_ok(env, async move {
+            Ok(StreamInfo::from(client.stream_info(&stream?).await?))
+        })
+    }
+
+    /// Sets how long `stream` keeps its events, replacing its rule (`{}` keeps every event):
+    /// `maxLen` keeps the newest events only, `maxAge` (ms) the recent ones only. Trims at once
+    /// and resolves with how many events that deleted; later trimming runs in the background
+    /// of publishing clients.
+    #[napi(
+        ts_args_type = "stream: string, retention: StreamRetention",
+        ts_return_type = "Promise<number>"
+    )]
+    pub fn set_stream_retention<'e>(
+        &self,
+        env: &'e Env,
+        stream: Unknown,
+        retention: Option<Unknown>,
+    ) -> Result<PromiseRaw<'e, f64>> {
+        let parsed = parse_retention(&stream, retention);
+        let client = self.inner.clone();
+        settle_ok(env, async move {
+            let (stream, retention) = parsed?;
+            Ok(client.set_stream_retention(&stream, retention).await? as f64)
+        })
     }
 
     /// The channels this client's listening connection has LISTENed, as the server reports

@@ -115,6 +115,26 @@ pub(crate) fn integer(field: &str, value: &Unknown) -> Outcome<i64> {
     }
 }
 
+/// A seq (of a stream event): a bigint, as seqs are given out, or a safe integer number. Ranges
+/// are the core's to check.
+pub(crate) fn seq(field: &str, value: &Unknown) -> Outcome<i64> {
+    match kind(value)? {
+        ValueType::BigInt => {
+            let (n, lossless) = unsafe { value.cast::<BigInt>() }?.get_i64();
+            if lossless {
+                Ok(n)
+            } else {
+                Err(Failure::invalid(
+                    field,
+                    "the bigint is outside the signed 64-bit range",
+                ))
+            }
+        }
+        ValueType::Number => integer(field, value),
+        other => Err(Failure::wrong_type(field, "a bigint or a number", other)),
+    }
+}
+
 /// A required array of strings; a wrong element is named by its index (`keys[3]`).
 pub(crate) fn strings(field: &str, value: &Unknown) -> Outcome<Vec<String>> {
     match kind(value)? {

@@ -92,7 +92,8 @@ fn type_name(t: ValueType) -> &'static str {
 /// Every `code` an accord error can carry, one per error kind of the core, in its order
 /// (`ErrorKind::ALL`): `ACCORD_INVALID_ARGUMENT`, `ACCORD_HELD`, `ACCORD_DONE`,
 /// `ACCORD_TIMEOUT`, `ACCORD_CANCELLED`, `ACCORD_LEASE_LOST`, `ACCORD_CONNECTION`,
-/// `ACCORD_DATABASE`, `ACCORD_CLOSED`, `ACCORD_UNSUPPORTED`, `ACCORD_INTERNAL`. Frozen.
+/// `ACCORD_DATABASE`, `ACCORD_CLOSED`, `ACCORD_UNSUPPORTED`, `ACCORD_INTERNAL`,
+/// `ACCORD_TRIMMED` (a stream's retention deleted the events asked for). Frozen.
 #[napi_derive::napi]
 pub const ERROR_CODES: ReadonlyArray<String> = ReadonlyArray(std::marker::PhantomData);
 

@@ -1,6 +1,6 @@
 //! The Node.js binding of accord (napi-rs): `connect`, `Client`, `Lease`, `Semaphore`,
 //! `Member`, `MemberWatch`, `Fleet`, `ShardLease`, `Election`, `Leadership`, `Observer`,
-//! `Subscription`.
+//! `Subscription`, `StreamSubscription`.
 //!
 //! A thin layer: every rule lives in the core crate. This crate converts arguments (with
 //! clear `ACCORD_INVALID_ARGUMENT` errors), runs the core's futures on napi's tokio runtime,
@@ -17,6 +17,7 @@ mod fleet;
 mod lease;
 mod membership;
 mod semaphore;
+mod stream;
 mod subscription;
 
 use napi::bindgen_prelude::*;
@@ -29,6 +30,7 @@ pub use fleet::{Fleet, ShardLease};
 pub use lease::Lease;
 pub use membership::{Member, MemberWatch};
 pub use semaphore::Semaphore;
+pub use stream::StreamSubscription;
 pub use subscription::Subscription;
 
 /// The SQL that creates or upgrades accord's schema (default `"accord"`), for DBAs who apply

@@ -50,6 +50,11 @@ scenario('every error kind but ACCORD_INTERNAL can be provoked from JavaScript',
       accord.connect(h.url, { schema: `absent_${h.tag}`.slice(0, 63), migrate: false }),
     ACCORD_CLOSED: () => closed.tryAcquire('k'),
     ACCORD_UNSUPPORTED: () => accord.connect(withClientCert.toString()),
+    ACCORD_TRIMMED: async () => {
+      await o1.publishMany('trimmed', ['a', 'b'])
+      await o1.setStreamRetention('trimmed', { maxLen: 1 })
+      return o2.subscribe('trimmed', { after: 0 })
+    },
   }
   // A bug in accord: nothing a caller does provokes it.
   const unprovokable = ['ACCORD_INTERNAL']
@@ -148,7 +153,7 @@ test('errors are Error objects with the code of their kind (docs/semantics.md)',
 })
 
 test('the classes come only from connect/acquire/listen', () => {
-  for (const Class of [accord.Client, accord.Lease, accord.Subscription]) {
+  for (const Class of [accord.Client, accord.Lease, accord.Subscription, accord.StreamSubscription]) {
     assert.equal(typeof Class, 'function')
     assert.throws(() => new Class())
   }
