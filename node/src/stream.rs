@@ -139,16 +139,12 @@ pub(crate) fn parse_subscribe(
 fn start(field: &str, value: &Unknown) -> Outcome<Option<accord::StreamStart>> {
     match value.get_type()? {
         ValueType::Undefined | ValueType::Null => Ok(None),
-        ValueType::String => match string(field, value)?.as_str() {
-            "latest" => Ok(Some(accord::StreamStart::Latest)),
-            "earliest" => Ok(Some(accord::StreamStart::Earliest)),
-            other => Err(Failure::invalid(
-                field,
-                format!("{other:?} is not 'latest', 'earliest' or a seq"),
-            )),
-        },
+        ValueType::String => Ok(Some(accord::StreamStart::parse(
+            field,
+            &string(field, value)?,
+        )?)),
         ValueType::BigInt | ValueType::Number => {
-            Ok(Some(accord::StreamStart::After(seq(field, value)?)))
+            Ok(Some(accord::StreamStart::after(field, seq(field, value)?)?))
         }
         other => Err(Failure::wrong_type(
             field,
@@ -173,11 +169,7 @@ pub(crate) fn parse_retention(
     };
     let mut parsed = accord::StreamRetention::new();
     if let Some(n) = opt_integer("retention.maxLen", &property(&o, "maxLen")?)? {
-        // The sign is the binding's to check (the core takes a u64, as `opt_millis` checks
-        // durations); the range is the core's.
-        let n = u64::try_from(n)
-            .map_err(|_| Failure::invalid("retention.maxLen", format!("{n} is negative")))?;
-        parsed = parsed.max_len(n);
+        parsed = parsed.max_len(accord::limits::stream_max_len(n)?);
     }
     if let Some(age) = opt_millis("retention.maxAge", &property(&o, "maxAge")?, false)? {
         parsed = parsed.max_age(age);
