@@ -28,6 +28,13 @@ database: they take leases on named keys, mark units of work done, and notify ea
   in line to lead (a ``Leadership``, ``AsyncLeadership``: a lease with a ``fence``,
   ``proclaim`` and ``resign``; a context manager), ``leader()`` reads the ``Leader`` and
   ``observe()`` (an ``Observer``, ``AsyncObserver``) yields each new leader and value.
+- Durable streams: ``publish(stream, payload)`` (and ``publish_many``) appends events and
+  returns their seqs (1, 2, 3, … per stream); ``subscribe(stream, after=, consumer=,
+  page_size=)`` (a ``StreamSubscription``, ``AsyncStreamSubscription``) yields ``StreamEvent``
+  records from a start ("latest", "earliest", a seq, or a named consumer's last ``ack``), each
+  once and in order, across reconnects; ``stream_info`` (a ``StreamInfo``) and
+  ``set_stream_retention(stream, max_len=, max_age=)``. Reading events retention deleted raises
+  ``Trimmed``.
 - Errors are subclasses of ``AccordError``, one per kind (``ERROR_CODES`` lists their codes).
 
 Durations (``ttl``, ``timeout``) are in seconds.
@@ -41,13 +48,16 @@ from ._accord import (
     ERROR_CODES,
     MAX_CHANNEL_BYTES,
     MAX_CLAIM_LIMIT,
+    MAX_EVENT_BYTES,
     MAX_HANDOFFS_PER_PERIOD,
     MAX_LIST_LIMIT,
     MAX_METADATA_BYTES,
     MAX_NAME_BYTES,
     MAX_OFFER_KEYS,
+    MAX_PAGE_SIZE,
     MAX_PERMITS,
     MAX_POOL_SIZE,
+    MAX_PUBLISH_EVENTS,
     MAX_SHARDS,
     MAX_TTL,
     MIN_PERIOD,
@@ -62,6 +72,7 @@ from ._accord import (
     AsyncMemberWatch,
     AsyncObserver,
     AsyncSemaphore,
+    AsyncStreamSubscription,
     AsyncSubscription,
     Client,
     Election,
@@ -85,6 +96,9 @@ from ._accord import (
     Revoked,
     Semaphore,
     ShardLease,
+    StreamEvent,
+    StreamInfo,
+    StreamSubscription,
     Subscription,
     __version__,
     migration_sql,
@@ -102,6 +116,7 @@ from ._errors import (
     InvalidArgument,
     LeaseLost,
     Timeout,
+    Trimmed,
     Unsupported,
 )
 
@@ -118,13 +133,16 @@ __all__ = [
     "ERROR_CODES",
     "MAX_CHANNEL_BYTES",
     "MAX_CLAIM_LIMIT",
+    "MAX_EVENT_BYTES",
     "MAX_HANDOFFS_PER_PERIOD",
     "MAX_LIST_LIMIT",
     "MAX_METADATA_BYTES",
     "MAX_NAME_BYTES",
     "MAX_OFFER_KEYS",
+    "MAX_PAGE_SIZE",
     "MAX_PERMITS",
     "MAX_POOL_SIZE",
+    "MAX_PUBLISH_EVENTS",
     "MAX_SHARDS",
     "MAX_TTL",
     "MIN_PERIOD",
@@ -140,6 +158,7 @@ __all__ = [
     "AsyncMemberWatch",
     "AsyncObserver",
     "AsyncSemaphore",
+    "AsyncStreamSubscription",
     "AsyncSubscription",
     "Cancelled",
     "Client",
@@ -176,8 +195,12 @@ __all__ = [
     "Revoked",
     "Semaphore",
     "ShardLease",
+    "StreamEvent",
+    "StreamInfo",
+    "StreamSubscription",
     "Subscription",
     "Timeout",
+    "Trimmed",
     "Unsupported",
     "__version__",
     "migration_sql",

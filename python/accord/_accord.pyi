@@ -26,6 +26,9 @@ MAX_PERMITS: int
 MAX_SHARDS: int
 MAX_HANDOFFS_PER_PERIOD: int
 MIN_PERIOD: float
+MAX_EVENT_BYTES: int
+MAX_PUBLISH_EVENTS: int
+MAX_PAGE_SIZE: int
 ERROR_CODES: tuple[str, ...]
 """The ``code`` of every error kind of the core, in its order: each has its exception class."""
 
@@ -33,13 +36,16 @@ __all__ = [
     "ERROR_CODES",
     "MAX_CHANNEL_BYTES",
     "MAX_CLAIM_LIMIT",
+    "MAX_EVENT_BYTES",
     "MAX_HANDOFFS_PER_PERIOD",
     "MAX_LIST_LIMIT",
     "MAX_METADATA_BYTES",
     "MAX_NAME_BYTES",
     "MAX_OFFER_KEYS",
+    "MAX_PAGE_SIZE",
     "MAX_PERMITS",
     "MAX_POOL_SIZE",
+    "MAX_PUBLISH_EVENTS",
     "MAX_SHARDS",
     "MAX_TTL",
     "MIN_PERIOD",
@@ -54,6 +60,7 @@ __all__ = [
     "AsyncMemberWatch",
     "AsyncObserver",
     "AsyncSemaphore",
+    "AsyncStreamSubscription",
     "AsyncSubscription",
     "Client",
     "Completer",
@@ -78,6 +85,9 @@ __all__ = [
     "Revoked",
     "Semaphore",
     "ShardLease",
+    "StreamEvent",
+    "StreamInfo",
+    "StreamSubscription",
     "Subscription",
     "__version__",
     "_error_for_code",
@@ -90,6 +100,9 @@ _State = Literal["held", "free", "done", "all"]
 _LeaseStatus = Literal["held", "ending", "released", "done", "lost"]
 _LostReason = Literal["not_renewed", "not_recorded", "client_closed", "forked"]
 _RevokeReason = Literal["handoff", "lost", "closed"]
+_After = Union[Literal["latest", "earliest"], int]
+"""Where a subscription starts: only events published from now on, the oldest the stream
+still holds, or after this seq."""
 
 def migration_sql(schema: str = "accord") -> str:
     """The SQL that creates or upgrades accord's schema, for DBAs who apply it by hand."""
@@ -800,6 +813,100 @@ class AsyncElection:
     def observe(self) -> Opening[AsyncObserver]: ...
 
 @final
+class StreamEvent:
+    """One event of a stream."""
+
+    __match_args__ = ("stream", "seq", "payload", "published_at")
+    def __new__(cls, stream: str, seq: int, payload: str, published_at: datetime) -> Self: ...
+    @property
+    def stream(self) -> str: ...
+    @property
+    def seq(self) -> int:
+        """Its place in the stream: 1 for the first event, one more for each after it."""
+    @property
+    def payload(self) -> str: ...
+    @property
+    def published_at(self) -> datetime:
+        """When the coordinator stored it (its clock, timezone-aware)."""
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class StreamInfo:
+    """A stream's bounds and retention rule."""
+
+    @property
+    def stream(self) -> str: ...
+    @property
+    def first_seq(self) -> int:
+        """The oldest seq still stored; ``last_seq + 1`` when none is."""
+    @property
+    def last_seq(self) -> int:
+        """The newest seq published (0: nothing ever was)."""
+    @property
+    def max_len(self) -> Optional[int]: ...
+    @property
+    def max_age(self) -> Optional[float]:
+        """Seconds."""
+    def __eq__(self, other: object, /) -> bool: ...
+
+@final
+class StreamSubscription:
+    """The events of one stream (sync API), each once and in seq order; iteration ends once
+    closed."""
+
+    @property
+    def stream(self) -> str: ...
+    @property
+    def consumer(self) -> Optional[str]: ...
+    @property
+    def position(self) -> int:
+        """The seq of the last event delivered (before the first: where it started)."""
+    @property
+    def closed(self) -> bool: ...
+    def next(self, timeout: Optional[float] = None) -> Optional[StreamEvent]:
+        """The next event; None once closed. Raises Timeout, Closed once the client closed,
+        Trimmed when retention deleted events not read yet."""
+    def __iter__(self) -> Self: ...
+    def __next__(self) -> StreamEvent: ...
+    def ack(self, seq: int) -> None:
+        """Stores the named consumer's position (a seq this subscription delivered)."""
+    def close(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException] = None,
+        tb: Optional[TracebackType] = None,
+    ) -> Literal[False]: ...
+
+@final
+class AsyncStreamSubscription:
+    """The events of one stream (asyncio API); ``async for`` ends once closed. A cancelled read
+    loses no event."""
+
+    @property
+    def stream(self) -> str: ...
+    @property
+    def consumer(self) -> Optional[str]: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+    async def next(self, timeout: Optional[float] = None) -> Optional[StreamEvent]: ...
+    def __aiter__(self) -> Self: ...
+    async def __anext__(self) -> StreamEvent: ...
+    async def ack(self, seq: int) -> None: ...
+    async def close(self) -> None: ...
+    async def __aenter__(self) -> Self: ...
+    async def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException] = None,
+        tb: Optional[TracebackType] = None,
+    ) -> Literal[False]: ...
+
+@final
 class Client:
     """A connection to a coordinator (sync API); thread-safe."""
 
@@ -893,6 +1000,25 @@ class Client:
     ) -> ListPage: ...
     def notify(self, channel: str, payload: str = "") -> None: ...
     def listen(self, *channels: str) -> Subscription: ...
+    def publish(self, stream: str, payload: str) -> int:
+        """Appends ``payload`` to ``stream``; its seq (1, 2, 3, … in commit order)."""
+    def publish_many(self, stream: str, payloads: Iterable[str]) -> builtins.list[int]:
+        """Appends ``payloads`` in this order (at most ``MAX_PUBLISH_EVENTS``); their seqs."""
+    def subscribe(
+        self,
+        stream: str,
+        *,
+        after: _After = "latest",
+        consumer: Optional[str] = None,
+        page_size: int = 100,
+    ) -> StreamSubscription:
+        """Reads ``stream`` from ``after`` (a named consumer: from its last ack, unless
+        ``after`` is a seq); raises Trimmed when that start was deleted by retention."""
+    def stream_info(self, stream: str) -> StreamInfo: ...
+    def set_stream_retention(
+        self, stream: str, *, max_len: Optional[int] = None, max_age: Optional[float] = None
+    ) -> int:
+        """Replaces the stream's retention rule and trims now; how many events were deleted."""
     def _listening_channels(self) -> builtins.list[str]: ...
     def close(self) -> None: ...
     def __enter__(self) -> Self: ...
@@ -993,6 +1119,20 @@ class AsyncClient:
     ) -> ListPage: ...
     async def notify(self, channel: str, payload: str = "") -> None: ...
     def listen(self, *channels: str) -> Opening[AsyncSubscription]: ...
+    async def publish(self, stream: str, payload: str) -> int: ...
+    async def publish_many(self, stream: str, payloads: Iterable[str]) -> builtins.list[int]: ...
+    def subscribe(
+        self,
+        stream: str,
+        *,
+        after: _After = "latest",
+        consumer: Optional[str] = None,
+        page_size: int = 100,
+    ) -> Opening[AsyncStreamSubscription]: ...
+    async def stream_info(self, stream: str) -> StreamInfo: ...
+    async def set_stream_retention(
+        self, stream: str, *, max_len: Optional[int] = None, max_age: Optional[float] = None
+    ) -> int: ...
     async def _listening_channels(self) -> builtins.list[str]: ...
     async def close(self) -> None: ...
     async def __aenter__(self) -> Self: ...

@@ -8,8 +8,8 @@ asyncio's cancellation rules rather than about accord.
 - ``settle``: a cancelled ``acquire`` (or ``claim``, a semaphore's ``acquire``, an election's
   ``campaign``) returns (raises ``CancelledError``) only after the core made sure nothing it
   may have been granted stays held (scenario L9).
-- ``next_event``: a cancelled subscription read loses no notification; the read in flight is
-  kept and answers the next one.
+- ``next_event``: a cancelled subscription read loses no notification (nor a stream
+  subscription's read an event); the read in flight is kept and answers the next one.
 - ``new_future``: the future of an async call and the loop's ``Completer``, whose pipe the
   loop watches so that finished calls settle their futures on the loop's thread.
 """
@@ -129,9 +129,12 @@ async def settle_started(start: Callable[[], asyncio.Future[T]], cancel: Callabl
     return await settle(start(), cancel)
 
 
-async def next_event(sub: Any, timeout: Optional[float], iterating: bool) -> Any:
-    """The next event of an AsyncSubscription: ``None`` once it is closed (or
-    ``StopAsyncIteration`` when iterating); ``accord.Timeout`` after ``timeout`` seconds."""
+async def next_event(
+    sub: Any, timeout: Optional[float], iterating: bool, what: str = "notification"
+) -> Any:
+    """The next event of an AsyncSubscription (or AsyncStreamSubscription): ``None`` once it is
+    closed (or ``StopAsyncIteration`` when iterating); ``accord.Timeout``, saying no ``what``
+    came, after ``timeout`` seconds."""
     future = sub._next_future()
     try:
         done, _ = await asyncio.wait((future,), timeout=timeout)
@@ -142,7 +145,7 @@ async def next_event(sub: Any, timeout: Optional[float], iterating: bool) -> Any
         sub._keep(future)
         from ._errors import Timeout
 
-        raise Timeout(f"no notification within {timeout} s")
+        raise Timeout(f"no {what} within {timeout} s")
     event = future.result()
     if event is None and iterating:
         raise StopAsyncIteration

@@ -18,6 +18,7 @@ __all__ = [
     "InvalidArgument",
     "LeaseLost",
     "Timeout",
+    "Trimmed",
     "Unsupported",
 ]
 
@@ -95,6 +96,13 @@ class Internal(AccordError):
     code = "ACCORD_INTERNAL"
 
 
+class Trimmed(AccordError):
+    """A stream no longer holds the events asked for: its retention deleted them. The message
+    names the seq the stream starts at now."""
+
+    code = "ACCORD_TRIMMED"
+
+
 for _cls in (
     AccordError,
     InvalidArgument,
@@ -108,6 +116,7 @@ for _cls in (
     Closed,
     Unsupported,
     Internal,
+    Trimmed,
 ):
     _cls.__module__ = "accord"
 del _cls

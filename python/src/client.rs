@@ -12,6 +12,9 @@ use crate::lease::{AsyncLease, Lease};
 use crate::membership::{self, AsyncMember, AsyncMemberWatch, Member, MemberInfo, MemberWatch};
 use crate::pool::{self, AsyncSemaphore, PoolCounts, Semaphore};
 use crate::runtime::{self, aio, block_on, block_on_settled};
+use crate::stream::{
+    self, After, AsyncStreamSubscription, StreamInfo, StreamSubscription, DEFAULT_PAGE_SIZE,
+};
 use crate::subscription::{AsyncSubscription, Subscription};
 use crate::types::{self, py_str_repr, ListPage};
 
@@ -364,6 +367,67 @@ impl Client {
         let channels = types::channels(channels)?;
         let subscription = block_on(py, self.inner.listen(channels))?.py()?;
         Ok(Subscription::new(subscription))
+    }
+
+    /// Appends `payload` (any str, NUL included, up to 64 KiB as UTF-8) to `stream` and
+    /// returns its seq: 1 for the stream's first event, one more for each after it, in commit
+    /// order. On a `Connection` error the event may or may not have been stored.
+    fn publish(&self, py: Python<'_>, stream: &str, payload: &str) -> PyResult<i64> {
+        block_on(py, self.inner.publish(stream, payload))?.py()
+    }
+
+    /// Appends `payloads` (any iterable of str, at most 10,000) to `stream` in this order and
+    /// returns their seqs, increasing.
+    fn publish_many(
+        &self,
+        py: Python<'_>,
+        stream: &str,
+        payloads: &Bound<'_, PyAny>,
+    ) -> PyResult<Vec<i64>> {
+        let payloads = convert::strings("payloads", "payload", payloads)?;
+        block_on(py, self.inner.publish_many(stream, payloads))?.py()
+    }
+
+    /// Reads `stream`: the stored events from `after` ("latest": only events published from
+    /// now on; "earliest": the oldest the stream still holds; a seq: the events after it), then
+    /// live ones, each once and in seq order, across reconnects. A named `consumer` resumes
+    /// after its last `ack` (unless `after` is a seq). `page_size` events are read at once
+    /// (1 ..= 1,000). Returns once events published from then on will be delivered. Raises
+    /// `Trimmed` when the asked-for start was deleted by retention.
+    #[pyo3(signature = (stream, *, after=After::Latest, consumer=None,
+        page_size=DEFAULT_PAGE_SIZE),
+        text_signature = "($self, stream, *, after='latest', consumer=None, page_size=100)")]
+    fn subscribe(
+        &self,
+        py: Python<'_>,
+        stream: &str,
+        after: After,
+        consumer: Option<String>,
+        page_size: i64,
+    ) -> PyResult<StreamSubscription> {
+        let options = stream::subscribe_options(after, consumer, page_size)?;
+        let subscription = block_on(py, self.inner.subscribe(stream, options))?.py()?;
+        Ok(StreamSubscription::new(subscription))
+    }
+
+    /// The stream's first and last stored seq and its retention rule.
+    fn stream_info(&self, py: Python<'_>, stream: &str) -> PyResult<StreamInfo> {
+        Ok(block_on(py, self.inner.stream_info(stream))?.py()?.into())
+    }
+
+    /// Sets how long `stream` keeps its events, replacing its rule: at most `max_len` of the
+    /// newest, none older than `max_age` seconds (None: no bound; both None: keep everything).
+    /// Trims now and returns how many events that deleted.
+    #[pyo3(signature = (stream, *, max_len=None, max_age=None))]
+    fn set_stream_retention(
+        &self,
+        py: Python<'_>,
+        stream: &str,
+        max_len: Option<i64>,
+        max_age: Option<f64>,
+    ) -> PyResult<u64> {
+        let retention = stream::retention(max_len, max_age)?;
+        block_on(py, self.inner.set_stream_retention(stream, retention))?.py()
     }
 
     /// The channels the listening connection has LISTENed, as the server reports them (for
@@ -760,6 +824,87 @@ impl AsyncClient {
                 Ok(AsyncSubscription::new(subscription))
             })?;
             Ok(listening.unbind())
+        })
+    }
+
+    /// Appends `payload` to `stream` and returns its seq; see `Client.publish`. Concurrent
+    /// publishes of one client share statements.
+    fn publish<'py>(
+        &self,
+        py: Python<'py>,
+        stream: String,
+        payload: &str,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let payload = payload.to_owned();
+        let client = self.inner.clone();
+        runtime::future_into_py(
+            py,
+            async move { client.publish(&stream, &payload).await.py() },
+        )
+    }
+
+    /// Appends `payloads` to `stream` in this order and returns their seqs; see
+    /// `Client.publish_many`.
+    fn publish_many<'py>(
+        &self,
+        py: Python<'py>,
+        stream: String,
+        payloads: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let payloads = convert::strings("payloads", "payload", payloads)?;
+        let client = self.inner.clone();
+        runtime::future_into_py(py, async move {
+            client.publish_many(&stream, payloads).await.py()
+        })
+    }
+
+    /// Reads `stream`; see `Client.subscribe`. Await it, or use it with `async with` to close
+    /// the subscription at the end of the block.
+    #[pyo3(signature = (stream, *, after=After::Latest, consumer=None,
+        page_size=DEFAULT_PAGE_SIZE),
+        text_signature = "($self, stream, *, after='latest', consumer=None, page_size=100)")]
+    fn subscribe<'py>(
+        &self,
+        py: Python<'py>,
+        stream: String,
+        after: After,
+        consumer: Option<String>,
+        page_size: i64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let options = stream::subscribe_options(after, consumer, page_size)?;
+        let client = self.inner.clone();
+        opening(py, move |py| {
+            let (client, stream, options) = (client.clone(), stream.clone(), options.clone());
+            let subscribing = runtime::future_into_py(py, async move {
+                let subscription = client.subscribe(&stream, options).await.py()?;
+                Ok(AsyncStreamSubscription::new(subscription))
+            })?;
+            Ok(subscribing.unbind())
+        })
+    }
+
+    /// The stream's first and last stored seq and its retention rule.
+    fn stream_info<'py>(&self, py: Python<'py>, stream: String) -> PyResult<Bound<'py, PyAny>> {
+        let client = self.inner.clone();
+        runtime::future_into_py(py, async move {
+            Ok(StreamInfo::from(client.stream_info(&stream).await.py()?))
+        })
+    }
+
+    /// Sets how long `stream` keeps its events and trims it now; see
+    /// `Client.set_stream_retention`.
+    #[pyo3(signature = (stream, *, max_len=None, max_age=None))]
+    fn set_stream_retention<'py>(
+        &self,
+        py: Python<'py>,
+        stream: String,
+        max_len: Option<i64>,
+        max_age: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let retention = stream::retention(max_len, max_age)?;
+        let client = self.inner.clone();
+        runtime::future_into_py(py, async move {
+            client.set_stream_retention(&stream, retention).await.py()
         })
     }
 

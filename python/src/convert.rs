@@ -44,6 +44,35 @@ pub fn timeout(field: &str, seconds: Option<f64>) -> PyResult<Option<Duration>> 
     Ok(Duration::try_from_secs_f64(seconds).ok())
 }
 
+/// An iterable of str (but not a str itself, which would be taken character by character):
+/// the keys of an `offer`, the payloads of a `publish_many`. `field` and `one` (what one item
+/// is) word the `TypeError`s.
+pub fn strings(field: &str, one: &str, value: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    if value.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err(format!(
+            "{field} must be an iterable of str, not a str (put one {one} in a list)"
+        )));
+    }
+    let Ok(items) = value.try_iter() else {
+        return Err(PyTypeError::new_err(format!(
+            "{field} must be an iterable of str, not {}",
+            type_name(value)
+        )));
+    };
+    let mut strings = Vec::new();
+    for item in items {
+        let item = item?;
+        let Ok(s) = item.cast::<PyString>() else {
+            return Err(PyTypeError::new_err(format!(
+                "{field} must be str, not {}",
+                type_name(&item)
+            )));
+        };
+        strings.push(s.to_cow()?.into_owned());
+    }
+    Ok(strings)
+}
+
 /// A metadata argument: a dict with str keys and JSON values, or None.
 pub fn metadata(field: &str, value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Metadata>> {
     match value {
@@ -61,7 +90,8 @@ pub fn metadata(field: &str, value: Option<&Bound<'_, PyAny>>) -> PyResult<Optio
     }
 }
 
-fn type_name(v: &Bound<'_, PyAny>) -> String {
+/// The name of a value's type, for `TypeError` messages.
+pub fn type_name(v: &Bound<'_, PyAny>) -> String {
     v.get_type()
         .name()
         .map(|n| n.to_string())

@@ -19,6 +19,7 @@ pyo3::import_exception!(accord._errors, Database);
 pyo3::import_exception!(accord._errors, Closed);
 pyo3::import_exception!(accord._errors, Unsupported);
 pyo3::import_exception!(accord._errors, Internal);
+pyo3::import_exception!(accord._errors, Trimmed);
 
 /// The exception for a core error. Built lazily: no GIL is needed here.
 pub fn to_py(e: accord::Error) -> PyErr {
@@ -35,6 +36,7 @@ pub fn to_py(e: accord::Error) -> PyErr {
         ErrorKind::Closed => Closed::new_err(message),
         ErrorKind::Unsupported => Unsupported::new_err(message),
         ErrorKind::Internal => Internal::new_err(message),
+        ErrorKind::Trimmed => Trimmed::new_err(message),
         _ => AccordError::new_err(message),
     }
 }

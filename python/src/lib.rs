@@ -13,6 +13,7 @@ mod lease;
 mod membership;
 mod pool;
 mod runtime;
+mod stream;
 mod subscription;
 mod types;
 mod watching;
@@ -65,6 +66,10 @@ fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<election::AsyncLeadership>()?;
     m.add_class::<election::Observer>()?;
     m.add_class::<election::AsyncObserver>()?;
+    m.add_class::<stream::StreamEvent>()?;
+    m.add_class::<stream::StreamInfo>()?;
+    m.add_class::<stream::StreamSubscription>()?;
+    m.add_class::<stream::AsyncStreamSubscription>()?;
     m.add_function(wrap_pyfunction!(migration_sql, m)?)?;
     m.add_function(wrap_pyfunction!(errors::_error_for_code, m)?)?;
     m.add("ERROR_CODES", errors::codes(m.py())?)?;
@@ -91,5 +96,8 @@ fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_SHARDS", accord::MAX_SHARDS)?;
     m.add("MAX_HANDOFFS_PER_PERIOD", accord::MAX_HANDOFFS_PER_PERIOD)?;
     m.add("MIN_PERIOD", accord::MIN_PERIOD.as_secs_f64())?;
+    m.add("MAX_EVENT_BYTES", accord::limits::MAX_EVENT_BYTES)?;
+    m.add("MAX_PUBLISH_EVENTS", accord::limits::MAX_PUBLISH_EVENTS)?;
+    m.add("MAX_PAGE_SIZE", accord::limits::MAX_PAGE_SIZE)?;
     Ok(())
 }

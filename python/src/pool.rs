@@ -6,9 +6,8 @@ use std::future::Future;
 use std::pin::pin;
 
 use accord::{AcquireOptions, CancellationToken, ClaimOptions};
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyCFunction, PyString};
+use pyo3::types::PyCFunction;
 
 use crate::client::acquire_options;
 use crate::convert;
@@ -20,35 +19,7 @@ use crate::types::py_str_repr;
 /// The keys of an `offer`: any iterable of str (but not a str itself, which would offer its
 /// characters).
 pub fn keys(value: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
-    let type_name = |v: &Bound<'_, PyAny>| {
-        v.get_type()
-            .name()
-            .map(|n| n.to_string())
-            .unwrap_or_else(|_| "?".into())
-    };
-    if value.is_instance_of::<PyString>() {
-        return Err(PyTypeError::new_err(
-            "keys must be an iterable of str, not a str (put one key in a list)",
-        ));
-    }
-    let Ok(items) = value.try_iter() else {
-        return Err(PyTypeError::new_err(format!(
-            "keys must be an iterable of str, not {}",
-            type_name(value)
-        )));
-    };
-    let mut keys = Vec::new();
-    for item in items {
-        let item = item?;
-        let Ok(key) = item.cast::<PyString>() else {
-            return Err(PyTypeError::new_err(format!(
-                "keys must be str, not {}",
-                type_name(&item)
-            )));
-        };
-        keys.push(key.to_cow()?.into_owned());
-    }
-    Ok(keys)
+    convert::strings("keys", "key", value)
 }
 
 /// The options of a `claim`; the limit's range is the core's.

@@ -24,6 +24,7 @@ KINDS = {
     accord.Closed: "ACCORD_CLOSED",
     accord.Unsupported: "ACCORD_UNSUPPORTED",
     accord.Internal: "ACCORD_INTERNAL",
+    accord.Trimmed: "ACCORD_TRIMMED",
 }
 
 
