@@ -382,7 +382,7 @@ impl StreamSubscription {
 
     /// The next event, waiting for one to be published. `Ok(None)` once this subscription is
     /// closed; `Err(Closed)` once the client is; `Err(Trimmed)` when retention deleted events
-    /// this subscription had not read yet (it then ends). A read that fails on the connection
+    /// this subscription had not read yet (it then ends, closed). A read that fails on the connection
     /// is repeated (backing off) until it succeeds: no event is skipped. Cancel-safe.
     pub async fn next(&self) -> Result<Option<StreamEvent>> {
         self.session.check_fork()?;
@@ -427,7 +427,9 @@ impl StreamSubscription {
             let expected = reading.after + 1;
             let first = page.events.first().map_or(page.last_seq + 1, |e| e.seq);
             if page.last_seq >= expected && first > expected && !reading.gap_is_start {
+                // Nothing more is delivered: the subscription counts as closed.
                 reading.ended = true;
+                self.closed.cancel();
                 return Err(Error::trimmed(&self.stream, reading.after, first));
             }
             reading.gap_is_start = false;
@@ -480,7 +482,8 @@ impl StreamSubscription {
 
     /// Stores the named consumer's position: a later subscription of the consumer starts after
     /// `seq`. Positions only move forward (acking an older seq changes nothing). `seq` must have
-    /// been delivered by this subscription.
+    /// been delivered by this subscription; it may be acked after the subscription closed (the
+    /// work on the last event often ends after the reading did).
     pub async fn ack(&self, seq: i64) -> Result<()> {
         let Some(consumer) = &self.consumer else {
             return Err(Error::invalid(

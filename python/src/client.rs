@@ -394,7 +394,7 @@ impl Client {
     /// after its last `ack` (unless `after` is a seq). `page_size` events are read at once
     /// (1 ..= 1,000). Returns once events published from then on will be delivered. Raises
     /// `Trimmed` when the asked-for start was deleted by retention.
-    #[pyo3(signature = (stream, *, after=After::Latest, consumer=None,
+    #[pyo3(signature = (stream, *, after=After::LATEST, consumer=None,
         page_size=DEFAULT_PAGE_SIZE),
         text_signature = "($self, stream, *, after='latest', consumer=None, page_size=100)")]
     fn subscribe(
@@ -860,7 +860,7 @@ impl AsyncClient {
 
     /// Reads `stream`; see `Client.subscribe`. Await it, or use it with `async with` to close
     /// the subscription at the end of the block.
-    #[pyo3(signature = (stream, *, after=After::Latest, consumer=None,
+    #[pyo3(signature = (stream, *, after=After::LATEST, consumer=None,
         page_size=DEFAULT_PAGE_SIZE),
         text_signature = "($self, stream, *, after='latest', consumer=None, page_size=100)")]
     fn subscribe<'py>(

@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyString, PyTuple};
 
 use crate::convert;
-use crate::errors::{invalid, IntoPyResult, Timeout};
+use crate::errors::{IntoPyResult, Timeout};
 use crate::runtime::{self, aio, block_on, block_on_settled};
 use crate::types::py_str_repr;
 
@@ -21,11 +21,13 @@ use crate::types::py_str_repr;
 pub const DEFAULT_PAGE_SIZE: i64 = 100;
 const _: () = assert!(accord::DEFAULT_PAGE_SIZE as i64 == DEFAULT_PAGE_SIZE);
 
-/// `subscribe(after=)`: "latest", "earliest", or a seq (the subscription starts after it).
-pub enum After {
-    Latest,
-    Earliest,
-    Seq(i64),
+/// `subscribe(after=)`: "latest", "earliest", or a seq (the subscription starts after it),
+/// read by the core's `StreamStart::parse` / `StreamStart::after`.
+pub struct After(StreamStart);
+
+impl After {
+    /// The default: the next event published.
+    pub const LATEST: After = After(StreamStart::Latest);
 }
 
 impl<'a, 'py> FromPyObject<'a, 'py> for After {
@@ -33,18 +35,13 @@ impl<'a, 'py> FromPyObject<'a, 'py> for After {
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         if let Ok(s) = obj.cast::<PyString>() {
-            return match &*s.to_cow()? {
-                "latest" => Ok(After::Latest),
-                "earliest" => Ok(After::Earliest),
-                other => Err(invalid(
-                    "after",
-                    format!("{other:?} is not \"latest\", \"earliest\" or a seq"),
-                )),
-            };
+            return Ok(After(StreamStart::parse("after", &s.to_cow()?).py()?));
         }
         // A bool is an int to Python, but True is no seq.
         if obj.is_instance_of::<PyInt>() && !obj.is_instance_of::<PyBool>() {
-            return Ok(After::Seq(obj.extract::<i64>()?));
+            return Ok(After(
+                StreamStart::after("after", obj.extract::<i64>()?).py()?,
+            ));
         }
         Err(PyTypeError::new_err(format!(
             "after must be \"latest\", \"earliest\" or an int (a seq), not {}",
@@ -59,13 +56,8 @@ pub fn subscribe_options(
     consumer: Option<String>,
     page_size: i64,
 ) -> PyResult<SubscribeOptions> {
-    let start = match after {
-        After::Latest => StreamStart::Latest,
-        After::Earliest => StreamStart::Earliest,
-        After::Seq(seq) => StreamStart::After(seq),
-    };
     let mut options = SubscribeOptions::new()
-        .start(start)
+        .start(after.0)
         .page_size(accord::limits::page_size(page_size).py()?);
     if let Some(consumer) = consumer {
         options = options.consumer(consumer);
@@ -78,11 +70,7 @@ pub fn subscribe_options(
 pub fn retention(max_len: Option<i64>, max_age: Option<f64>) -> PyResult<StreamRetention> {
     let mut retention = StreamRetention::new();
     if let Some(n) = max_len {
-        // The core takes a u64 and names the range of what it accepts; a negative count
-        // never reaches it.
-        let n = u64::try_from(n)
-            .map_err(|_| invalid("max_len", format!("{n} is outside 1..=2^63-1")))?;
-        retention = retention.max_len(n);
+        retention = retention.max_len(accord::limits::stream_max_len(n).py()?);
     }
     if let Some(age) = convert::ttl("max_age", max_age)? {
         retention = retention.max_age(age);

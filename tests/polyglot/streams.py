@@ -72,7 +72,7 @@ def publishers_and_subscribers(url: str, tag: str) -> None:
                 raise SystemExit(
                     f"✗ D1: the {p.lang} publisher's rounds interleave: {a} {b}"
                 )
-    with accord.Client(url, namespace=tag) as client:
+    with accord.Client.connect(url, namespace=tag) as client:
         seq = client.publish(stream, BIG)
     expected[seq] = sha(BIG)
     if sorted(expected) != list(range(1, total + 1)):
@@ -99,7 +99,7 @@ def publishers_and_subscribers(url: str, tag: str) -> None:
 
 def killed_before_ack(url: str, tag: str) -> None:
     stream = "work"
-    with accord.Client(url, namespace=tag) as client:
+    with accord.Client.connect(url, namespace=tag) as client:
         client.publish_many(stream, [f"job {i}" for i in range(1, 6)])
     first = start("python", url, tag, "consume-slowly", stream, "k")
     if first.expect("RECEIVED") != ["1"]:

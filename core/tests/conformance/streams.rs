@@ -275,6 +275,7 @@ pub async fn d4_retention_trims_and_says_where_the_stream_starts(h: &Harness) {
     assert_eq!(err.kind(), ErrorKind::Trimmed);
     assert!(err.message().contains("91"), "{err}");
     assert!(matches!(behind.next().await, Ok(None)));
+    assert!(behind.is_closed());
     // Publishing trims in the background of the publisher's client.
     client
         .publish_many("d4", (101..=150).map(|i| i.to_string()))
