@@ -68,7 +68,7 @@ func TestStreamReplayThenLiveAndLatest(t *testing.T) {
 		t.Fatal("latest got nothing")
 	}
 	// A deadline ends a wait with both errors; the next event is not lost by it.
-	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	if ev, err := early.Next(short); ev != nil || !errors.Is(err, ErrCancelled) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("next past the deadline: %v %v", ev, err)
