@@ -9,8 +9,8 @@
  *   set to NULL on success and to an error object on failure (free it with accord_error_free()).
  * - Handles (accord_client, accord_lease, accord_subscription, accord_list_page, accord_semaphore,
  *   accord_member, accord_member_watch, accord_fleet, accord_election, accord_leadership,
- *   accord_observer, option objects, accord_cancel_token) are opaque; each has a *_free() that
- *   accepts NULL.
+ *   accord_observer, accord_stream_subscription, option objects, accord_cancel_token) are
+ *   opaque; each has a *_free() that accepts NULL.
  * - Strings passed in are NUL-terminated UTF-8, borrowed for the duration of the call. Strings
  *   returned as `const char *` are owned by the handle they came from and valid until it is
  *   freed; strings returned as `char *` belong to the caller, who frees them with
@@ -27,7 +27,8 @@
  * - Calls marked "Blocks" wait on the calling thread (for the coordinator, or for an event);
  *   accessors never block. Blocked calls end early with ACCORD_CLOSED when their client is
  *   closed (accord_client_close(), from any thread), with ACCORD_CANCELLED when their cancel
- *   token fires, and accord_subscription_next() when its subscription is closed.
+ *   token fires, and accord_subscription_next() and accord_stream_subscription_next() when
+ *   their subscription is closed.
  * - accord runs its background work (keepalive, listening) on two threads of its own, started on
  *   first use; accord_shutdown() stops them. A client may not be used in a child process after
  *   fork() (ACCORD_UNSUPPORTED); the child may create new clients.
@@ -94,6 +95,11 @@ typedef enum {
    * A bug in accord, including a caught panic. Please report it.
    */
   ACCORD_INTERNAL = 11,
+  /**
+   * A stream's retention deleted the events asked for (a subscription's start, or events a
+   * subscription had not read yet); the message names the seq the stream starts at now.
+   */
+  ACCORD_TRIMMED = 12,
 } accord_status;
 
 /**
@@ -353,6 +359,20 @@ typedef struct accord_semaphore accord_semaphore;
 typedef struct accord_shard_lease accord_shard_lease;
 
 /**
+ * The events of one stream, stored ones first, then live, in seq order, each once. Read with
+ * accord_stream_subscription_next(), which may block in one thread while
+ * accord_stream_subscription_close() is called from another; free only after every call on it
+ * has returned.
+ */
+typedef struct accord_stream_subscription accord_stream_subscription;
+
+/**
+ * Options of accord_client_subscribe(). Defaults: start with the next event published (or
+ * after the named consumer's stored position), no consumer, 100 events per read.
+ */
+typedef struct accord_subscribe_options accord_subscribe_options;
+
+/**
  * Notifications on one or more channels. next() may block in one thread while close() is
  * called from another; free only after every call on it has returned.
  */
@@ -530,6 +550,60 @@ typedef struct {
    */
   uint64_t done;
 } accord_pool_counts;
+
+/**
+ * One event of a stream. Free with accord_stream_event_free().
+ */
+typedef struct {
+  /**
+   * The stream it was published to, NUL-terminated; owned by the event.
+   */
+  const char *stream;
+  /**
+   * Its place in the stream: 1 for the first event, one more for each after it.
+   */
+  int64_t seq;
+  /**
+   * What the publisher sent: `payload_len` bytes of UTF-8, which may hold NUL, followed by a
+   * terminating NUL; owned by the event.
+   */
+  const char *payload;
+  /**
+   * The payload's length in bytes (without the terminating NUL).
+   */
+  uintptr_t payload_len;
+  /**
+   * When it was stored, in ms since the Unix epoch (the coordinator's clock); never earlier
+   * than the event before it.
+   */
+  int64_t published_at_ms;
+} accord_stream_event;
+
+/**
+ * A stream's bounds and retention. Free with accord_stream_info_free().
+ */
+typedef struct {
+  /**
+   * The stream's name, NUL-terminated; owned by the info.
+   */
+  const char *stream;
+  /**
+   * The oldest seq still stored; `last_seq + 1` when none is.
+   */
+  int64_t first_seq;
+  /**
+   * The newest seq published (0: nothing ever was).
+   */
+  int64_t last_seq;
+  /**
+   * Retention: keep at most this many of the newest events (0: no bound).
+   */
+  uint64_t max_len;
+  /**
+   * Retention: keep events at most this many ms old (0: no bound).
+   */
+  int64_t max_age_ms;
+} accord_stream_info;
 
 /**
  * One event of a subscription. Free with accord_event_free().
@@ -1631,6 +1705,193 @@ accord_status accord_semaphore_try_acquire(const accord_semaphore *semaphore,
  * may use the handle during or after this call. NULL is accepted.
  */
 void accord_semaphore_free(accord_semaphore *semaphore);
+
+/**
+ * Appends `payload[0..payload_len]` (any UTF-8, NUL included, up to 64 KiB; NULL with length 0
+ * is "") to `stream`. On success `*out_seq` (may be NULL) is its seq: 1 for the stream's first
+ * event, one more for each after it, in commit order. ACCORD_CONNECTION: the event may or may
+ * not be stored (it is not retried, which could store it twice). Blocks for one round trip
+ * (concurrent publishes of one client share statements).
+ */
+accord_status accord_client_publish(const accord_client *client,
+                                    const char *stream,
+                                    const char *payload,
+                                    uintptr_t payload_len,
+                                    int64_t *out_seq,
+                                    accord_error **err);
+
+/**
+ * Appends `count` payloads (at most 10,000) to `stream`, in this order: `payloads[i]` holds
+ * `lens[i]` bytes of UTF-8 (NUL allowed), or, when `lens` is NULL, is NUL-terminated. On
+ * success `out_seqs[0..count]` (may be NULL) are their seqs, increasing. Nothing is stored when
+ * a payload is refused. Blocks.
+ */
+accord_status accord_client_publish_many(const accord_client *client,
+                                         const char *stream,
+                                         const char *const *payloads,
+                                         const uintptr_t *lens,
+                                         uintptr_t count,
+                                         int64_t *out_seqs,
+                                         accord_error **err);
+
+/**
+ * New subscribe options with every default. Free with accord_subscribe_options_free().
+ */
+accord_subscribe_options *accord_subscribe_options_new(void);
+
+/**
+ * Frees subscribe options. NULL is accepted.
+ */
+void accord_subscribe_options_free(accord_subscribe_options *options);
+
+/**
+ * Start with the oldest event the stream still holds (when the consumer, if any, has no
+ * stored position).
+ */
+accord_status accord_subscribe_options_set_start_earliest(accord_subscribe_options *options,
+                                                          accord_error **err);
+
+/**
+ * Start with the next event published (when the consumer, if any, has no stored position):
+ * the default.
+ */
+accord_status accord_subscribe_options_set_start_latest(accord_subscribe_options *options,
+                                                        accord_error **err);
+
+/**
+ * Start with the event after `seq` (0: the first event ever), whatever the consumer's stored
+ * position (a seek). A negative seq is refused by accord_client_subscribe() (naming "after").
+ */
+accord_status accord_subscribe_options_set_start_after(accord_subscribe_options *options,
+                                                       int64_t seq,
+                                                       accord_error **err);
+
+/**
+ * A named consumer: accord_stream_subscription_ack() stores its position, and a later
+ * subscription of the same name (in any process and language) resumes after it. Checked by
+ * accord_client_subscribe() (naming "consumer").
+ */
+accord_status accord_subscribe_options_set_consumer(accord_subscribe_options *options,
+                                                    const char *consumer,
+                                                    accord_error **err);
+
+/**
+ * Events read per statement (1 ..= 1000, checked by accord_client_subscribe(), naming
+ * "page_size"; 100 by default).
+ */
+accord_status accord_subscribe_options_set_page_size(accord_subscribe_options *options,
+                                                     int64_t page_size,
+                                                     accord_error **err);
+
+/**
+ * Subscribes to `stream`. `options` (NULL: every default) say where to start and name a
+ * consumer. Returns once every event published from then on will be delivered. ACCORD_TRIMMED
+ * when the start asked for was deleted by the stream's retention (the message names the seq the
+ * stream starts at now). On success `*out_subscription` is a subscription to read with
+ * accord_stream_subscription_next() and free with accord_stream_subscription_free(). Blocks.
+ */
+accord_status accord_client_subscribe(const accord_client *client,
+                                      const char *stream,
+                                      const accord_subscribe_options *options,
+                                      accord_stream_subscription **out_subscription,
+                                      accord_error **err);
+
+/**
+ * Frees an event and what it holds. NULL is accepted.
+ */
+void accord_stream_event_free(accord_stream_event *event);
+
+/**
+ * Waits up to `timeout_ms` (negative: without limit; 0: only events already read) for the next
+ * event: ACCORD_OK with `*out_event` set (free it with accord_stream_event_free()); ACCORD_OK
+ * with `*out_event` NULL once the subscription is closed, or ended after ACCORD_TRIMMED;
+ * ACCORD_TIMEOUT if none came; ACCORD_CANCELLED when `cancel` (may be NULL) fires;
+ * ACCORD_CLOSED once its client is closed; ACCORD_TRIMMED when retention deleted events it had
+ * not read yet (the message names the seq the stream starts at now; the subscription then
+ * ends). A read that fails on the connection is repeated until it succeeds: no event is
+ * skipped, and one ended by the timeout or the token is not lost. Blocks.
+ */
+accord_status accord_stream_subscription_next(const accord_stream_subscription *subscription,
+                                              int64_t timeout_ms,
+                                              const accord_cancel_token *cancel,
+                                              accord_stream_event **out_event,
+                                              accord_error **err);
+
+/**
+ * Stores the named consumer's position: a later subscription of the consumer starts after
+ * `seq`. Positions only move forward (acking an older seq changes nothing). `seq` must have
+ * been delivered by this subscription (else ACCORD_INVALID_ARGUMENT naming "seq"); a
+ * subscription without a consumer gives ACCORD_INVALID_ARGUMENT naming "consumer". Blocks for
+ * one round trip.
+ */
+accord_status accord_stream_subscription_ack(const accord_stream_subscription *subscription,
+                                             int64_t seq,
+                                             accord_error **err);
+
+/**
+ * The seq of the last event delivered (before the first: where the subscription started; 0 for
+ * NULL).
+ */
+int64_t accord_stream_subscription_position(const accord_stream_subscription *subscription);
+
+/**
+ * The stream the subscription reads; owned by the subscription (NULL for NULL).
+ */
+const char *accord_stream_subscription_stream(const accord_stream_subscription *subscription);
+
+/**
+ * The subscription's named consumer, owned by the subscription; NULL without one (and for
+ * NULL).
+ */
+const char *accord_stream_subscription_consumer(const accord_stream_subscription *subscription);
+
+/**
+ * Whether the subscription is closed (by accord_stream_subscription_close(), or by closing its
+ * client); true for NULL.
+ */
+bool accord_stream_subscription_is_closed(const accord_stream_subscription *subscription);
+
+/**
+ * Stops reading now (a blocked accord_stream_subscription_next() returns ACCORD_OK with no
+ * event, and so does every later one) and stops listening. Blocks briefly. Idempotent; NULL is
+ * ignored.
+ */
+void accord_stream_subscription_close(const accord_stream_subscription *subscription);
+
+/**
+ * Frees a subscription (closing it if needed). No other thread may use it during or after this
+ * call. NULL is accepted.
+ */
+void accord_stream_subscription_free(accord_stream_subscription *subscription);
+
+/**
+ * Reads `stream`'s bounds and retention rule (a stream never published: first_seq 1,
+ * last_seq 0). On success `*out_info` is an info to free with accord_stream_info_free().
+ * Blocks for one round trip.
+ */
+accord_status accord_client_stream_info(const accord_client *client,
+                                        const char *stream,
+                                        accord_stream_info **out_info,
+                                        accord_error **err);
+
+/**
+ * Frees a stream info and its string. NULL is accepted.
+ */
+void accord_stream_info_free(accord_stream_info *info);
+
+/**
+ * Sets how long `stream` keeps its events, replacing its rule: at most `max_len` of the newest
+ * (0: no bound; else 1 ..= 2^63-1, naming "max_len"), none older than `max_age_ms` (0: no
+ * bound; else at least 100, naming "max_age"; a negative age reaches accord as zero, which is
+ * refused). Both 0 keep every event. Trims now: `*out_trimmed` (may be NULL) is how many events
+ * that deleted. Later trims run in the background of publishing clients. Blocks.
+ */
+accord_status accord_client_set_stream_retention(const accord_client *client,
+                                                 const char *stream,
+                                                 uint64_t max_len,
+                                                 int64_t max_age_ms,
+                                                 uint64_t *out_trimmed,
+                                                 accord_error **err);
 
 /**
  * Waits up to `timeout_ms` (negative: without limit; 0: only what is queued) for the next

@@ -48,6 +48,19 @@
 //			stop(ev.Shard) // checkpoint; the next call hands the shard off
 //		}
 //	}
+//
+// Durable streams keep what notifications cannot: Publish appends an event and returns its seq
+// (1, 2, 3, … per stream, in commit order); Subscribe delivers the stored events after its start,
+// then the live ones, each once, in order, across reconnects. A named consumer Acks what it has
+// done and a later subscription of the same name resumes after it:
+//
+//	seq, err := client.Publish(ctx, "orders", `{"id":42}`)
+//	sub, err := client.Subscribe(ctx, "orders", accord.SubscribeOptions{Start: accord.StartEarliest, Consumer: "billing"})
+//	for ev := range sub.Events() {
+//		handle(ev.Payload)
+//		sub.Ack(ctx, ev.Seq)
+//	}
+//	err = sub.Err() // nil after Close; ErrTrimmed when retention deleted unread events
 package accord
 
 /*

@@ -23,6 +23,7 @@ var (
 	ErrClosed          = errors.New("accord: closed")
 	ErrUnsupported     = errors.New("accord: unsupported")
 	ErrInternal        = errors.New("accord: internal")
+	ErrTrimmed         = errors.New("accord: trimmed")
 )
 
 // sentinels is indexed by libaccord's status values (ACCORD_OK, 0, has none).
@@ -38,6 +39,7 @@ var sentinels = [...]error{
 	C.ACCORD_CLOSED:           ErrClosed,
 	C.ACCORD_UNSUPPORTED:      ErrUnsupported,
 	C.ACCORD_INTERNAL:         ErrInternal,
+	C.ACCORD_TRIMMED:          ErrTrimmed,
 }
 
 // Error is what accord's calls return: the kind (a sentinel, for errors.Is) and the message,

@@ -12,7 +12,7 @@ import (
 // Every sentinel, ErrInternal last.
 var allKinds = []error{
 	ErrInvalidArgument, ErrHeld, ErrDone, ErrTimeout, ErrCancelled, ErrLeaseLost,
-	ErrConnection, ErrDatabase, ErrClosed, ErrUnsupported, ErrInternal,
+	ErrConnection, ErrDatabase, ErrClosed, ErrUnsupported, ErrTrimmed, ErrInternal,
 }
 
 // kindsOf lists the sentinels err matches.
@@ -142,6 +142,13 @@ func TestEveryErrorKindIsProvoked(t *testing.T) {
 			if err != nil && err.Error() == ErrClosed.Error() {
 				t.Errorf("after Close: the sentinel's text only: %v", err)
 			}
+			return err
+		},
+		ErrTrimmed: func(t *testing.T) error {
+			// Retention keeps the newest event: a subscription after seq 0 asks for deleted ones.
+			must(o1.PublishMany(ctx, "trimmed", []string{"1", "2", "3"}))
+			must(o1.SetStreamRetention(ctx, "trimmed", StreamRetention{MaxLen: 1}))
+			_, err := o1.Subscribe(ctx, "trimmed", SubscribeOptions{Start: StartAfter, After: 0})
 			return err
 		},
 		ErrUnsupported: func(t *testing.T) error {

@@ -37,10 +37,13 @@ pub enum accord_status {
     ACCORD_UNSUPPORTED = 10,
     /// A bug in accord, including a caught panic. Please report it.
     ACCORD_INTERNAL = 11,
+    /// A stream's retention deleted the events asked for (a subscription's start, or events a
+    /// subscription had not read yet); the message names the seq the stream starts at now.
+    ACCORD_TRIMMED = 12,
 }
 
 /// Every status but ACCORD_OK, in value order: one per error kind of the core.
-pub(crate) const ERROR_STATUSES: [accord_status; 11] = {
+pub(crate) const ERROR_STATUSES: [accord_status; 12] = {
     use accord_status::*;
     [
         ACCORD_INVALID_ARGUMENT,
@@ -54,6 +57,7 @@ pub(crate) const ERROR_STATUSES: [accord_status; 11] = {
         ACCORD_CLOSED,
         ACCORD_UNSUPPORTED,
         ACCORD_INTERNAL,
+        ACCORD_TRIMMED,
     ]
 };
 
@@ -73,6 +77,7 @@ pub(crate) fn kind_of(status: accord_status) -> Option<ErrorKind> {
         ACCORD_CLOSED => ErrorKind::Closed,
         ACCORD_UNSUPPORTED => ErrorKind::Unsupported,
         ACCORD_INTERNAL => ErrorKind::Internal,
+        ACCORD_TRIMMED => ErrorKind::Trimmed,
     })
 }
 
@@ -89,6 +94,7 @@ pub(crate) fn status_of(kind: ErrorKind) -> accord_status {
         ErrorKind::Database => ACCORD_DATABASE,
         ErrorKind::Closed => ACCORD_CLOSED,
         ErrorKind::Unsupported => ACCORD_UNSUPPORTED,
+        ErrorKind::Trimmed => ACCORD_TRIMMED,
         _ => ACCORD_INTERNAL,
     }
 }

@@ -21,6 +21,7 @@ mod options;
 mod pool;
 mod runtime;
 mod semaphore;
+mod stream;
 mod subscription;
 
 use std::ffi::c_char;
@@ -36,6 +37,7 @@ pub use membership::*;
 pub use options::*;
 pub use pool::*;
 pub use semaphore::*;
+pub use stream::*;
 pub use subscription::*;
 
 /// The library's version, e.g. "0.1.0" (static storage).

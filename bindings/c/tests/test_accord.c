@@ -1,6 +1,6 @@
 /*
  * The scenarios of docs/semantics.md that reach C (L1-L9, N1-N6, P1, P3, P4, P6, M1, F2, F4,
- * X1, X2, E1-E3), bad input, the client event queue, fork detection, the client options'
+ * X1, X2, E1-E3), durable streams, bad input, the client event queue, fork detection, the client options'
  * timeouts and every status code, through the installed header and library, against the
  * PostgreSQL named by ACCORD_TEST_DATABASE_URL. Exit status 0 when every check passed, and when
  * every status but ACCORD_INTERNAL was returned by some check (see seen[] and
@@ -30,7 +30,7 @@ static char ns_prefix[64];
 static int slow = 1; /* timing bounds are multiplied by this under valgrind */
 static int checks;
 /* Which statuses the checks below were returned (EXPECT, EXPECT_NAMING, saw()). */
-#define STATUS_COUNT 12 /* ACCORD_OK ..= ACCORD_INTERNAL */
+#define STATUS_COUNT 13 /* ACCORD_OK ..= ACCORD_TRIMMED */
 static int seen[STATUS_COUNT];
 
 static void saw(accord_status status) {
@@ -1683,6 +1683,245 @@ static void test_election(void) {
   }
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* Durable streams. */
+
+static accord_stream_subscription *subscribe(accord_client *c, const char *stream, int start,
+                                             int64_t after, const char *consumer) {
+  accord_subscribe_options *o = accord_subscribe_options_new();
+  if (start == 'e') MUST(accord_subscribe_options_set_start_earliest(o, &err));
+  if (start == 'l') MUST(accord_subscribe_options_set_start_latest(o, &err));
+  if (start == 'a') MUST(accord_subscribe_options_set_start_after(o, after, &err));
+  if (consumer) MUST(accord_subscribe_options_set_consumer(o, consumer, &err));
+  accord_stream_subscription *sub = NULL;
+  MUST(accord_client_subscribe(c, stream, o, &sub, &err));
+  accord_subscribe_options_free(o);
+  CHECK(sub != NULL && !strcmp(accord_stream_subscription_stream(sub), stream));
+  return sub;
+}
+
+/* The next event, which must be `seq` with `payload` (NUL-terminated here). */
+static void expect_stream_event(accord_stream_subscription *sub, int64_t seq, const char *payload) {
+  accord_stream_event *ev = NULL;
+  MUST(accord_stream_subscription_next(sub, 10000 * slow, NULL, &ev, &err));
+  if (!ev) FAIL("no event, wanted seq %lld", (long long)seq);
+  if (ev->seq != seq || ev->payload_len != strlen(payload) || strcmp(ev->payload, payload))
+    FAIL("got seq %lld \"%.40s\", wanted %lld \"%.40s\"", (long long)ev->seq, ev->payload,
+         (long long)seq, payload);
+  CHECK(ev->published_at_ms > 0 && !strcmp(ev->stream, accord_stream_subscription_stream(sub)));
+  CHECK(accord_stream_subscription_position(sub) == seq);
+  accord_stream_event_free(ev);
+}
+
+struct stream_reader {
+  accord_stream_subscription *sub;
+  accord_status status;
+  accord_stream_event *event;
+};
+
+static void *read_stream(void *arg) {
+  struct stream_reader *r = arg;
+  r->status = accord_stream_subscription_next(r->sub, -1, NULL, &r->event, NULL);
+  return NULL;
+}
+
+/* Publish and subscribe: earliest replays 1..N in order, then a live event; latest starts with
+ * the next one; timeouts and cancel tokens end a wait; a named consumer resumes after its ack;
+ * close ends a waiting next (no event), and closing the client gives ACCORD_CLOSED. */
+static void test_streams(void) {
+  accord_client *c = client("d1", "pub"), *r = client("d1", "sub");
+  const char *three[] = {"one", "two", "three"};
+  int64_t seqs[3] = {0};
+  MUST(accord_client_publish_many(c, "s", three, NULL, 3, seqs, &err));
+  CHECK(seqs[0] == 1 && seqs[1] == 2 && seqs[2] == 3);
+  accord_stream_subscription *early = subscribe(r, "s", 'e', 0, NULL);
+  accord_stream_subscription *late = subscribe(r, "s", 'l', 0, NULL);
+  CHECK(accord_stream_subscription_consumer(early) == NULL);
+  CHECK(accord_stream_subscription_position(early) == 0 && accord_stream_subscription_position(late) == 3);
+  for (int i = 0; i < 3; i++) expect_stream_event(early, i + 1, three[i]);
+  int64_t seq = 0;
+  MUST(accord_client_publish(c, "s", "live", 4, &seq, &err));
+  CHECK(seq == 4);
+  expect_stream_event(early, 4, "live");
+  expect_stream_event(late, 4, "live");
+  /* Caught up: a timeout, a cancelled token; neither loses the next event. */
+  accord_stream_event *ev = NULL;
+  EXPECT(ACCORD_TIMEOUT, accord_stream_subscription_next(early, 50, NULL, &ev, &err));
+  accord_cancel_token *token = accord_cancel_token_new();
+  accord_cancel_token_cancel(token);
+  EXPECT(ACCORD_CANCELLED, accord_stream_subscription_next(early, -1, token, &ev, &err));
+  accord_cancel_token_free(token);
+  CHECK(ev == NULL);
+  MUST(accord_client_publish(c, "s", NULL, 0, NULL, &err)); /* seq 5, empty */
+  expect_stream_event(early, 5, "");
+  /* Without a consumer there is nothing to ack. */
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "consumer", accord_stream_subscription_ack(early, 5, &err));
+  accord_stream_subscription_free(late);
+
+  /* A named consumer acks 2, and its next subscription resumes with 3 (start "earliest" only
+   * applies to a consumer without a stored position); an explicit After seeks. */
+  accord_stream_subscription *cs = subscribe(r, "s", 'e', 0, "c1");
+  CHECK(!strcmp(accord_stream_subscription_consumer(cs), "c1"));
+  expect_stream_event(cs, 1, "one");
+  expect_stream_event(cs, 2, "two");
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "seq", accord_stream_subscription_ack(cs, 3, &err));
+  MUST(accord_stream_subscription_ack(cs, 2, &err));
+  MUST(accord_stream_subscription_ack(cs, 1, &err)); /* older: changes nothing */
+  accord_stream_subscription_close(cs);
+  accord_stream_subscription_free(cs);
+  cs = subscribe(r, "s", 'e', 0, "c1");
+  expect_stream_event(cs, 3, "three");
+  accord_stream_subscription_free(cs);
+  cs = subscribe(r, "s", 'a', 3, "c1");
+  expect_stream_event(cs, 4, "live");
+  accord_stream_subscription_free(cs);
+
+  /* close() ends a next blocked in another thread: ACCORD_OK, no event; and every later one. */
+  struct stream_reader sr = {early, -1, NULL};
+  pthread_t t;
+  pthread_create(&t, NULL, read_stream, &sr);
+  sleep_ms(200);
+  CHECK(!accord_stream_subscription_is_closed(early));
+  accord_stream_subscription_close(early);
+  pthread_join(t, NULL);
+  CHECK(sr.status == ACCORD_OK && sr.event == NULL);
+  MUST(accord_stream_subscription_next(early, -1, NULL, &ev, &err));
+  CHECK(ev == NULL && accord_stream_subscription_is_closed(early));
+  accord_stream_subscription_close(early); /* idempotent */
+  accord_stream_subscription_free(early);
+
+  /* Closing the client: ACCORD_CLOSED. */
+  accord_stream_subscription *open = subscribe(r, "s", 'l', 0, NULL);
+  accord_client_close(r);
+  EXPECT(ACCORD_CLOSED, accord_stream_subscription_next(open, 1000, NULL, &ev, &err));
+  EXPECT(ACCORD_CLOSED, accord_client_publish(r, "s", "x", 1, NULL, &err));
+  accord_stream_subscription_free(open);
+  accord_client_free(r);
+  accord_client_close(c);
+  accord_client_free(c);
+}
+
+/* Payloads are bytes of UTF-8, NUL included, up to 65536; retention trims, and reading what it
+ * deleted gives ACCORD_TRIMMED naming where the stream starts now; bad input names the field. */
+static void test_stream_payloads_retention_bad_input(void) {
+  accord_client *c = client("d2", "o1");
+  /* NUL, an emoji, and exactly 65536 bytes. */
+  size_t max = 65536;
+  char *big = malloc(max + 1);
+  memset(big, 'x', max + 1);
+  memcpy(big, "nul\0byte \xf0\x9f\xa6\x80 ", 14);
+  int64_t seq = 0;
+  MUST(accord_client_publish(c, "bytes", big, max, &seq, &err));
+  accord_stream_subscription *sub = subscribe(c, "bytes", 'a', seq - 1, NULL);
+  accord_stream_event *ev = NULL;
+  MUST(accord_stream_subscription_next(sub, 10000 * slow, NULL, &ev, &err));
+  CHECK(ev && ev->seq == seq && ev->payload_len == max && !memcmp(ev->payload, big, max));
+  CHECK(ev->payload[max] == 0);
+  accord_stream_event_free(ev);
+  accord_stream_subscription_free(sub);
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "payload", accord_client_publish(c, "bytes", big, max + 1, NULL, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "payload", accord_client_publish(c, "bytes", "\xff", 1, NULL, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "payload", accord_client_publish(c, "bytes", NULL, 3, NULL, &err));
+  const char *two[] = {"ok", "\xc3\x28"};
+  size_t lens[] = {2, 2};
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "payloads[1]", accord_client_publish_many(c, "bytes", two, lens, 2, NULL, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "payloads", accord_client_publish_many(c, "bytes", NULL, NULL, 2, NULL, &err));
+  MUST(accord_client_publish_many(c, "bytes", NULL, NULL, 0, NULL, &err));
+  free(big);
+
+  /* Retention by length: 5 events, keep 2; the info shows the bounds and the rule. */
+  accord_stream_info *info = NULL;
+  MUST(accord_client_stream_info(c, "r", &info, &err));
+  CHECK(info->first_seq == 1 && info->last_seq == 0 && info->max_len == 0 && info->max_age_ms == 0);
+  accord_stream_info_free(info);
+  const char *five[] = {"1", "2", "3", "4", "5"};
+  MUST(accord_client_publish_many(c, "r", five, NULL, 5, NULL, &err));
+  accord_stream_subscription *reader = NULL;
+  accord_subscribe_options *o = accord_subscribe_options_new();
+  MUST(accord_subscribe_options_set_start_earliest(o, &err));
+  MUST(accord_subscribe_options_set_page_size(o, 1, &err));
+  MUST(accord_client_subscribe(c, "r", o, &reader, &err));
+  accord_subscribe_options_free(o);
+  expect_stream_event(reader, 1, "1");
+  uint64_t trimmed = 0;
+  MUST(accord_client_set_stream_retention(c, "r", 2, 0, &trimmed, &err));
+  CHECK(trimmed == 3);
+  MUST(accord_client_stream_info(c, "r", &info, &err));
+  CHECK(!strcmp(info->stream, "r") && info->first_seq == 4 && info->last_seq == 5);
+  CHECK(info->max_len == 2 && info->max_age_ms == 0);
+  accord_stream_info_free(info);
+  accord_stream_subscription *none = NULL;
+  /* Earliest is where the stream starts now; After(1) asks for deleted events. */
+  sub = subscribe(c, "r", 'e', 0, NULL);
+  expect_stream_event(sub, 4, "4");
+  accord_stream_subscription_free(sub);
+  o = accord_subscribe_options_new();
+  MUST(accord_subscribe_options_set_start_after(o, 1, &err));
+  EXPECT_NAMING(ACCORD_TRIMMED, "starts at seq 4", accord_client_subscribe(c, "r", o, &none, &err));
+  accord_subscribe_options_free(o);
+  CHECK(none == NULL);
+  /* The reader had not read 2 and 3: ACCORD_TRIMMED, then it has ended. */
+  EXPECT_NAMING(ACCORD_TRIMMED, "starts at seq 4", accord_stream_subscription_next(reader, 10000 * slow, NULL, &ev, &err));
+  MUST(accord_stream_subscription_next(reader, 0, NULL, &ev, &err));
+  CHECK(ev == NULL);
+  accord_stream_subscription_free(reader);
+  MUST(accord_client_set_stream_retention(c, "r", 0, 60000, NULL, &err));
+  MUST(accord_client_stream_info(c, "r", &info, &err));
+  CHECK(info->max_len == 0 && info->max_age_ms == 60000);
+  accord_stream_info_free(info);
+  MUST(accord_client_set_stream_retention(c, "r", 0, 0, &trimmed, &err));
+  CHECK(trimmed == 0);
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "max_age", accord_client_set_stream_retention(c, "r", 0, 50, NULL, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "max_age", accord_client_set_stream_retention(c, "r", 0, -1, NULL, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "max_len", accord_client_set_stream_retention(c, "r", UINT64_MAX, 0, NULL, &err));
+
+  /* Names, page sizes, seqs and handles. */
+  char longname[600];
+  memset(longname, 's', sizeof longname - 1);
+  longname[sizeof longname - 1] = 0;
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "stream", accord_client_publish(c, "", "x", 1, NULL, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "stream", accord_client_publish(c, NULL, "x", 1, NULL, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "stream", accord_client_publish_many(c, longname, five, NULL, 1, NULL, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "client", accord_client_publish(NULL, "s", "x", 1, NULL, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "stream", accord_client_subscribe(c, "", NULL, &none, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "stream", accord_client_stream_info(c, "", &info, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "out_info", accord_client_stream_info(c, "r", NULL, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "stream", accord_client_set_stream_retention(c, NULL, 1, 0, NULL, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "out_subscription", accord_client_subscribe(c, "r", NULL, NULL, &err));
+  int64_t bad_sizes[] = {0, 1001, -1};
+  for (int i = 0; i < 3; i++) {
+    o = accord_subscribe_options_new();
+    MUST(accord_subscribe_options_set_page_size(o, bad_sizes[i], &err));
+    EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "page_size", accord_client_subscribe(c, "r", o, &none, &err));
+    accord_subscribe_options_free(o);
+  }
+  o = accord_subscribe_options_new();
+  MUST(accord_subscribe_options_set_consumer(o, "", &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "consumer", accord_client_subscribe(c, "r", o, &none, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "consumer", accord_subscribe_options_set_consumer(o, NULL, &err));
+  MUST(accord_subscribe_options_set_consumer(o, "c1", &err));
+  MUST(accord_subscribe_options_set_start_after(o, -1, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "after", accord_client_subscribe(c, "r", o, &none, &err));
+  accord_subscribe_options_free(o);
+  CHECK(none == NULL);
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "options", accord_subscribe_options_set_start_earliest(NULL, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "options", accord_subscribe_options_set_page_size(NULL, 5, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "subscription", accord_stream_subscription_next(NULL, 0, NULL, &ev, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "subscription", accord_stream_subscription_ack(NULL, 1, &err));
+  sub = subscribe(c, "r", 'l', 0, NULL);
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "out_event", accord_stream_subscription_next(sub, 0, NULL, NULL, &err));
+  accord_stream_subscription_free(sub);
+  CHECK(accord_stream_subscription_position(NULL) == 0 && accord_stream_subscription_stream(NULL) == NULL);
+  CHECK(accord_stream_subscription_consumer(NULL) == NULL && accord_stream_subscription_is_closed(NULL));
+  accord_stream_subscription_close(NULL);
+  accord_stream_subscription_free(NULL);
+  accord_stream_event_free(NULL);
+  accord_stream_info_free(NULL);
+  accord_subscribe_options_free(NULL);
+  accord_client_close(c);
+  accord_client_free(c);
+}
+
 /* Every store opens by URL: the embedded SQLite file and the in-process memory store. */
 static void test_embedded_stores(void) {
   char path[256], sqlite_url[300];
@@ -1718,6 +1957,15 @@ static void test_embedded_stores(void) {
     MUST(accord_lease_done(claimed[0], NULL, &err));
     CHECK(counts_are(a, "job/", 0, 1, 1));
     free_leases(claimed, n);
+    /* A durable stream: the stored events, then a live one. */
+    const char *events[] = {"e1", "e2"};
+    MUST(accord_client_publish_many(a, "events", events, NULL, 2, NULL, &err));
+    accord_stream_subscription *stream = subscribe(b, "events", 'e', 0, NULL);
+    expect_stream_event(stream, 1, "e1");
+    expect_stream_event(stream, 2, "e2");
+    MUST(accord_client_publish(a, "events", "e3", 2, NULL, &err));
+    expect_stream_event(stream, 3, "e3");
+    accord_stream_subscription_free(stream);
     accord_subscription_free(sub);
     accord_lease_free(lease);
     accord_client_close(a);
@@ -1740,6 +1988,7 @@ static void test_status_names(void) {
       STATUS(ACCORD_DONE),       STATUS(ACCORD_TIMEOUT),          STATUS(ACCORD_CANCELLED),
       STATUS(ACCORD_LEASE_LOST), STATUS(ACCORD_CONNECTION),       STATUS(ACCORD_DATABASE),
       STATUS(ACCORD_CLOSED),     STATUS(ACCORD_UNSUPPORTED),      STATUS(ACCORD_INTERNAL),
+      STATUS(ACCORD_TRIMMED),
   };
 #undef STATUS
   for (int i = 0; i < STATUS_COUNT; i++) {
@@ -1946,6 +2195,8 @@ int main(int argc, char **argv) {
   test_x1_shared();
   test_x2_fair();
   test_election();
+  test_streams();
+  test_stream_payloads_retention_bad_input();
   test_embedded_stores();
   test_statement_timeout();
   check_every_status_seen();
