@@ -1881,14 +1881,14 @@ void accord_stream_info_free(accord_stream_info *info);
 
 /**
  * Sets how long `stream` keeps its events, replacing its rule: at most `max_len` of the newest
- * (0: no bound; else 1 ..= 2^63-1, naming "max_len"), none older than `max_age_ms` (0: no
+ * (0: no bound; else 1 ..= 2^63-1, naming "max_len", a negative count too), none older than `max_age_ms` (0: no
  * bound; else at least 100, naming "max_age"; a negative age reaches accord as zero, which is
  * refused). Both 0 keep every event. Trims now: `*out_trimmed` (may be NULL) is how many events
  * that deleted. Later trims run in the background of publishing clients. Blocks.
  */
 accord_status accord_client_set_stream_retention(const accord_client *client,
                                                  const char *stream,
-                                                 uint64_t max_len,
+                                                 int64_t max_len,
                                                  int64_t max_age_ms,
                                                  uint64_t *out_trimmed,
                                                  accord_error **err);

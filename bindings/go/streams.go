@@ -446,8 +446,7 @@ func (c *Client) SetStreamRetention(ctx context.Context, stream string, retentio
 	var trimmed C.uint64_t
 	var cerr *C.accord_error
 	err = c.use(func(cp *C.accord_client) error {
-		// A negative MaxLen reaches libaccord as a count above 2^63, which it refuses.
-		return takeError(C.accord_client_set_stream_retention(cp, cstream, C.uint64_t(retention.MaxLen), maxAge, &trimmed, &cerr), cerr)
+		return takeError(C.accord_client_set_stream_retention(cp, cstream, C.int64_t(retention.MaxLen), maxAge, &trimmed, &cerr), cerr)
 	})
 	if err != nil {
 		return 0, err

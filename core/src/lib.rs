@@ -80,11 +80,11 @@ pub use validate::{
 /// integers against them, so that no binding restates a range or its message.
 pub mod limits {
     pub use crate::validate::{
-        claim_limit, handoffs_per_period, list_limit, page_size, permits, pool_size, shards,
-        stream_max_len, MAX_CHANNEL_BYTES, MAX_CLAIM_LIMIT, MAX_EVENT_BYTES,
-        MAX_HANDOFFS_PER_PERIOD, MAX_LIST_LIMIT, MAX_METADATA_BYTES, MAX_NAME_BYTES,
-        MAX_OFFER_KEYS, MAX_PAGE_SIZE, MAX_PERMITS, MAX_POOL_SIZE, MAX_PUBLISH_EVENTS, MAX_SHARDS,
-        MAX_TTL, MIN_TTL, OFFER_BATCH,
+        claim_limit, handoffs_per_period, list_limit, page_size, permits, pool_size,
+        publish_events, shards, stream_max_len, MAX_CHANNEL_BYTES, MAX_CLAIM_LIMIT,
+        MAX_EVENT_BYTES, MAX_HANDOFFS_PER_PERIOD, MAX_LIST_LIMIT, MAX_METADATA_BYTES,
+        MAX_NAME_BYTES, MAX_OFFER_KEYS, MAX_PAGE_SIZE, MAX_PERMITS, MAX_POOL_SIZE,
+        MAX_PUBLISH_EVENTS, MAX_SHARDS, MAX_TTL, MIN_TTL, OFFER_BATCH,
     };
 }
 

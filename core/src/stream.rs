@@ -24,7 +24,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::naming::channel_for;
 use crate::session::{self, Event, Outgoing, Publisher, Session};
 use crate::subscription::Subscription;
-use crate::validate::{self, MAX_PUBLISH_EVENTS};
+use crate::validate;
 
 /// Events read at once unless the subscriber says otherwise.
 pub const DEFAULT_PAGE_SIZE: usize = 100;
@@ -193,15 +193,7 @@ pub(crate) async fn publish_many(
     payloads: Vec<String>,
 ) -> Result<Vec<i64>> {
     validate::name("stream", stream)?;
-    if payloads.len() > MAX_PUBLISH_EVENTS {
-        return Err(Error::invalid(
-            "payloads",
-            format!(
-                "holds {} events, the limit is {MAX_PUBLISH_EVENTS} per call",
-                payloads.len()
-            ),
-        ));
-    }
+    validate::publish_events(payloads.len())?;
     let events = payloads
         .into_iter()
         .map(|p| outgoing(&session.scope.namespace, stream, p))

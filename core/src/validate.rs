@@ -219,6 +219,18 @@ pub fn stream_max_len(value: i64) -> Result<u64> {
     Ok(value as u64)
 }
 
+/// How many events one `publish_many` carries: `InvalidArgument` naming `payloads` over
+/// [`MAX_PUBLISH_EVENTS`] (a binding checks this before copying them).
+pub fn publish_events(count: usize) -> Result<usize> {
+    if count > MAX_PUBLISH_EVENTS {
+        return Err(Error::invalid(
+            "payloads",
+            format!("holds {count} events, the limit is {MAX_PUBLISH_EVENTS} per call"),
+        ));
+    }
+    Ok(count)
+}
+
 /// A seq given by a caller: 0 (before the first event) or more.
 pub(crate) fn seq(field: &str, value: i64) -> Result<()> {
     if value < 0 {

@@ -78,6 +78,8 @@ pub extern "C" fn accord_client_publish_many(
         if payloads.is_null() && count > 0 {
             return Err(invalid("payloads", "must not be NULL"));
         }
+        // The count first: nothing is copied for a call the core would refuse.
+        accord_core::limits::publish_events(count)?;
         let items: Vec<String> = (0..count)
             .map(|i| {
                 let field = format!("payloads[{i}]");
@@ -509,7 +511,7 @@ pub extern "C" fn accord_stream_info_free(info: *mut accord_stream_info) {
 }
 
 /// Sets how long `stream` keeps its events, replacing its rule: at most `max_len` of the newest
-/// (0: no bound; else 1 ..= 2^63-1, naming "max_len"), none older than `max_age_ms` (0: no
+/// (0: no bound; else 1 ..= 2^63-1, naming "max_len", a negative count too), none older than `max_age_ms` (0: no
 /// bound; else at least 100, naming "max_age"; a negative age reaches accord as zero, which is
 /// refused). Both 0 keep every event. Trims now: `*out_trimmed` (may be NULL) is how many events
 /// that deleted. Later trims run in the background of publishing clients. Blocks.
@@ -517,7 +519,7 @@ pub extern "C" fn accord_stream_info_free(info: *mut accord_stream_info) {
 pub extern "C" fn accord_client_set_stream_retention(
     client: *const accord_client,
     stream: *const c_char,
-    max_len: u64,
+    max_len: i64,
     max_age_ms: i64,
     out_trimmed: *mut u64,
     err: *mut *mut accord_error,
@@ -527,7 +529,7 @@ pub extern "C" fn accord_client_set_stream_retention(
         let stream = text("stream", stream)?;
         let mut retention = StreamRetention::new();
         if max_len != 0 {
-            retention = retention.max_len(max_len);
+            retention = retention.max_len(accord_core::limits::stream_max_len(max_len)?);
         }
         if max_age_ms != 0 {
             retention = retention.max_age(Duration::from_millis(
