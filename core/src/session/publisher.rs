@@ -31,6 +31,9 @@ pub(crate) const MAX_EVENTS: usize = 1000;
 pub(crate) const MAX_BYTES: usize = 4 * 1024 * 1024;
 /// How often this client trims a stream it publishes to, at most.
 pub(crate) const TRIM_EVERY: Duration = Duration::from_secs(1);
+/// Streams whose last trim this client remembers before forgetting those trimmed over
+/// [`TRIM_EVERY`] ago.
+const TRIMMED_REMEMBERED: usize = 1024;
 /// The most events one trim statement deletes; a trim repeats until fewer go.
 pub(crate) const TRIM_BATCH: usize = 10_000;
 
@@ -168,6 +171,10 @@ fn trim_later(scope: &Arc<Scope>, stream: String) {
             .is_some_and(|at| now.duration_since(*at) < TRIM_EVERY)
         {
             return;
+        }
+        // A client publishing to many streams keeps only the recent ones in mind.
+        if trimmed.len() >= TRIMMED_REMEMBERED {
+            trimmed.retain(|_, at| now.duration_since(*at) < TRIM_EVERY);
         }
         trimmed.insert(stream.clone(), now);
     }

@@ -72,6 +72,28 @@ pub async fn d1_earliest_replays_in_order_then_live(h: &Harness) {
     assert_eq!((event.seq, event.payload.as_str()), (1002, "tail"));
     assert_eq!(next_event(&sub).await.seq, 1002);
 
+    // Concurrent publishes of one client to two streams share statements; each stream counts
+    // on its own, in the order the publishes were started.
+    let mixed = (0..40).map(|i| {
+        let publisher = publisher.clone();
+        async move {
+            let stream = if i % 2 == 0 { "even" } else { "odd" };
+            (i, publisher.publish(stream, &i.to_string()).await.unwrap())
+        }
+    });
+    for (i, seq) in futures_util::future::join_all(mixed).await {
+        assert_eq!(seq, i / 2 + 1, "publish {i}");
+    }
+    for (stream, first) in [("even", 0), ("odd", 1)] {
+        let sub = reader
+            .subscribe(stream, from(StreamStart::Earliest))
+            .await
+            .unwrap();
+        for (k, event) in expect_run(&sub, 1, 20).await.into_iter().enumerate() {
+            assert_eq!(event.payload, (first + 2 * k).to_string(), "{stream}");
+        }
+    }
+
     // Another stream counts on its own; a stream never published is empty.
     assert_eq!(publisher.publish("other", "x").await.unwrap(), 1);
     let empty = reader.stream_info("never").await.unwrap();
