@@ -78,6 +78,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -114,7 +115,20 @@ type Client struct {
 	closing sync.Once
 }
 
+// cstring copies s for libaccord. C strings end at the first NUL, so every string that may
+// hold one is checked first by noNUL: it is refused rather than cut short.
 func cstring(s string) *C.char { return C.CString(s) }
+
+// noNUL refuses values holding a NUL byte, in the core's words for the same rule (a C string
+// would silently end there: key "a\x00b" would become "a").
+func noNUL(field string, values ...string) error {
+	for _, v := range values {
+		if strings.IndexByte(v, 0) >= 0 {
+			return &Error{Kind: ErrInvalidArgument, Message: "invalid " + field + ": must not contain NUL characters"}
+		}
+	}
+	return nil
+}
 
 func millis(d time.Duration) C.int64_t { return C.int64_t(d / time.Millisecond) }
 
@@ -126,6 +140,17 @@ func Connect(ctx context.Context, url string, opts *ClientOptions) (*Client, err
 	}
 	if opts == nil {
 		opts = &ClientOptions{}
+	}
+	if err := noNUL("url", url); err != nil {
+		return nil, err
+	}
+	for _, o := range []struct{ field, value string }{
+		{"namespace", opts.Namespace}, {"owner", opts.Owner}, {"schema", opts.Schema},
+		{"application_name", opts.ApplicationName},
+	} {
+		if err := noNUL(o.field, o.value); err != nil {
+			return nil, err
+		}
 	}
 	o := C.accord_client_options_new()
 	defer C.accord_client_options_free(o)
@@ -302,6 +327,9 @@ func acquireOptions(opts *AcquireOptions, deadline time.Time, hasDeadline bool) 
 // passing) ends the wait with an error matching both ErrCancelled/ErrTimeout and the context's
 // error; nothing is left held. A done key gives ErrDone.
 func (c *Client) Acquire(ctx context.Context, key string, opts *AcquireOptions) (*Lease, error) {
+	if err := noNUL("key", key); err != nil {
+		return nil, err
+	}
 	ckey := cstring(key)
 	defer C.free(unsafe.Pointer(ckey))
 	return c.wait(ctx, opts, func(o *C.accord_acquire_options, out **C.accord_lease, cerr **C.accord_error) C.accord_status {
@@ -379,6 +407,9 @@ func waitError(ctx context.Context, err error, own time.Duration, deadline time.
 // TryAcquire tries once: the lease if key is free, an error matching ErrHeld if it is held (by
 // anyone, this client included), ErrDone if it is done.
 func (c *Client) TryAcquire(ctx context.Context, key string, opts *AcquireOptions) (*Lease, error) {
+	if err := noNUL("key", key); err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -403,6 +434,9 @@ func (c *Client) TryAcquire(ctx context.Context, key string, opts *AcquireOption
 // Reset makes a done (or free) key unknown again, so it can be acquired; it reports whether
 // there was anything to reset. A key held by a live lease gives ErrHeld.
 func (c *Client) Reset(ctx context.Context, key string) (bool, error) {
+	if err := noNUL("key", key); err != nil {
+		return false, err
+	}
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -418,6 +452,12 @@ func (c *Client) Reset(ctx context.Context, key string) (bool, error) {
 
 // Notify sends payload on channel to every listener, in any language, and to SQL LISTENers.
 func (c *Client) Notify(ctx context.Context, channel, payload string) error {
+	if err := noNUL("channel", channel); err != nil {
+		return err
+	}
+	if err := noNUL("payload", payload); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -430,6 +430,29 @@ func TestBadInput(t *testing.T) {
 	if _, err := c.Listen(ctx); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("listen on nothing: %v", err)
 	}
+	// A NUL would end the C string early: key "a\x00b" must be refused, never taken as "a".
+	nul := map[string]func() error{
+		"key":      func() error { _, err := c.TryAcquire(ctx, "a\x00b", nil); return err },
+		"channel":  func() error { return c.Notify(ctx, "ch\x00x", "p") },
+		"payload":  func() error { return c.Notify(ctx, "ch", "p\x00q") },
+		"group":    func() error { _, err := c.Members(ctx, "g\x00h"); return err },
+		"prefix":   func() error { _, err := c.Counts(ctx, "p\x00/"); return err },
+		"keys":     func() error { _, err := c.Offer(ctx, "p/", []string{"p/a\x00b"}, nil); return err },
+		"election": func() error { _, err := c.Election("e\x00f"); return err },
+		"namespace": func() error {
+			_, err := Connect(ctx, databaseURL(t), &ClientOptions{Namespace: "n\x00s"})
+			return err
+		},
+	}
+	for field, call := range nul {
+		err := call()
+		if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "invalid "+field+": must not contain NUL") {
+			t.Errorf("%s with a NUL: %v", field, err)
+		}
+	}
+	if lease, err := c.TryAcquire(ctx, "a", nil); err != nil || lease == nil {
+		t.Fatalf("key a was touched by the refused \"a\\x00b\": %v", err)
+	}
 }
 
 // A lease held from C (a separate process using libaccord) blocks a Go acquire until released.

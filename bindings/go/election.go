@@ -56,6 +56,9 @@ func leaderOf(l *C.accord_leader) Leader {
 // Election opens the election name (checked here: ErrInvalidArgument naming "election"). It
 // does not touch the coordinator.
 func (c *Client) Election(name string) (*Election, error) {
+	if err := noNUL("election", name); err != nil {
+		return nil, err
+	}
 	cname := cstring(name)
 	defer C.free(unsafe.Pointer(cname))
 	var ptr *C.accord_election
@@ -84,6 +87,9 @@ func (e *Election) free() {
 // and the context's error; in every failure nothing is left held and the place in line is
 // given up.
 func (e *Election) Campaign(ctx context.Context, value string, opts CampaignOptions) (*Leadership, error) {
+	if err := noNUL("value", value); err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -191,6 +197,9 @@ func (l *Leadership) Status() LeaseStatus {
 // Proclaim changes the value observers see, without a new election (the fence stays). After
 // Resign it gives ErrLeaseLost.
 func (l *Leadership) Proclaim(ctx context.Context, value string) error {
+	if err := noNUL("value", value); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}

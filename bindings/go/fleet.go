@@ -129,6 +129,12 @@ func (l *ShardLease) free() {
 
 // Fleet joins the fleet name and starts balancing its shards in the background.
 func (c *Client) Fleet(ctx context.Context, name string, opts FleetOptions) (*Fleet, error) {
+	if err := noNUL("name", name); err != nil {
+		return nil, err
+	}
+	if err := noNUL("keys", opts.Keys...); err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

@@ -11,6 +11,14 @@ import (
 	"unsafe"
 )
 
+// listPrefix is the query's prefix ("" for none).
+func listPrefix(query *ListQuery) string {
+	if query == nil {
+		return ""
+	}
+	return query.Prefix
+}
+
 // KeyState is the state of a key.
 type KeyState int
 
@@ -66,6 +74,9 @@ type ListPage struct {
 
 // List returns a page of keys of the client's namespace.
 func (c *Client) List(ctx context.Context, query *ListQuery) (*ListPage, error) {
+	if err := noNUL("prefix", listPrefix(query)); err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

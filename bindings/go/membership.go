@@ -74,6 +74,9 @@ type Member struct {
 // owner is a member already, it waits up to the ttl for that membership to end (then
 // ErrTimeout); the context is checked before, not during, that wait.
 func (c *Client) Join(ctx context.Context, group string, opts *JoinOptions) (*Member, error) {
+	if err := noNUL("group", group); err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -174,6 +177,9 @@ func (m *Member) free() {
 
 // Members lists the live members of group, oldest first, in one read.
 func (c *Client) Members(ctx context.Context, group string) ([]MemberInfo, error) {
+	if err := noNUL("group", group); err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -222,6 +228,9 @@ type MemberWatch struct {
 // Watch watches group: Next yields its members now, then Joined and Left in order. It listens
 // before it returns, so that no change from then on is missed.
 func (c *Client) Watch(ctx context.Context, group string) (*MemberWatch, error) {
+	if err := noNUL("group", group); err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

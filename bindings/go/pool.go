@@ -43,6 +43,12 @@ func (p PoolCounts) Total() uint64 { return p.Free + p.Held + p.Done }
 // nil) is the metadata of keys new to the coordinator. It returns how many keys joined the
 // pool, and wakes waiting claimers.
 func (c *Client) Offer(ctx context.Context, prefix string, keys []string, metadata map[string]any) (int, error) {
+	if err := noNUL("prefix", prefix); err != nil {
+		return 0, err
+	}
+	if err := noNUL("keys", keys...); err != nil {
+		return 0, err
+	}
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -83,6 +89,9 @@ func (c *Client) Offer(ctx context.Context, prefix string, keys []string, metada
 // wait cut short by ctx's deadline gives an error matching context.DeadlineExceeded. Nothing is
 // left held either way.
 func (c *Client) Claim(ctx context.Context, prefix string, opts *ClaimOptions) ([]*Lease, error) {
+	if err := noNUL("prefix", prefix); err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -171,6 +180,9 @@ func (c *Client) Claim(ctx context.Context, prefix string, opts *ClaimOptions) (
 
 // Counts says how many keys of the work pool prefix are free, held and done.
 func (c *Client) Counts(ctx context.Context, prefix string) (PoolCounts, error) {
+	if err := noNUL("prefix", prefix); err != nil {
+		return PoolCounts{}, err
+	}
 	if err := ctx.Err(); err != nil {
 		return PoolCounts{}, err
 	}
@@ -201,6 +213,9 @@ type Semaphore struct {
 // needs. A handle opened with a smaller limit than another never takes a permit at or above
 // its own limit: open every handle of a name with the same limit.
 func (c *Client) Semaphore(ctx context.Context, name string, limit int) (*Semaphore, error) {
+	if err := noNUL("name", name); err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -82,8 +81,8 @@ type StreamInfo struct {
 // name holding one cannot reach libaccord whole: it is refused here, in the core's words for
 // the same rule, rather than cut short.
 func nameArg(field, s string) (*C.char, error) {
-	if strings.IndexByte(s, 0) >= 0 {
-		return nil, &Error{Kind: ErrInvalidArgument, Message: "invalid " + field + ": must not contain NUL characters"}
+	if err := noNUL(field, s); err != nil {
+		return nil, err
 	}
 	return cstring(s), nil
 }

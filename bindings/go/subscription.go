@@ -42,6 +42,9 @@ type Subscription struct {
 // Listen starts receiving notifications on channels. It returns once every notification sent
 // from then on will be delivered.
 func (c *Client) Listen(ctx context.Context, channels ...string) (*Subscription, error) {
+	if err := noNUL("channel", channels...); err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
