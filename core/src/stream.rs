@@ -272,8 +272,6 @@ struct Reading {
     /// From `Earliest`, until the first read: a gap before the first event is the stream's
     /// start, not a loss.
     gap_is_start: bool,
-    /// Ended by `Trimmed`: nothing more is delivered.
-    ended: bool,
 }
 
 /// The events of one stream, stored ones first, then live, in seq order, each once. Read with
@@ -350,7 +348,6 @@ impl StreamSubscription {
                 after,
                 buffer: VecDeque::new(),
                 gap_is_start,
-                ended: false,
             }),
             delivered: AtomicI64::new(after),
             closed: CancellationToken::new(),
@@ -391,9 +388,6 @@ impl StreamSubscription {
                 self.delivered.store(event.seq, Ordering::Relaxed);
                 return Ok(Some(event));
             }
-            if reading.ended {
-                return Ok(None);
-            }
             self.session.check_usable()?;
             // Every wake-up so far is answered by the read below.
             self.wakeups.discard_pending();
@@ -419,8 +413,7 @@ impl StreamSubscription {
             let expected = reading.after + 1;
             let first = page.events.first().map_or(page.last_seq + 1, |e| e.seq);
             if page.last_seq >= expected && first > expected && !reading.gap_is_start {
-                // Nothing more is delivered: the subscription counts as closed.
-                reading.ended = true;
+                // Nothing more is delivered: the subscription is closed (the next call says so).
                 self.closed.cancel();
                 return Err(Error::trimmed(&self.stream, reading.after, first));
             }
