@@ -315,7 +315,7 @@ typedef struct accord_leadership accord_leadership;
 typedef struct accord_lease accord_lease;
 
 /**
- * A page of keys, newest grant first. Free with accord_list_page_free().
+ * A page of keys, in key order. Free with accord_list_page_free().
  */
 typedef struct accord_list_page accord_list_page;
 
@@ -711,7 +711,7 @@ accord_status accord_client_reset(const accord_client *client,
                                   accord_error **err);
 
 /**
- * Lists keys, newest grant first, one page at a time. `query` may be NULL (every key, 100
+ * Lists keys, in key order, one page at a time. `query` may be NULL (every key, 100
  * per page). On success `*out_page` is a page to free with accord_list_page_free().
  */
 accord_status accord_client_list(const accord_client *client,
@@ -1552,7 +1552,7 @@ accord_status accord_list_query_set_limit(accord_list_query *query,
                                           accord_error **err);
 
 /**
- * Continue after the page that returned this cursor; NULL starts from the newest.
+ * Continue after the page that returned this cursor; NULL starts at the first key.
  */
 accord_status accord_list_query_set_cursor(accord_list_query *query,
                                            const char *cursor,

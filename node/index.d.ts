@@ -106,7 +106,7 @@ export declare class Client {
    * `false` if the key was not known; rejects with `ACCORD_HELD` if a live lease holds it.
    */
   reset(key: string): Promise<boolean>
-  /** Lists keys of this client's namespace, newest grant first, one page at a time. */
+  /** Lists keys of this client's namespace, in key order, one page at a time. */
   list(query?: ListQuery | null): Promise<ListPage>
   /**
    * Sends `payload` on `channel` to every listener, whatever its language or connection
@@ -787,7 +787,7 @@ export interface LeaseInfo {
   shared: boolean
 }
 
-/** One page of `list()`, newest grant first. */
+/** One page of `list()`, in key order. */
 export interface ListPage {
   items: Array<LeaseInfo>
   /** Pass as `cursor` for the next page; `null` on the last page. */

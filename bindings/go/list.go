@@ -66,7 +66,7 @@ type LeaseInfo struct {
 	Shared bool
 }
 
-// ListPage is one page of List, newest grant first.
+// ListPage is one page of List, in key order.
 type ListPage struct {
 	Items      []LeaseInfo
 	NextCursor string // "" on the last page

@@ -240,7 +240,7 @@ impl Client {
         }
     }
 
-    /// Lists keys of this client's namespace, newest grant first, one page at a time.
+    /// Lists keys of this client's namespace, in key order, one page at a time.
     pub async fn list(&self, query: ListQuery) -> Result<ListPage> {
         self.session.check_usable()?;
         query.validate()?;

@@ -295,21 +295,106 @@ impl ListQuery {
             validate::metadata("metadata filter", m)?;
         }
         validate::list_limit(i64::try_from(self.limit).unwrap_or(i64::MAX))?;
-        self.cursor_fence()?;
+        self.range()?;
         Ok(())
     }
 
-    /// The cursor as the fence it stands for (backends page by fence, newest first).
-    pub(crate) fn cursor_fence(&self) -> Result<Option<i64>> {
-        self.cursor
-            .as_deref()
-            .map(|c| {
-                c.parse::<i64>().map_err(|_| {
-                    Error::invalid("cursor", format!("{c:?} is not a cursor returned by list"))
-                })
-            })
-            .transpose()
+    /// Where the page starts, as both backends read it: keys in byte order (code points, as
+    /// PostgreSQL's "C" collation and SQLite compare them), a key's shared holders after its
+    /// own row by fence. In that order a prefix is one range of the primary key, so a page
+    /// costs O(log n + page) however large the namespace.
+    pub(crate) fn range(&self) -> Result<ListRange> {
+        let after = self.cursor.as_deref().map(parse_cursor).transpose()?;
+        let prefix = self.prefix.clone().unwrap_or_default();
+        let below = prefix_end(&prefix);
+        // The page starts at the prefix, or at the cursor when it lies past it.
+        let from = match &after {
+            Some((key, _)) if *key > prefix => key.clone(),
+            _ => prefix,
+        };
+        Ok(ListRange { from, below, after })
     }
+}
+
+/// The part of the key order a list page reads: keys `>= from` and `< below` (no end when
+/// `None`), and strictly after the `(key, fence)` a previous page ended with.
+#[derive(Clone, Debug)]
+pub(crate) struct ListRange {
+    pub from: String,
+    pub below: Option<String>,
+    pub after: Option<(String, i64)>,
+}
+
+impl ListRange {
+    /// The cursor of a page that ended with this item.
+    pub fn cursor_after(key: &str, fence: i64) -> String {
+        serde_json::json!([key, fence]).to_string()
+    }
+}
+
+impl ListPage {
+    /// The page of `limit` items that key rows and shared holders make together, each list
+    /// already in (key, fence) order, filtered, and read up to `limit + 1` (one more tells
+    /// whether another page follows).
+    pub(crate) fn merged(keys: Vec<LeaseInfo>, holders: Vec<LeaseInfo>, limit: usize) -> ListPage {
+        let mut keys = keys.into_iter().peekable();
+        let mut holders = holders.into_iter().peekable();
+        let mut items = Vec::with_capacity(limit);
+        let mut more = false;
+        loop {
+            let next = match (keys.peek(), holders.peek()) {
+                (Some(k), Some(h)) if (h.key.as_str(), h.fence) < (k.key.as_str(), k.fence) => {
+                    holders.next()
+                }
+                (Some(_), _) => keys.next(),
+                (None, _) => holders.next(),
+            };
+            let Some(item) = next else { break };
+            if items.len() == limit {
+                more = true;
+                break;
+            }
+            items.push(item);
+        }
+        let next_cursor = if more {
+            items
+                .last()
+                .map(|i| ListRange::cursor_after(&i.key, i.fence))
+        } else {
+            None
+        };
+        ListPage { items, next_cursor }
+    }
+}
+
+/// A cursor is the JSON pair `[key, fence]` of the item a page ended with: opaque to callers,
+/// and any key (quotes, line breaks) survives it.
+fn parse_cursor(cursor: &str) -> Result<(String, i64)> {
+    serde_json::from_str::<(String, i64)>(cursor).map_err(|_| {
+        Error::invalid(
+            "cursor",
+            format!("{cursor:?} is not a cursor returned by list"),
+        )
+    })
+}
+
+/// The least string greater than every string starting with `prefix`, in code point order: the
+/// prefix with its last character that can grow moved to the next one (surrogates are not
+/// characters, so U+D7FF grows to U+E000). `None` for the empty prefix or one made only of
+/// U+10FFFF: no string bounds it.
+pub(crate) fn prefix_end(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = match last {
+            '\u{D7FF}' => Some('\u{E000}'),
+            c => char::from_u32(c as u32 + 1),
+        };
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
 }
 
 /// One key as the coordinator knows it.
@@ -334,7 +419,7 @@ pub struct LeaseInfo {
     pub shared: bool,
 }
 
-/// One page of [`LeaseInfo`], newest grant first.
+/// One page of [`LeaseInfo`], in key order.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ListPage {
     /// The keys of this page.
@@ -413,5 +498,19 @@ impl PoolCounts {
     /// Every key of the pool.
     pub fn total(&self) -> u64 {
         self.free + self.held + self.done
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_end;
+
+    #[test]
+    fn a_prefix_ends_at_the_next_string_in_code_point_order() {
+        assert_eq!(prefix_end("a/"), Some("a0".into()));
+        assert_eq!(prefix_end("a\u{10FFFF}"), Some("b".into()));
+        assert_eq!(prefix_end("a\u{D7FF}"), Some("a\u{E000}".into()));
+        assert_eq!(prefix_end("\u{10FFFF}\u{10FFFF}"), None);
+        assert_eq!(prefix_end(""), None);
     }
 }

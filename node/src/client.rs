@@ -154,7 +154,7 @@ pub struct LeaseInfo {
     pub shared: bool,
 }
 
-/// One page of `list()`, newest grant first.
+/// One page of `list()`, in key order.
 #[napi(object, object_from_js = false, use_nullable = true)]
 pub struct ListPage {
     pub items: Vec<LeaseInfo>,
@@ -729,7 +729,7 @@ impl Client {
         settle_ok(env, async move { Ok(client.reset(&key?).await?) })
     }
 
-    /// Lists keys of this client's namespace, newest grant first, one page at a time.
+    /// Lists keys of this client's namespace, in key order, one page at a time.
     #[napi(
         ts_args_type = "query?: ListQuery | null",
         ts_return_type = "Promise<ListPage>"

@@ -170,7 +170,7 @@ class LeaseInfo:
 
 @final
 class ListPage:
-    """One page of ``list``, newest grant first."""
+    """One page of ``list``, in key order."""
 
     @property
     def items(self) -> builtins.list[LeaseInfo]: ...

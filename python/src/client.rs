@@ -336,7 +336,7 @@ impl Client {
         block_on(py, self.inner.reset(key))?.py()
     }
 
-    /// One page of this namespace's keys, newest grant first. `state` is "held", "free",
+    /// One page of this namespace's keys, in key order. `state` is "held", "free",
     /// "done" or "all"; `metadata` keeps keys whose metadata contains it; `prefix` matches
     /// literally.
     #[pyo3(signature = (prefix=None, *, state=None, metadata=None, limit=100, cursor=None))]
@@ -773,7 +773,7 @@ impl AsyncClient {
         runtime::future_into_py(py, async move { client.reset(&key).await.py() })
     }
 
-    /// One page of this namespace's keys, newest grant first; see `Client.list`.
+    /// One page of this namespace's keys, in key order; see `Client.list`.
     #[pyo3(signature = (prefix=None, *, state=None, metadata=None, limit=100, cursor=None))]
     fn list<'py>(
         &self,

@@ -135,7 +135,7 @@ impl LeaseInfo {
     }
 }
 
-/// One page of `list`, newest grant first. Iterable; `next_cursor` continues it.
+/// One page of `list`, in key order. Iterable; `next_cursor` continues it.
 #[pyclass(module = "accord", frozen)]
 pub struct ListPage {
     items: Vec<LeaseInfo>,

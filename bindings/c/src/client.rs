@@ -193,7 +193,7 @@ pub extern "C" fn accord_client_reset(
     })
 }
 
-/// Lists keys, newest grant first, one page at a time. `query` may be NULL (every key, 100
+/// Lists keys, in key order, one page at a time. `query` may be NULL (every key, 100
 /// per page). On success `*out_page` is a page to free with accord_list_page_free().
 #[no_mangle]
 pub extern "C" fn accord_client_list(

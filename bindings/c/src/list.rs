@@ -31,7 +31,7 @@ pub struct accord_lease_info {
     pub shared: bool,
 }
 
-/// A page of keys, newest grant first. Free with accord_list_page_free().
+/// A page of keys, in key order. Free with accord_list_page_free().
 pub struct accord_list_page {
     items: Vec<accord_lease_info>,
     /// Owns what `items` points to (a CString's bytes never move).

@@ -455,7 +455,7 @@ pub extern "C" fn accord_list_query_set_limit(
     })
 }
 
-/// Continue after the page that returned this cursor; NULL starts from the newest.
+/// Continue after the page that returned this cursor; NULL starts at the first key.
 #[no_mangle]
 pub extern "C" fn accord_list_query_set_cursor(
     query: *mut accord_list_query,

@@ -271,26 +271,65 @@ pub async fn l7_list_filters_and_pages(h: &Harness) {
     assert_eq!(count(ListQuery::new().prefix("p_q")).await, 1);
     assert_eq!(count(ListQuery::new().prefix("p")).await, 4);
 
-    // Pages: newest grant first, no key twice, a cursor until the last page.
+    // Pages: key order (code points), no key twice, a cursor until the last page.
     let mut seen = Vec::new();
     let mut query = ListQuery::new().limit(3);
     let mut pages = 0;
     loop {
         let page = o1.list(query.clone()).await.unwrap();
         pages += 1;
-        seen.extend(page.items.iter().map(|i| (i.fence, i.key.clone())));
+        seen.extend(page.items.iter().map(|i| i.key.clone()));
         match page.next_cursor {
             Some(cursor) => query = ListQuery::new().limit(3).cursor(cursor),
             None => break,
         }
     }
     assert_eq!(pages, 3);
-    assert_eq!(seen.len(), 7);
-    assert!(
-        seen.windows(2).all(|w| w[0].0 > w[1].0),
-        "newest first: {seen:?}"
+    assert_eq!(
+        seen,
+        ["a/b", "a/b/c", "a/x", "p%q/1", "p_q/2", "pq/4", "pxq/3"]
     );
-    assert_eq!(seen[0].1, "pq/4");
+    // A prefix is a range of keys: its end is found for the highest code points too, and
+    // cursors carry any key (quotes, line breaks) back.
+    for key in [
+        "z\u{10FFFF}",
+        "z\u{10FFFF}\"\n1",
+        "z\u{10FFFF}\u{10FFFF}",
+        "{",
+        "z\u{D7FF}",
+        "z\u{E000}",
+    ] {
+        o1.acquire(key, ttl(60 * SEC))
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    let keys = |q: ListQuery| {
+        let o1 = o1.clone();
+        async move {
+            let mut keys = Vec::new();
+            let mut q = q;
+            loop {
+                let page = o1.list(q.clone()).await.unwrap();
+                keys.extend(page.items.into_iter().map(|i| i.key));
+                match page.next_cursor {
+                    Some(c) => q = q.cursor(c),
+                    None => return keys,
+                }
+            }
+        }
+    };
+    assert_eq!(
+        keys(ListQuery::new().prefix("z\u{10FFFF}").limit(1)).await,
+        ["z\u{10FFFF}", "z\u{10FFFF}\"\n1", "z\u{10FFFF}\u{10FFFF}"]
+    );
+    assert_eq!(
+        keys(ListQuery::new().prefix("z\u{D7FF}")).await,
+        ["z\u{D7FF}"]
+    );
+    assert_eq!(keys(ListQuery::new().prefix("z").limit(2)).await.len(), 5);
     let bad = o1
         .list(ListQuery::new().cursor("nonsense"))
         .await

@@ -101,7 +101,8 @@ pub(crate) struct Sql {
     pub release_batch: String,
     pub done_batch: String,
     pub reset: String,
-    pub list: String,
+    pub list_keys: String,
+    pub list_holders: String,
     pub notify: &'static str,
     pub offer: String,
     pub claim: String,
@@ -452,15 +453,18 @@ impl Sql {
                  SELECT EXISTS (SELECT 1 FROM removed),
                         EXISTS (SELECT 1 FROM {s}.leases WHERE namespace = $1 AND key = $2)"
             ),
-            // starts_with compares literally: `%` and `_` in a prefix are ordinary characters.
-            // Shared holders are listed one row each (granted tickets); the key's own row
-            // is left out while they hold it.
-            list: format!(
+            // A page in key order (`ListQuery::range`): a prefix is a range of the primary key,
+            // [$2, $5), so the scan starts at the prefix and stops when the page is full (one
+            // row per key: the index order is the page order, nothing is sorted). The page
+            // resumes strictly after the cursor's (key, fence) ($6, $7). Sent unprepared
+            // (`query_typed`): planned with the values at hand, so the NULL tests fold away and
+            // the range becomes the index's bounds. The key's own row is left out while shared
+            // holders hold it: `list_holders` lists them.
+            list_keys: format!(
                 "SELECT key, state, CASE WHEN state = 'free' THEN NULL ELSE owner END, fence,
                         CASE WHEN state = 'held' THEN expires_at END, metadata::text, updated_at,
-                        shared
+                        false
                    FROM (SELECT key, owner, fence, expires_at, metadata, updated_at,
-                                false AS shared,
                                 CASE WHEN done THEN 'done'
                                      WHEN expires_at > clock_timestamp() THEN 'held'
                                      ELSE 'free' END AS state,
@@ -469,21 +473,28 @@ impl Sql {
                                  AND (expires_at IS NULL OR expires_at <= clock_timestamp()))
                                   AS by_shared
                            FROM {s}.leases
-                          WHERE namespace = $1
-                            AND ($2::text IS NULL OR starts_with(key, $2))
+                          WHERE namespace = $1 AND key >= $2
+                            AND ($5::text IS NULL OR key < $5)
+                            AND ($6::text IS NULL OR key > $6 OR fence > $7)
                             AND ($4::text IS NULL OR metadata @> $4::text::jsonb)
-                            AND ($5::bigint IS NULL OR fence < $5)
-                         UNION ALL
-                         SELECT key, owner, fence, expires_at, metadata, updated_at, true,
-                                'held', false
-                           FROM {s}.tickets
-                          WHERE namespace = $1 AND granted AND expires_at > clock_timestamp()
-                            AND ($2::text IS NULL OR starts_with(key, $2))
-                            AND ($4::text IS NULL OR metadata @> $4::text::jsonb)
-                            AND ($5::bigint IS NULL OR fence < $5)) k
+                          ORDER BY key) k
                   WHERE NOT by_shared AND ($3::text IS NULL OR state = $3)
-                  ORDER BY fence DESC
-                  LIMIT $6"
+                  ORDER BY key
+                  LIMIT $8"
+            ),
+            // The shared holders in the same range (granted tickets, one row each), in
+            // (key, fence) order; the client merges them into the keys' page.
+            list_holders: format!(
+                "SELECT key, 'held', owner, fence, expires_at, metadata::text, updated_at, true
+                   FROM {s}.tickets
+                  WHERE namespace = $1 AND key >= $2
+                    AND ($5::text IS NULL OR key < $5)
+                    AND ($6::text IS NULL OR key > $6 OR fence > $7)
+                    AND granted AND expires_at > clock_timestamp()
+                    AND ($4::text IS NULL OR metadata @> $4::text::jsonb)
+                    AND ($3::text IS NULL OR $3 = 'held')
+                  ORDER BY key, fence
+                  LIMIT $8"
             ),
             notify: "SELECT pg_notify($1, $2)",
             // Work pools. A key joins the pool `$2` when offered: a new row (free, its fence
@@ -665,6 +676,11 @@ pub(crate) fn migrations(schema: &str) -> Vec<Vec<String>> {
              )"
             ),
         ],
+        // Version 5: list pages in key order (a prefix is a range of the primary key), so the
+        // index on fence goes. Without it no grant, renewal or release changes an indexed
+        // column: PostgreSQL updates those rows in place (HOT), writing no index entry, and a
+        // claim or an acquire writes one index fewer.
+        vec![format!("DROP INDEX IF EXISTS {s}.leases_newest_first")],
     ]
 }
 

@@ -38,6 +38,19 @@ const EVENT_RETENTION_MS: i64 = 60_000;
 
 /// An event row: id, channel, payload.
 type StoredEvent = (i64, String, String);
+/// One row a list page considers: a key's own row, or a shared holder's granted ticket.
+struct ListedRow {
+    key: String,
+    owner: Option<String>,
+    fence: i64,
+    expires_at_ms: Option<i64>,
+    done: bool,
+    metadata: String,
+    updated_at_ms: i64,
+    shared_until_ms: Option<i64>,
+    shared: bool,
+}
+
 /// What one read of the event table gives: the newest id, the data version, the new events.
 type EventsRead = (i64, i64, Vec<StoredEvent>);
 
@@ -913,88 +926,131 @@ impl Backend for SqliteBackend {
     async fn list(&self, namespace: &str, q: &ListQuery) -> Result<ListPage> {
         let ns = namespace.to_string();
         let q = q.clone();
-        let cursor = q.cursor_fence()?;
+        let range = q.range()?;
         self.store
             .with(move |conn| {
                 let now = now_ms();
-                let mut stmt = conn
-                    .prepare_cached(
+                let e = |e| db_error("list", e);
+                // The keys' rows in primary-key order, read lazily: a page stops the scan. The
+                // end of a prefix's range is a bound only when there is one (a statement each).
+                let below = if range.below.is_some() {
+                    "AND key < ?3"
+                } else {
+                    "AND ?3 IS NULL"
+                };
+                let mut keys = conn
+                    .prepare_cached(&format!(
                         "SELECT key, owner, fence, expires_at_ms, done, metadata, updated_at_ms,
-                                shared, shared_until_ms FROM (
-                           SELECT key, owner, fence, expires_at_ms, done, metadata, updated_at_ms,
-                                  0 AS shared, shared_until_ms
-                             FROM leases
-                            WHERE namespace = ?1
-                              AND (?2 IS NULL OR substr(key, 1, length(?2)) = ?2)
-                              AND (?3 IS NULL OR fence < ?3)
-                           UNION ALL
-                           SELECT key, owner, fence, expires_at_ms, 0, metadata, updated_at_ms,
-                                  1, NULL
-                             FROM tickets
-                            WHERE namespace = ?1 AND granted = 1 AND expires_at_ms > ?4
-                              AND (?2 IS NULL OR substr(key, 1, length(?2)) = ?2)
-                              AND (?3 IS NULL OR fence < ?3))
-                          ORDER BY fence DESC",
-                    )
-                    .map_err(|e| db_error("list", e))?;
-                let mut rows = stmt
-                    .query(params![ns, q.prefix, cursor, now])
-                    .map_err(|e| db_error("list", e))?;
-                let mut items = Vec::new();
-                let mut more = false;
-                while let Some(row) = rows.next().map_err(|e| db_error("list", e))? {
-                    let done: bool = row.get(4).map_err(|e| db_error("list", e))?;
-                    let expires: Option<i64> = row.get(3).map_err(|e| db_error("list", e))?;
-                    let owner: Option<String> = row.get(1).map_err(|e| db_error("list", e))?;
-                    let fence: i64 = row.get(2).map_err(|e| db_error("list", e))?;
-                    let shared: bool = row.get(7).map_err(|e| db_error("list", e))?;
+                                shared_until_ms
+                           FROM leases
+                          WHERE namespace = ?1 AND key >= ?2 {below}
+                          ORDER BY key"
+                    ))
+                    .map_err(e)?;
+                // Shared holders (granted tickets) in the same range, in (key, fence) order;
+                // `ListPage::merged` puts the two in one order.
+                let mut tickets = conn
+                    .prepare_cached(&format!(
+                        "SELECT key, owner, fence, expires_at_ms, metadata, updated_at_ms
+                           FROM tickets
+                          WHERE namespace = ?1 AND key >= ?2 {below}
+                            AND granted = 1 AND expires_at_ms > ?4
+                          ORDER BY key, fence"
+                    ))
+                    .map_err(e)?;
+                // Keeps a row if the page wants it: after the cursor, not hidden behind shared
+                // holders, in the state and with the metadata asked for.
+                let keep = |row: ListedRow| -> Result<Option<LeaseInfo>> {
+                    if let Some((key, fence)) = &range.after {
+                        if (row.key.as_str(), row.fence) <= (key.as_str(), *fence) {
+                            return Ok(None);
+                        }
+                    }
                     let stored = StoredKey {
-                        owner: owner.as_deref(),
-                        fence,
-                        expires_at_ms: expires,
-                        done,
+                        owner: row.owner.as_deref(),
+                        fence: row.fence,
+                        expires_at_ms: row.expires_at_ms,
+                        done: row.done,
                         attempt: None,
-                        shared_until_ms: row.get(8).map_err(|e| db_error("list", e))?,
+                        shared_until_ms: row.shared_until_ms,
                     };
-                    if rules::held_by_shared(&stored, now) {
-                        continue;
+                    if !row.shared && rules::held_by_shared(&stored, now) {
+                        return Ok(None);
                     }
                     let state = rules::key_state(&stored, now);
                     if matches!(q.state, StateFilter::Only(s) if s != state) {
-                        continue;
+                        return Ok(None);
                     }
-                    let metadata =
-                        parse_metadata(&row.get::<_, String>(5).map_err(|e| db_error("list", e))?)?;
+                    let metadata = parse_metadata(&row.metadata)?;
                     if let Some(filter) = &q.metadata {
                         if !rules::metadata_contains(&metadata, filter) {
-                            continue;
+                            return Ok(None);
                         }
                     }
-                    if items.len() == q.limit {
-                        more = true;
-                        break;
-                    }
-                    items.push(LeaseInfo {
-                        key: row.get(0).map_err(|e| db_error("list", e))?,
+                    Ok(Some(LeaseInfo {
+                        key: row.key,
                         state,
-                        owner: if state == KeyState::Free { None } else { owner },
-                        fence,
+                        owner: if state == KeyState::Free {
+                            None
+                        } else {
+                            row.owner
+                        },
+                        fence: row.fence,
                         expires_at: if state == KeyState::Held {
-                            expires.map(time)
+                            row.expires_at_ms.map(time)
                         } else {
                             None
                         },
                         metadata,
-                        updated_at: time(row.get(6).map_err(|e| db_error("list", e))?),
-                        shared,
-                    });
-                }
-                let next_cursor = if more {
-                    items.last().map(|i| i.fence.to_string())
-                } else {
-                    None
+                        updated_at: time(row.updated_at_ms),
+                        shared: row.shared,
+                    }))
                 };
-                Ok(ListPage { items, next_cursor })
+                // One more than asked tells whether another page follows.
+                let wanted = q.limit + 1;
+                let mut holders = Vec::new();
+                let mut rows = tickets
+                    .query(params![ns, range.from, range.below, now])
+                    .map_err(e)?;
+                while let Some(row) = rows.next().map_err(e)? {
+                    let listed = ListedRow {
+                        key: row.get(0).map_err(e)?,
+                        owner: row.get(1).map_err(e)?,
+                        fence: row.get(2).map_err(e)?,
+                        expires_at_ms: row.get(3).map_err(e)?,
+                        done: false,
+                        metadata: row.get(4).map_err(e)?,
+                        updated_at_ms: row.get(5).map_err(e)?,
+                        shared_until_ms: None,
+                        shared: true,
+                    };
+                    holders.extend(keep(listed)?);
+                    if holders.len() == wanted {
+                        break;
+                    }
+                }
+                let mut keys_page = Vec::new();
+                let mut rows = keys
+                    .query(params![ns, range.from, range.below])
+                    .map_err(e)?;
+                while let Some(row) = rows.next().map_err(e)? {
+                    let listed = ListedRow {
+                        key: row.get(0).map_err(e)?,
+                        owner: row.get(1).map_err(e)?,
+                        fence: row.get(2).map_err(e)?,
+                        expires_at_ms: row.get(3).map_err(e)?,
+                        done: row.get(4).map_err(e)?,
+                        metadata: row.get(5).map_err(e)?,
+                        updated_at_ms: row.get(6).map_err(e)?,
+                        shared_until_ms: row.get(7).map_err(e)?,
+                        shared: false,
+                    };
+                    keys_page.extend(keep(listed)?);
+                    if keys_page.len() == wanted {
+                        break;
+                    }
+                }
+                Ok(ListPage::merged(keys_page, holders, q.limit))
             })
             .await
     }

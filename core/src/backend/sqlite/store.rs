@@ -263,6 +263,8 @@ fn migrate(conn: &mut Connection) -> Result<()> {
              updated_at_ms INTEGER NOT NULL,
              PRIMARY KEY (namespace, stream, consumer)
          );",
+        // Version 5: list pages in key order, as on PostgreSQL; the index on fence goes.
+        "DROP INDEX IF EXISTS leases_newest_first;",
     ];
     let tx = conn
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
