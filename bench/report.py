@@ -146,6 +146,7 @@ class Report:
         self.fleet()
         self.line()
         self.streams()
+        self.million()
         self.bindings()
         self.peers()
 
@@ -698,6 +699,59 @@ class Report:
             f"order; back {us(recover.p50)} after the cut (p50)"
             if recover
             else "",
+        )
+
+    def million(self) -> None:
+        ids = [
+            "rust/million-page",
+            "rust/million-page-deep",
+            "rust/million-prefix",
+            "rust/million-state-done",
+            "rust/million-state-held",
+            "rust/million-state-free",
+            "rust/million-counts",
+            "rust/million-claim",
+            "rust/million-claim-small",
+        ]
+        found = self.get(*ids)
+        small = self.results.get("rust/million-claim-small")
+        keys = found[0].metrics.get("keys", 0) if found else 0
+        self.table(
+            "12. A million keys",
+            f"One namespace of {keys:,.0f} keys, one work pool half way through its work: "
+            "the first 60% done, the next 200 held, the rest free. Each call 50 times on one "
+            "client. Lists are pages of 100 in key order; a prefix is a range of the primary "
+            "key. A state filter reads the key order until its page is full: held and free "
+            "keys lie past the 600,000 done ones here. Ratio: claim against the same claim "
+            "on a pool of 1,000 keys.",
+            ["id", "call", "p50", "p99", "calls/s", "p50 vs small pool"],
+            self.latency_rows(found, None),
+        )
+        if small:
+            for row in self.sections[-1][3]:
+                if row[0] == "`rust/million-claim`":
+                    big = self.results["rust/million-claim"]
+                    row[-1] = ratio(big.p50, small.p50)
+        for rid, what, bound in [
+            ("rust/million-page", "first page", 5000),
+            ("rust/million-page-deep", "a page half way", 5000),
+            ("rust/million-prefix", "a prefix", 5000),
+            ("rust/million-state-done", "state done", 5000),
+            ("rust/million-state-held", "state held", 5000),
+            ("rust/million-state-free", "state free", 5000),
+            ("rust/million-counts", "counts", 20000),
+        ]:
+            r = self.results.get(rid)
+            self.target(
+                f"(12) {what} at {keys:,.0f} keys: p50 under {bound / 1000:.0f} ms",
+                r.p50 < bound if r else None,
+                f"{us(r.p50)}" if r else "",
+            )
+        big = self.results.get("rust/million-claim")
+        self.target(
+            f"(12) claim on a pool of {keys:,.0f} keys within 1.2x of a pool of 1,000",
+            big.p50 <= 1.2 * small.p50 if big and small else None,
+            f"{us(big.p50)} vs {us(small.p50)}" if big and small else "",
         )
 
     def bindings(self) -> None:

@@ -1,11 +1,13 @@
 //! `accord-bench`: the Rust part of `make bench` (bench/README.md). Runs scenarios 1–5, 8 (a
-//! work pool), 10 (waiting in line, elections) and 11 (durable streams) of the benchmark against the database in ACCORD_BENCH_URL and writes their raw samples to
+//! work pool), 10 (waiting in line, elections), 11 (durable streams) and 12 (a million keys) of the
+//! benchmark against the database in ACCORD_BENCH_URL and writes their raw samples to
 //! ACCORD_BENCH_OUT for bench/report.py.
 
 mod concurrent;
 mod handoff;
 mod keepalive;
 mod line;
+mod million;
 mod notify;
 mod pool;
 mod raw;
@@ -25,10 +27,12 @@ pub const SCHEMA: &str = "accord_bench";
 pub const NAMESPACE: &str = "bench";
 
 #[derive(Parser)]
-#[command(about = "accord's Rust benchmarks (scenarios 1-5, 8, 10 and 11); see bench/README.md")]
+#[command(
+    about = "accord's Rust benchmarks (scenarios 1-5, 8, 10, 11 and 12); see bench/README.md"
+)]
 struct Args {
     /// Scenarios to run, e.g. `1,3`.
-    #[arg(long, value_delimiter = ',', default_values_t = [1u8, 2, 3, 4, 5, 8, 10, 11])]
+    #[arg(long, value_delimiter = ',', default_values_t = [1u8, 2, 3, 4, 5, 8, 10, 11, 12])]
     scenarios: Vec<u8>,
     /// The database (a throwaway one: the bench writes to schema accord_bench).
     #[arg(long, env = "ACCORD_BENCH_URL")]
@@ -59,6 +63,9 @@ struct Args {
     /// Scenario 8's workers (tasks, each with a client of its own).
     #[arg(long, default_value_t = 8)]
     pool_workers: usize,
+    /// Scenario 12's keys in one namespace.
+    #[arg(long, default_value_t = 1_000_000)]
+    million_keys: usize,
 }
 
 pub struct Config {
@@ -70,6 +77,7 @@ pub struct Config {
     pub tls_root_cert: Option<String>,
     pub pool_keys: usize,
     pub pool_workers: usize,
+    pub million_keys: usize,
 }
 
 #[tokio::main]
@@ -91,6 +99,7 @@ async fn main() -> BenchResult<()> {
         tls_root_cert: args.tls_root_cert.filter(|p| !p.is_empty()),
         pool_keys: args.pool_keys.max(1),
         pool_workers: args.pool_workers.max(1),
+        million_keys: args.million_keys.max(10),
     };
     let server_version: String = raw::connect(&config.url)
         .await?
@@ -116,7 +125,10 @@ async fn main() -> BenchResult<()> {
             8 => pool::run(&config).await?,
             10 => line::run(&config).await?,
             11 => streams::run(&config).await?,
-            other => return Err(format!("there is no scenario {other} (1-5, 8, 10, 11)").into()),
+            12 => million::run(&config).await?,
+            other => {
+                return Err(format!("there is no scenario {other} (1-5, 8, 10, 11, 12)").into())
+            }
         };
         for record in &found {
             println!("  {}", record.summary());
