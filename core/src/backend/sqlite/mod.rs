@@ -51,6 +51,22 @@ struct ListedRow {
     shared: bool,
 }
 
+/// A list statement's row: key, owner, fence, expires_at_ms, done, metadata, updated_at_ms,
+/// shared_until_ms.
+fn listed_row(row: &rusqlite::Row<'_>, shared: bool) -> rusqlite::Result<ListedRow> {
+    Ok(ListedRow {
+        key: row.get(0)?,
+        owner: row.get(1)?,
+        fence: row.get(2)?,
+        expires_at_ms: row.get(3)?,
+        done: row.get(4)?,
+        metadata: row.get(5)?,
+        updated_at_ms: row.get(6)?,
+        shared_until_ms: row.get(7)?,
+        shared,
+    })
+}
+
 /// What one read of the event table gives: the newest id, the data version, the new events.
 type EventsRead = (i64, i64, Vec<StoredEvent>);
 
@@ -951,7 +967,8 @@ impl Backend for SqliteBackend {
                 // `ListPage::merged` puts the two in one order.
                 let mut tickets = conn
                     .prepare_cached(&format!(
-                        "SELECT key, owner, fence, expires_at_ms, metadata, updated_at_ms
+                        "SELECT key, owner, fence, expires_at_ms, 0, metadata, updated_at_ms,
+                                NULL
                            FROM tickets
                           WHERE namespace = ?1 AND key >= ?2 {below}
                             AND granted = 1 AND expires_at_ms > ?4
@@ -1013,17 +1030,7 @@ impl Backend for SqliteBackend {
                     .query(params![ns, range.from, range.below, now])
                     .map_err(e)?;
                 while let Some(row) = rows.next().map_err(e)? {
-                    let listed = ListedRow {
-                        key: row.get(0).map_err(e)?,
-                        owner: row.get(1).map_err(e)?,
-                        fence: row.get(2).map_err(e)?,
-                        expires_at_ms: row.get(3).map_err(e)?,
-                        done: false,
-                        metadata: row.get(4).map_err(e)?,
-                        updated_at_ms: row.get(5).map_err(e)?,
-                        shared_until_ms: None,
-                        shared: true,
-                    };
+                    let listed = listed_row(row, true).map_err(e)?;
                     holders.extend(keep(listed)?);
                     if holders.len() == wanted {
                         break;
@@ -1034,17 +1041,7 @@ impl Backend for SqliteBackend {
                     .query(params![ns, range.from, range.below])
                     .map_err(e)?;
                 while let Some(row) = rows.next().map_err(e)? {
-                    let listed = ListedRow {
-                        key: row.get(0).map_err(e)?,
-                        owner: row.get(1).map_err(e)?,
-                        fence: row.get(2).map_err(e)?,
-                        expires_at_ms: row.get(3).map_err(e)?,
-                        done: row.get(4).map_err(e)?,
-                        metadata: row.get(5).map_err(e)?,
-                        updated_at_ms: row.get(6).map_err(e)?,
-                        shared_until_ms: row.get(7).map_err(e)?,
-                        shared: false,
-                    };
+                    let listed = listed_row(row, false).map_err(e)?;
                     keys_page.extend(keep(listed)?);
                     if keys_page.len() == wanted {
                         break;
