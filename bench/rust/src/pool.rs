@@ -37,6 +37,8 @@ use crate::{BenchResult, Config, NAMESPACE, SCHEMA};
 
 /// Keys claimed at once.
 pub const BATCH: usize = 50;
+/// Drains per way (interleaved with the floor's).
+const ROUNDS: usize = 3;
 /// The work done on each key.
 const WORK: Duration = Duration::from_millis(1);
 const RAW_TABLE: &str = "accord_bench.raw_queue";
@@ -426,87 +428,112 @@ pub async fn run(config: &Config) -> BenchResult<Vec<Record>> {
                 conns.push(raw::connect(&config.url).await?);
             }
             let mut found = Vec::new();
-            for way in [
-                Way::RawSql,
-                Way::Accord,
-                Way::TryAcquire,
-                Way::BatchRawSql,
-                Way::BatchAccord,
-            ] {
-                let batch_way = matches!(way, Way::BatchAccord | Way::BatchRawSql);
-                let keys = if batch_way { keys * 5 } else { keys };
-                let prefix = format!("bench-pool-{run_id}-{}/", way.id(durable_mode));
-                let names: Vec<String> = (0..keys).map(|i| format!("{prefix}{i:05}")).collect();
-                match way {
-                    Way::Accord | Way::BatchAccord => {
-                        for chunk in names.chunks(accord::limits::MAX_OFFER_KEYS) {
-                            setup.offer(&prefix, chunk.iter().cloned(), None).await?;
+            let mut drained: Vec<(Way, Record, u64)> = Vec::new();
+            // Each way drains ROUNDS pools, interleaved with the floor's, so that a burst of
+            // noise on this machine lands on both sides: the times add up.
+            for round in 0..ROUNDS {
+                for way in [
+                    Way::RawSql,
+                    Way::Accord,
+                    Way::TryAcquire,
+                    Way::BatchRawSql,
+                    Way::BatchAccord,
+                ] {
+                    // The old way is slow and far from the others: once is enough.
+                    if way == Way::TryAcquire && round > 0 {
+                        continue;
+                    }
+                    let batch_way = matches!(way, Way::BatchAccord | Way::BatchRawSql);
+                    let keys = if batch_way { keys * 5 } else { keys };
+                    let prefix = format!("bench-pool-{run_id}-{round}-{}/", way.id(durable_mode));
+                    let names: Vec<String> =
+                        (0..keys).map(|i| format!("{prefix}{i:05}")).collect();
+                    match way {
+                        Way::Accord | Way::BatchAccord => {
+                            for chunk in names.chunks(accord::limits::MAX_OFFER_KEYS) {
+                                setup.offer(&prefix, chunk.iter().cloned(), None).await?;
+                            }
+                        }
+                        Way::RawSql | Way::BatchRawSql => {
+                            db.execute(
+                                &format!(
+                                    "INSERT INTO {RAW_TABLE} (pool, key) SELECT $1, unnest($2::text[])"
+                                ),
+                                &[&prefix, &names],
+                            )
+                            .await?;
+                        }
+                        Way::TryAcquire => {}
+                    }
+                    let before = statements(&db).await;
+                    let drain = match way {
+                        Way::Accord => drain_accord(&clients, &prefix, false).await?,
+                        Way::TryAcquire => drain_try_acquire(&clients, &names).await?,
+                        Way::RawSql => drain_raw(&conns, &prefix, false).await?,
+                        Way::BatchAccord => drain_accord(&clients, &prefix, true).await?,
+                        Way::BatchRawSql => drain_raw(&conns, &prefix, true).await?,
+                    };
+                    let after = statements(&db).await;
+                    if matches!(way, Way::Accord | Way::BatchAccord) {
+                        let counts = setup.counts(&prefix).await?;
+                        if counts.done != keys as u64 || counts.total() != keys as u64 {
+                            return Err(format!("{prefix}: {counts:?} after the drain").into());
                         }
                     }
-                    Way::RawSql | Way::BatchRawSql => {
-                        db.execute(
-                            &format!(
-                                "INSERT INTO {RAW_TABLE} (pool, key) SELECT $1, unnest($2::text[])"
-                            ),
-                            &[&prefix, &names],
+                    if drain.dones.len() != keys {
+                        return Err(format!(
+                            "{}: {} keys done, not {keys}",
+                            way.id(durable_mode),
+                            drain.dones.len()
                         )
-                        .await?;
+                        .into());
                     }
-                    Way::TryAcquire => {}
-                }
-                let before = statements(&db).await;
-                let drain = match way {
-                    Way::Accord => drain_accord(&clients, &prefix, false).await?,
-                    Way::TryAcquire => drain_try_acquire(&clients, &names).await?,
-                    Way::RawSql => drain_raw(&conns, &prefix, false).await?,
-                    Way::BatchAccord => drain_accord(&clients, &prefix, true).await?,
-                    Way::BatchRawSql => drain_raw(&conns, &prefix, true).await?,
-                };
-                let after = statements(&db).await;
-                if matches!(way, Way::Accord | Way::BatchAccord) {
-                    let counts = setup.counts(&prefix).await?;
-                    if counts.done != keys as u64 || counts.total() != keys as u64 {
-                        return Err(format!("{prefix}: {counts:?} after the drain").into());
+                    let stmts = match (before, after) {
+                        // The counting query in between ran once (counted after it ended).
+                        (Some(b), Some(a)) if stat_statements => (a - b - 1).max(0) as u64,
+                        _ => drain.calls,
+                    };
+                    let i = match drained.iter().position(|(w, _, _)| *w == way) {
+                        Some(i) => i,
+                        None => {
+                            let mut record = Record::new(way.id(durable_mode), way.label(workers));
+                            record.metric("keys", keys as u64);
+                            record.metric("workers", workers as u64);
+                            record.metric("batch", BATCH as u64);
+                            record.metric(
+                                "work_ms",
+                                if batch_way {
+                                    0.0
+                                } else {
+                                    WORK.as_secs_f64() * 1000.0
+                                },
+                            );
+                            record.metric("fsync", u64::from(durable_mode));
+                            record.metric(
+                                "statements_source",
+                                if stat_statements { 1u64 } else { 0u64 },
+                            );
+                            drained.push((way, record, 0));
+                            drained.len() - 1
+                        }
+                    };
+                    let (_, record, rounds) = &mut drained[i];
+                    record.add(drain.dones, drain.elapsed);
+                    *rounds += 1;
+                    // Per drain: statements and calls of the last one (they vary little).
+                    record.metric("statements", stmts);
+                    record.metric("client_calls", drain.calls);
+                    record.metric("rounds", *rounds);
+                    if way == Way::Accord && round == 0 {
+                        found.push(
+                            restart(config, &db, &prefix, durable_mode, stat_statements).await?,
+                        );
                     }
                 }
-                if drain.dones.len() != keys {
-                    return Err(format!(
-                        "{}: {} keys done, not {keys}",
-                        way.id(durable_mode),
-                        drain.dones.len()
-                    )
-                    .into());
-                }
-                let mut record = Record::new(way.id(durable_mode), way.label(workers));
-                record.add(drain.dones, drain.elapsed);
-                record.metric("keys", keys as u64);
-                record.metric("workers", workers as u64);
-                record.metric("batch", BATCH as u64);
-                record.metric(
-                    "work_ms",
-                    if batch_way {
-                        0.0
-                    } else {
-                        WORK.as_secs_f64() * 1000.0
-                    },
-                );
-                record.metric("fsync", u64::from(durable_mode));
-                record.metric("wall_s", drain.elapsed.as_secs_f64());
-                record.metric("client_calls", drain.calls);
-                let stmts = match (before, after) {
-                    // The counting query in between ran once (counted after it ended).
-                    (Some(b), Some(a)) if stat_statements => (a - b - 1).max(0) as u64,
-                    _ => drain.calls,
-                };
-                record.metric("statements", stmts);
-                record.metric(
-                    "statements_source",
-                    if stat_statements { 1u64 } else { 0u64 },
-                );
+            }
+            for (_, mut record, rounds) in drained {
+                record.metric("wall_s", record.elapsed.as_secs_f64() / rounds as f64);
                 found.push(record);
-                if way == Way::Accord {
-                    found.push(restart(config, &db, &prefix, durable_mode, stat_statements).await?);
-                }
             }
             for client in clients {
                 client.close().await;
