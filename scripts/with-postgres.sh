@@ -35,6 +35,7 @@ echo "$password" >"$tmp/pwfile"
 [ ${#as_pg[@]} -gt 0 ] && chown postgres: "$tmp/pwfile"
 
 stop() {
+  if [ -f "$tmp/pgbouncer.pid" ]; then kill "$(cat "$tmp/pgbouncer.pid")" 2>/dev/null || true; fi
   "${as_pg[@]}" "$bindir/pg_ctl" -D "$tmp/data" -m immediate stop >/dev/null 2>&1 || true
   rm -rf "$tmp"
 }
@@ -77,6 +78,42 @@ fi
   || { cat "$tmp/server.log" >&2; exit 1; }
 
 export ACCORD_TEST_DATABASE_URL="postgres://postgres:$password@127.0.0.1:$port/postgres"
+
+# PgBouncer in front of it, when the system has one (`apt-get install pgbouncer`): one process,
+# two pools over the same database, `session` and `transaction`, for the deployment tests (O1).
+# The transaction pool has one server connection: PgBouncer before 1.21 does not carry prepared
+# statements from one server connection to another (docs/deployment.md), and with one server
+# every statement a test's clients prepared is found where it runs.
+pgbouncer_bin=$(command -v pgbouncer || ls /usr/sbin/pgbouncer 2>/dev/null || true)
+if [ -n "$pgbouncer_bin" ]; then
+  bport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  server="host=127.0.0.1 port=$port dbname=postgres user=postgres password=$password"
+  cat >"$tmp/pgbouncer.ini" <<INI
+[databases]
+session = $server pool_mode=session
+transaction = $server pool_mode=transaction pool_size=1
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $bport
+unix_socket_dir =
+auth_type = plain
+auth_file = $tmp/userlist.txt
+pidfile = $tmp/pgbouncer.pid
+logfile = $tmp/pgbouncer.log
+max_client_conn = 400
+default_pool_size = 40
+INI
+  printf '"postgres" "%s"\n' "$password" >"$tmp/userlist.txt"
+  [ ${#as_pg[@]} -gt 0 ] && chown postgres: "$tmp/pgbouncer.ini" "$tmp/userlist.txt"
+  if "${as_pg[@]}" "$pgbouncer_bin" -d "$tmp/pgbouncer.ini" >"$tmp/pgbouncer.out" 2>&1; then
+    export ACCORD_TEST_PGBOUNCER_SESSION_URL="postgres://postgres:$password@127.0.0.1:$bport/session"
+    export ACCORD_TEST_PGBOUNCER_TRANSACTION_URL="postgres://postgres:$password@127.0.0.1:$bport/transaction"
+  else
+    cat "$tmp/pgbouncer.out" >&2
+    echo "with-postgres: PgBouncer did not start; the deployment tests will say so" >&2
+  fi
+fi
 export ACCORD_TEST_PGDATA="$tmp/data"
 export ACCORD_TEST_PG_BINDIR="$bindir"
 export ACCORD_TEST_SSL_ROOT_CERT="$ssl_root"

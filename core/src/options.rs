@@ -24,6 +24,7 @@ pub struct ClientOptions {
     pub(crate) slow_statement: Duration,
     pub(crate) migrate: bool,
     pub(crate) application_name: String,
+    pub(crate) listen_url: Option<String>,
 }
 
 impl Default for ClientOptions {
@@ -39,6 +40,7 @@ impl Default for ClientOptions {
             slow_statement: Duration::from_secs(1),
             migrate: true,
             application_name: "accord".into(),
+            listen_url: None,
         }
     }
 }
@@ -98,6 +100,15 @@ impl ClientOptions {
     /// listens for notifications.
     pub fn pool_size(mut self, pool_size: usize) -> Self {
         self.pool_size = pool_size;
+        self
+    }
+    /// Where the listening connection goes (PostgreSQL only; default: the client's URL): a
+    /// direct or session-pooled URL of the same database, when commands go through a
+    /// PgBouncer in transaction mode, where LISTEN cannot receive. Every listening connection
+    /// checks that it hears a NOTIFY sent through the command connections; one that does not
+    /// makes `listen` fail with an error naming this option.
+    pub fn listen_url(mut self, url: impl Into<String>) -> Self {
+        self.listen_url = Some(url.into());
         self
     }
     /// How long to wait for a connection to the coordinator (default 10 s).

@@ -19,6 +19,13 @@ pub(crate) async fn open(
             super::postgres::PgBackend::connect(url, options, sink).await?,
         ))
     } else if url.starts_with("sqlite:") || url.starts_with("memory:") {
+        if options.listen_url.is_some() {
+            // One process's store needs no listening connection: refused, not ignored.
+            return Err(Error::invalid(
+                "listen_url",
+                "is for PostgreSQL; the embedded store (sqlite:, memory:) has no listening connection",
+            ));
+        }
         Ok(Arc::new(
             super::sqlite::SqliteBackend::connect(url, sink).await?,
         ))

@@ -17,6 +17,9 @@ use crate::validate;
 /// A waiting acquire re-checks at least this often even without a wake-up: a safety net for a
 /// notification lost in a way the listening connection could not notice.
 pub(super) const MAX_WAIT_SLICE: Duration = Duration::from_secs(30);
+/// Without release notifications (no listening connection could hear: see `listen_url`), a
+/// waiter re-checks this often: it is at most this late for a release.
+pub(super) const DEAF_WAIT_SLICE: Duration = Duration::from_secs(1);
 /// When a concurrent change hid the holder's row, retry after about this long.
 const RACE_RETRY: Duration = Duration::from_millis(20);
 /// Wake a little after the holder's expiry so that the coordinator's clock has passed it.
@@ -124,12 +127,15 @@ impl Session {
         // wait is missed. Without the listening connection, waits end at the holder's expiry.
         // That wait is bounded by the acquire's own timeout: past it, one try decides.
         let listening_deadline = deadline.unwrap_or_else(|| started + MAX_WAIT_SLICE);
+        let mut slice = MAX_WAIT_SLICE;
         tokio::select! {
             r = self.scope.backend.watch_wakeups() => if let Err(e) = r {
-                tracing::warn!(target: "accord", error = %e, "waiting without release notifications");
+                tracing::warn!(target: "accord", error = %e, "waiting without release notifications: re-checking every second");
+                slice = DEAF_WAIT_SLICE;
             },
             _ = tokio::time::sleep_until(listening_deadline.into()) => {
                 tracing::warn!(target: "accord", key, "the listening connection is not up yet; waiting without release notifications");
+                slice = DEAF_WAIT_SLICE;
             }
             _ = cancel.cancelled() => return Err(Error::cancelled(&format!("acquire of {key:?}"))),
             _ = self.closed.cancelled() => return Err(Error::closed()),
@@ -184,7 +190,7 @@ impl Session {
                 }
             };
             let now = Instant::now();
-            let retry_in = retry_in.min(MAX_WAIT_SLICE);
+            let retry_in = retry_in.min(slice);
             let wake_at = match deadline {
                 Some(d) if d <= now => {
                     return Err(place.give_up(timeout_error(key, started)).await)

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::acquire::{HoldsGrants, EXPIRY_SLACK, MAX_WAIT_SLICE};
+use super::acquire::{HoldsGrants, DEAF_WAIT_SLICE, EXPIRY_SLACK, MAX_WAIT_SLICE};
 use super::grant::Grant;
 use super::Session;
 use crate::backend::{ClaimRequest, Claimed};
@@ -90,9 +90,11 @@ impl Session {
         };
         let waiter = self.dispatch.waiters.register_claimer(pool);
         // As for acquire: listen for releases before the first try, bounded by the timeout.
+        let mut slice = MAX_WAIT_SLICE;
         tokio::select! {
             r = self.scope.backend.watch_wakeups() => if let Err(e) = r {
-                tracing::warn!(target: "accord", error = %e, "waiting without release notifications");
+                tracing::warn!(target: "accord", error = %e, "waiting without release notifications: re-checking every second");
+                slice = DEAF_WAIT_SLICE;
             },
             _ = tokio::time::sleep_until(deadline.into()) => {}
             _ = cancel.cancelled() => return Err(Error::cancelled(&format!("claim of {pool:?}"))),
@@ -118,8 +120,8 @@ impl Session {
             }
             let retry_in = next_expiry
                 .map(|r| r + EXPIRY_SLACK)
-                .unwrap_or(MAX_WAIT_SLICE)
-                .min(MAX_WAIT_SLICE);
+                .unwrap_or(slice)
+                .min(slice);
             tokio::select! {
                 _ = &mut notified => {}
                 _ = tokio::time::sleep_until(deadline.min(now + retry_in).into()) => {}

@@ -1,6 +1,12 @@
 //! The one listening connection of a client: LISTENs reference-counted per channel, notifications
 //! handed to the core as they arrive, and a supervisor that reconnects with backoff and jitter,
 //! re-LISTENs everything, and reports `Reconnected` (a gap may have occurred).
+//!
+//! Each connection proves that it hears before it counts as listening: it LISTENs on a channel
+//! of its own, a NOTIFY goes out through the command connections, and it must arrive. Behind a
+//! PgBouncer in transaction mode (or with `listen_url` naming another database) LISTEN succeeds
+//! and then hears nothing; the probe turns that into an error naming `listen_url` instead of a
+//! subscription that stays silent.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,6 +28,19 @@ const PROBE_EVERY: Duration = Duration::from_secs(10);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// How long a new connection waits for its own probe notification.
+const PROBE_DELIVERY: Duration = Duration::from_secs(3);
+/// After a connection that could not hear, the next attempt waits this long: the cause is the
+/// deployment, not a blip.
+const DEAF_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Sends a notification through the client's command connections (the probe's other end).
+pub(crate) type ProbeSender = Arc<
+    dyn Fn(String, String) -> futures_util::future::BoxFuture<'static, Result<()>> + Send + Sync,
+>;
+
+/// The probe a connection is waiting to hear: its payload, and whom to tell.
+type Expected = Arc<std::sync::Mutex<Option<(String, tokio::sync::oneshot::Sender<()>)>>>;
 
 struct State {
     client: Option<Arc<Client>>,
@@ -40,6 +59,12 @@ pub(crate) struct Listener {
     wakeups: OnceCell<()>,
     command_timeout: Duration,
     shutdown: CancellationToken,
+    /// This listener's probe channel, and how its NOTIFY is sent.
+    probe_channel: String,
+    probe: ProbeSender,
+    /// Why the last connection could not listen; `None` once one can. While set, `listen`
+    /// fails at once with it rather than waiting.
+    failure: watch::Sender<Option<String>>,
 }
 
 impl Listener {
@@ -48,8 +73,12 @@ impl Listener {
         sink: Arc<dyn EventSink>,
         wakeup_channel: String,
         command_timeout: Duration,
+        probe: ProbeSender,
     ) -> Arc<Listener> {
         Arc::new(Listener {
+            probe_channel: format!("accord_probe_{:016x}", rand::random::<u64>()),
+            probe,
+            failure: watch::channel(None).0,
             spec,
             sink,
             wakeup_channel,
@@ -132,6 +161,10 @@ impl Listener {
 
     async fn await_generation_after(&self, generation: u64) -> Result<()> {
         let mut rx = self.generation.subscribe();
+        let mut failed = self.failure.subscribe();
+        if let Some(why) = failed.borrow_and_update().clone() {
+            return Err(Error::new(ErrorKind::Connection, why));
+        }
         let wait = rx.wait_for(|g| *g > generation);
         tokio::select! {
             r = tokio::time::timeout(self.spec_timeout(), wait) => match r {
@@ -141,6 +174,9 @@ impl Listener {
                     format!("could not open the listening connection to PostgreSQL at {}", self.spec.display),
                 )),
             },
+            Ok(why) = failed.wait_for(Option::is_some) => {
+                Err(Error::new(ErrorKind::Connection, why.clone().unwrap_or_default()))
+            }
             _ = self.shutdown.cancelled() => Err(Error::closed()),
         }
     }
@@ -189,6 +225,7 @@ impl Listener {
             match self.connect_and_listen().await {
                 Ok(connected) => {
                     backoff = BACKOFF_MIN;
+                    self.failure.send_replace(None);
                     if connected_before {
                         tracing::info!(target: "accord", server = %self.spec.display, "listening connection re-established");
                         self.sink.deliver(BackendEvent::Reconnected);
@@ -203,8 +240,17 @@ impl Listener {
                     }
                     tracing::warn!(target: "accord", server = %self.spec.display, "listening connection lost; reconnecting");
                 }
-                Err(e) => {
+                Err(Failure::Deaf(why)) => {
+                    tracing::error!(target: "accord", error = %why, "the listening connection hears no notifications");
+                    self.failure.send_replace(Some(why));
+                    backoff = DEAF_BACKOFF;
+                }
+                Err(Failure::Other(e)) => {
                     tracing::warn!(target: "accord", error = %e, retry_in_ms = backoff.as_millis() as u64, "listening connection failed");
+                    self.failure.send_replace(Some(format!(
+                        "the listening connection to PostgreSQL at {} failed: {e}",
+                        self.spec.display
+                    )));
                 }
             }
             // Jitter spreads a fleet's reconnects after a server restart.
@@ -213,41 +259,57 @@ impl Listener {
                 _ = tokio::time::sleep(pause) => {}
                 _ = self.shutdown.cancelled() => break,
             }
-            backoff = (backoff * 2).min(BACKOFF_MAX);
+            backoff = (backoff * 2).min(BACKOFF_MAX.max(backoff));
         }
         self.state.lock().await.client = None;
     }
 
-    async fn connect_and_listen(&self) -> Result<Live> {
+    async fn connect_and_listen(&self) -> Result<Live, Failure> {
         let sink = self.sink.clone();
         let wakeup_channel = self.wakeup_channel.clone();
+        let probe_channel = self.probe_channel.clone();
+        let expected: Expected = Arc::default();
+        let heard = expected.clone();
         let connected = self
             .spec
             .connect(move |message| {
                 if let AsyncMessage::Notification(n) = message {
+                    if n.channel() == probe_channel {
+                        let mut expected = heard.lock().unwrap();
+                        if expected.as_ref().is_some_and(|(p, _)| p == n.payload()) {
+                            if let Some((_, tell)) = expected.take() {
+                                let _ = tell.send(());
+                            }
+                        }
+                        return;
+                    }
                     sink.deliver(to_event(&wakeup_channel, n.channel(), n.payload()));
                 }
             })
-            .await?;
+            .await
+            .map_err(Failure::Other)?;
         let client = Arc::new(connected.client);
         let mut state = self.state.lock().await;
-        let sql: String = state
-            .channels
-            .keys()
+        let sql: String = std::iter::once(&self.probe_channel)
+            .chain(state.channels.keys())
             .map(|c| format!("LISTEN {};", quote_ident(c)))
             .collect();
-        if !sql.is_empty() {
-            match tokio::time::timeout(self.command_timeout, client.batch_execute(&sql)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    return Err(Error::new(
-                        ErrorKind::Connection,
-                        format!("re-LISTEN failed: {e}"),
-                    ))
-                }
-                Err(_) => return Err(Error::new(ErrorKind::Connection, "re-LISTEN timed out")),
+        match tokio::time::timeout(self.command_timeout, client.batch_execute(&sql)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                return Err(Failure::Other(Error::new(
+                    ErrorKind::Connection,
+                    format!("LISTEN failed: {e}"),
+                )))
+            }
+            Err(_) => {
+                return Err(Failure::Other(Error::new(
+                    ErrorKind::Connection,
+                    "LISTEN timed out",
+                )))
             }
         }
+        self.hear_probe(&expected).await?;
         state.client = Some(client.clone());
         self.generation.send_modify(|g| *g += 1);
         drop(state);
@@ -256,6 +318,27 @@ impl Listener {
             ended: connected.ended,
             driver: connected.driver,
         })
+    }
+
+    /// Sends a NOTIFY on this listener's probe channel through the command connections and
+    /// waits for the listening connection to hear it.
+    async fn hear_probe(&self, expected: &Expected) -> Result<(), Failure> {
+        let payload = format!("{:016x}", rand::random::<u64>());
+        let (tell, told) = tokio::sync::oneshot::channel();
+        *expected.lock().unwrap() = Some((payload.clone(), tell));
+        (self.probe)(self.probe_channel.clone(), payload)
+            .await
+            .map_err(Failure::Other)?;
+        match tokio::time::timeout(PROBE_DELIVERY, told).await {
+            Ok(Ok(())) => Ok(()),
+            _ => Err(Failure::Deaf(format!(
+                "the listening connection to PostgreSQL at {} hears no notifications: a NOTIFY \
+                 sent through the command connections did not arrive within {PROBE_DELIVERY:?}. \
+                 Behind a PgBouncer in transaction mode LISTEN cannot receive; set listen_url \
+                 to a direct or session-pooled URL of the same database",
+                self.spec.display
+            ))),
+        }
     }
 
     /// Waits until the connection ends, fails a probe, or the client closes.
@@ -279,6 +362,14 @@ impl Listener {
             }
         }
     }
+}
+
+/// Why a connection attempt did not give a listening connection.
+enum Failure {
+    /// It connected and LISTENed, but does not hear: a deployment problem, said once clearly.
+    Deaf(String),
+    /// It failed on the way: retried with backoff.
+    Other(Error),
 }
 
 /// A connection up with every channel LISTENed.

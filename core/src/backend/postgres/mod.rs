@@ -29,7 +29,7 @@ use crate::options::ClientOptions;
 use crate::options::{KeyState, LeaseInfo, ListPage, ListQuery, PoolCounts, StateFilter};
 
 pub(crate) struct PgBackend {
-    pool: Pool,
+    pool: Arc<Pool>,
     listener: Arc<Listener>,
     wakeup_channel: String,
 }
@@ -41,6 +41,17 @@ impl PgBackend {
         sink: Arc<dyn EventSink>,
     ) -> Result<PgBackend> {
         let spec = ConnectSpec::parse(url, &options.application_name, options.connect_timeout)?;
+        // LISTEN may go elsewhere than the commands (a transaction-pooling PgBouncer cannot
+        // carry it): `listen_url`, checked here so that a bad one fails at connect.
+        let listen_spec = match &options.listen_url {
+            Some(listen_url) => ConnectSpec::parse(
+                listen_url,
+                &options.application_name,
+                options.connect_timeout,
+            )
+            .map_err(|e| Error::invalid("listen_url", e.message()))?,
+            None => spec.clone(),
+        };
         let span = tracing::info_span!(target: "accord", "connect", server = %spec.display, schema = %options.schema);
         let (pool, listener, wakeup_channel) = async {
             let mut first = spec.connect(|_| {}).await?;
@@ -52,21 +63,35 @@ impl PgBackend {
             )
             .await?;
             let sql = Arc::new(Sql::new(&options.schema));
-            let pool = Pool::new(
+            let pool = Arc::new(Pool::new(
                 spec.clone(),
                 sql,
                 options.pool_size,
                 options.statement_timeout,
                 options.slow_statement,
-            );
+            ));
             pool.adopt(first).await?;
             pool.warm_up().await?;
             let wakeup_channel = sql::wakeup_channel(&options.schema);
+            let probe_pool = Arc::downgrade(&pool);
+            let probe: listener::ProbeSender = Arc::new(move |channel, payload| {
+                let pool = probe_pool.clone();
+                Box::pin(async move {
+                    let pool = pool.upgrade().ok_or_else(Error::closed)?;
+                    let params: [&(dyn ToSql + Sync); 2] = [&channel, &payload];
+                    pool.run_retrying("notify", |c| async move {
+                        c.client.execute(&c.stmts.notify, &params).await
+                    })
+                    .await
+                    .map(|_| ())
+                })
+            });
             let listener = Listener::new(
-                spec.clone(),
+                listen_spec,
                 sink,
                 wakeup_channel.clone(),
                 options.connect_timeout.max(options.statement_timeout),
+                probe,
             );
             tracing::info!(target: "accord", pool = options.pool_size, "connected");
             Ok::<_, Error>((pool, listener, wakeup_channel))

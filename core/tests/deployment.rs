@@ -1,0 +1,152 @@
+//! O1: accord behind a real PgBouncer. `scripts/with-postgres.sh` starts one from the system's
+//! binary in front of the test database, with two pools: `session` and `transaction`
+//! (ACCORD_TEST_PGBOUNCER_SESSION_URL, ACCORD_TEST_PGBOUNCER_TRANSACTION_URL).
+//!
+//! Session pooling carries everything. Transaction pooling carries commands but not LISTEN: a
+//! client there must say so (listen fails naming `listen_url`, waiters re-check every second)
+//! and, with `listen_url` naming the server directly, hears everything again.
+
+mod support;
+
+use std::time::Duration;
+
+use accord::{AcquireOptions, Client, ErrorKind};
+use support::Harness;
+
+/// The PgBouncer pool of this mode, when the harness started one. The test cluster of
+/// `make test` always has it: there, a missing one fails the test rather than skipping it.
+fn bouncer(mode: &str) -> Option<String> {
+    let url = std::env::var(format!("ACCORD_TEST_PGBOUNCER_{mode}_URL")).ok();
+    if url.is_none() {
+        assert!(
+            std::env::var("ACCORD_TEST_PGDATA").is_err(),
+            "the test cluster has no PgBouncer: install it (apt-get install pgbouncer)"
+        );
+        eprintln!("skipped: no PgBouncer (ACCORD_TEST_PGBOUNCER_{mode}_URL is not set)");
+    }
+    url
+}
+
+/// Holds `key` from `a`, starts `b` waiting for it, releases once `b` has its place in line
+/// (read from the coordinator, not guessed with a sleep), and returns how long `b` waited
+/// after the release.
+async fn waiter_after_release(h: &Harness, a: &Client, b: &Client, key: &str) -> Duration {
+    let held = a
+        .acquire(key, AcquireOptions::new().ttl(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let b = b.clone();
+    let wanted = key.to_string();
+    let waiter = tokio::spawn(async move {
+        b.acquire(
+            &wanted,
+            AcquireOptions::new().timeout(Duration::from_secs(30)),
+        )
+        .await
+    });
+    let in_line = format!(
+        "SELECT count(*) FROM accord.tickets WHERE namespace = $1 AND key = $2 AND NOT granted"
+    );
+    for _ in 0..500 {
+        let n: i64 = h
+            .admin()
+            .query_one(&in_line, &[&h.tag, &key])
+            .await
+            .unwrap()
+            .get(0);
+        if n > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    held.release().await.unwrap();
+    let released = std::time::Instant::now();
+    let granted = waiter.await.unwrap().expect("the waiter gets the key");
+    let waited = released.elapsed();
+    granted.release().await.unwrap();
+    waited
+}
+
+#[tokio::test]
+async fn o1_session_pooling_carries_commands_and_notifications() {
+    let Some(url) = bouncer("SESSION") else {
+        return;
+    };
+    let h = Harness::postgres("o1_session").await;
+    let a = Client::connect(&url, h.options("a")).await.unwrap();
+    let b = Client::connect(&url, h.options("b")).await.unwrap();
+    let sub = b.listen(["o1"]).await.unwrap();
+    a.notify("o1", "hello").await.unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(10), sub.recv())
+        .await
+        .expect("a notification through session pooling arrives")
+        .unwrap();
+    assert!(format!("{heard:?}").contains("hello"), "{heard:?}");
+    // Woken by the release's notification: well before the holder's 60 s expiry.
+    let waited = waiter_after_release(&h, &a, &b, "k").await;
+    assert!(waited < Duration::from_secs(10), "waited {waited:?}");
+    a.close().await;
+    b.close().await;
+}
+
+#[tokio::test]
+async fn o1_transaction_pooling_says_listen_cannot_hear_and_listen_url_fixes_it() {
+    let Some(url) = bouncer("TRANSACTION") else {
+        return;
+    };
+    let h = Harness::postgres("o1_transaction").await;
+    let a = Client::connect(&url, h.options("a")).await.unwrap();
+    let b = Client::connect(&url, h.options("b")).await.unwrap();
+    // LISTEN through transaction pooling succeeds and then hears nothing: an error, never a
+    // silent subscription.
+    let err = b.listen(["o1"]).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    assert!(err.to_string().contains("listen_url"), "{err}");
+    // A waiter without notifications re-checks every second: late by a second at most (here
+    // generously bounded), never left until the holder's 60 s expiry.
+    let waited = waiter_after_release(&h, &a, &b, "k").await;
+    assert!(waited < Duration::from_secs(10), "waited {waited:?}");
+
+    // Commands through the pooler, LISTEN straight to the server.
+    let c = Client::connect(&url, h.options("c").listen_url(h.url.clone()))
+        .await
+        .unwrap();
+    let sub = c.listen(["o1"]).await.unwrap();
+    a.notify("o1", "through the pooler").await.unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(10), sub.recv())
+        .await
+        .expect("a notification reaches the listen_url connection")
+        .unwrap();
+    assert!(
+        format!("{heard:?}").contains("through the pooler"),
+        "{heard:?}"
+    );
+    let waited = waiter_after_release(&h, &a, &c, "k2").await;
+    assert!(waited < Duration::from_secs(10), "waited {waited:?}");
+    for client in [a, b, c] {
+        client.close().await;
+    }
+}
+
+#[tokio::test]
+async fn o1_a_bad_listen_url_is_refused_at_connect() {
+    let memory = Client::connect(
+        "memory:o1_listen_url",
+        accord::ClientOptions::new().listen_url("postgres://localhost/x"),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(memory.kind(), ErrorKind::InvalidArgument);
+    assert!(memory.to_string().contains("listen_url"), "{memory}");
+    let Ok(url) = std::env::var("ACCORD_TEST_DATABASE_URL") else {
+        return;
+    };
+    let bad = Client::connect(
+        &url,
+        accord::ClientOptions::new().listen_url("postgres://[nonsense"),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(bad.kind(), ErrorKind::InvalidArgument, "{bad}");
+    assert!(bad.to_string().contains("listen_url"), "{bad}");
+}
