@@ -44,13 +44,12 @@ async fn waiter_after_release(h: &Harness, a: &Client, b: &Client, key: &str) ->
         )
         .await
     });
-    let in_line = format!(
-        "SELECT count(*) FROM accord.tickets WHERE namespace = $1 AND key = $2 AND NOT granted"
-    );
+    let in_line =
+        "SELECT count(*) FROM accord.tickets WHERE namespace = $1 AND key = $2 AND NOT granted";
     for _ in 0..500 {
         let n: i64 = h
             .admin()
-            .query_one(&in_line, &[&h.tag, &key])
+            .query_one(in_line, &[&h.tag, &key])
             .await
             .unwrap()
             .get(0);
