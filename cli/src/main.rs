@@ -63,8 +63,8 @@ Exit codes:
   only the final release failed (with a warning)
   123 work: some command failed (its key was released)
 
-Environment: ACCORD_URL, ACCORD_NAMESPACE, ACCORD_SCHEMA, ACCORD_OWNER; ACCORD_LOG sets the
-log filter (default: warn).";
+Environment: ACCORD_URL, ACCORD_NAMESPACE, ACCORD_SCHEMA, ACCORD_OWNER, ACCORD_LISTEN_URL,
+ACCORD_PREPARE_STATEMENTS; ACCORD_LOG sets the log filter (default: warn).";
 
 const RUN_HELP: &str = "\
 The command gets ACCORD_KEY, ACCORD_FENCE, ACCORD_NAMESPACE and ACCORD_OWNER in its environment.
@@ -115,6 +115,20 @@ struct Cli {
     /// Owner recorded on leases (default: host-pid-random).
     #[arg(long, env = "ACCORD_OWNER", global = true, hide_env_values = true)]
     owner: Option<String>,
+    /// Where LISTEN goes when --url is a PgBouncer in transaction mode (which cannot carry
+    /// it): a direct or session-pooled URL of the same database.
+    #[arg(long, env = "ACCORD_LISTEN_URL", global = true, hide_env_values = true)]
+    listen_url: Option<String>,
+    /// Prepare accord's statements on each connection (true); false behind a PgBouncer in
+    /// transaction mode before 1.21, which cannot carry prepared statements.
+    #[arg(
+        long,
+        env = "ACCORD_PREPARE_STATEMENTS",
+        global = true,
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    prepare_statements: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -464,6 +478,10 @@ async fn dispatch(cli: Cli) -> Outcome {
     if let Some(owner) = &cli.owner {
         options = options.owner(owner.clone());
     }
+    if let Some(listen_url) = &cli.listen_url {
+        options = options.listen_url(listen_url.clone());
+    }
+    options = options.prepare_statements(cli.prepare_statements);
     let client = Client::connect(&url, options).await?;
     let outcome = match cli.command {
         Command::Migrate { .. } => {

@@ -571,6 +571,48 @@ fn notify_reaches_listen() {
     assert_eq!(out.status.code(), Some(0));
 }
 
+/// O1 from the shell: through a PgBouncer in transaction mode `listen` says it cannot hear and
+/// names the way out; with ACCORD_LISTEN_URL naming the server directly it hears.
+#[test]
+fn listen_through_a_transaction_pooler_needs_listen_url() {
+    let Ok(pooler) = std::env::var("ACCORD_TEST_PGBOUNCER_TRANSACTION_URL") else {
+        assert!(
+            std::env::var("ACCORD_TEST_PGDATA").is_err(),
+            "the test cluster has no PgBouncer: install it (apt-get install pgbouncer)"
+        );
+        return;
+    };
+    let mut env = Env::new("pooler");
+    let direct = std::mem::replace(&mut env.url, pooler);
+    let channel = format!("cli-pooled-{}", nanos());
+    // Every process through the transaction pool sends its statements unprepared.
+    let pooled = |args: &[&str]| {
+        let mut c = env.cmd(args);
+        c.env("ACCORD_PREPARE_STATEMENTS", "false");
+        c
+    };
+    let out = pooled(&["listen", &channel]).output().unwrap();
+    assert_ne!(code(&out), 0);
+    assert!(stderr(&out).contains("listen_url"), "{}", stderr(&out));
+
+    let mut listener = pooled(&["listen", &channel])
+        .env("ACCORD_LISTEN_URL", &direct)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out_lines = lines_of(listener.stdout.take().unwrap());
+    let err_lines = lines_of(listener.stderr.take().unwrap());
+    expect_line(&err_lines, "listening on", Duration::from_secs(20));
+    let out = pooled(&["notify", &channel, "pooled"]).output().unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let line = expect_line(&out_lines, "pooled", Duration::from_secs(10));
+    assert_eq!(line, format!("{channel}\tpooled"));
+    signal(&listener, libc::SIGINT);
+    let out = wait_within(listener, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(0));
+}
+
 #[test]
 fn run_forwards_sigterm_to_the_command() {
     let env = Env::new("forward");

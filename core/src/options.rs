@@ -25,6 +25,7 @@ pub struct ClientOptions {
     pub(crate) migrate: bool,
     pub(crate) application_name: String,
     pub(crate) listen_url: Option<String>,
+    pub(crate) prepare_statements: bool,
 }
 
 impl Default for ClientOptions {
@@ -41,6 +42,7 @@ impl Default for ClientOptions {
             migrate: true,
             application_name: "accord".into(),
             listen_url: None,
+            prepare_statements: true,
         }
     }
 }
@@ -109,6 +111,16 @@ impl ClientOptions {
     /// makes `listen` fail with an error naming this option.
     pub fn listen_url(mut self, url: impl Into<String>) -> Self {
         self.listen_url = Some(url.into());
+        self
+    }
+    /// Whether each command connection prepares accord's statements once (default true: one
+    /// round trip per call, planned once). `false` sends each statement with its text (still one
+    /// round trip, planned each time): needed behind a PgBouncer in transaction mode before
+    /// 1.21 (or with `max_prepared_statements = 0`), which hands each transaction any server
+    /// connection, where a statement prepared on another is missing and another client's
+    /// statement of the same name may be found.
+    pub fn prepare_statements(mut self, prepare: bool) -> Self {
+        self.prepare_statements = prepare;
         self
     }
     /// How long to wait for a connection to the coordinator (default 10 s).

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::types::ToSql;
 use tracing::Instrument;
 
 use self::connect::ConnectSpec;
@@ -69,6 +69,7 @@ impl PgBackend {
                 options.pool_size,
                 options.statement_timeout,
                 options.slow_statement,
+                options.prepare_statements,
             ));
             pool.adopt(first).await?;
             pool.warm_up().await?;
@@ -80,7 +81,7 @@ impl PgBackend {
                     let pool = pool.upgrade().ok_or_else(Error::closed)?;
                     let params: [&(dyn ToSql + Sync); 2] = [&channel, &payload];
                     pool.run_retrying("notify", |c| async move {
-                        c.client.execute(&c.stmts.notify, &params).await
+                        c.execute(&c.stmts.notify, &params).await
                     })
                     .await
                     .map(|_| ())
@@ -140,7 +141,7 @@ impl Backend for PgBackend {
         let rows = self
             .pool
             .run_retrying("acquire", |c| async move {
-                c.client.query(&c.stmts.acquire, &params).await
+                c.query(&c.stmts.acquire, &params).await
             })
             .await?;
         let Some(row) = rows.first() else {
@@ -170,7 +171,7 @@ impl Backend for PgBackend {
         let rows = self
             .pool
             .run_retrying("acquire", |c| async move {
-                c.client.query(&c.stmts.acquire_queued, &params).await
+                c.query(&c.stmts.acquire_queued, &params).await
             })
             .await?;
         let Some(row) = rows.first() else {
@@ -203,7 +204,7 @@ impl Backend for PgBackend {
             [&namespace, &key, &owner, &ticket, &channel, &pass_turn];
         self.pool
             .run_retrying("leave queue", |c| async move {
-                c.client.query_one(&c.stmts.leave_queue, &params).await
+                c.query_one(&c.stmts.leave_queue, &params).await
             })
             .await?;
         Ok(())
@@ -215,7 +216,7 @@ impl Backend for PgBackend {
         let row = self
             .pool
             .run_retrying("release", |c| async move {
-                c.client.query_one(&c.stmts.release_shared, &params).await
+                c.query_one(&c.stmts.release_shared, &params).await
             })
             .await?;
         Ok(row.get::<_, i64>(0) > 0)
@@ -226,7 +227,7 @@ impl Backend for PgBackend {
         let row = self
             .pool
             .run_retrying("holder", |c| async move {
-                c.client.query_opt(&c.stmts.holder, &params).await
+                c.query_opt(&c.stmts.holder, &params).await
             })
             .await?;
         row.map(|r| {
@@ -253,7 +254,7 @@ impl Backend for PgBackend {
         let row = self
             .pool
             .run_retrying("renew", |c| async move {
-                c.client.query_opt(&c.stmts.renew, &params).await
+                c.query_opt(&c.stmts.renew, &params).await
             })
             .await?;
         row.map(|row| {
@@ -300,7 +301,7 @@ impl Backend for PgBackend {
         let rows = self
             .pool
             .run("keepalive", |c| async move {
-                c.client.query(&c.stmts.renew_batch, &params).await
+                c.query(&c.stmts.renew_batch, &params).await
             })
             .await
             .map_err(Failure::into_error)?;
@@ -313,7 +314,7 @@ impl Backend for PgBackend {
         let row = self
             .pool
             .run_retrying("release", |c| async move {
-                c.client.query_one(&c.stmts.release, &params).await
+                c.query_one(&c.stmts.release, &params).await
             })
             .await?;
         Ok(row.get::<_, i64>(0) > 0)
@@ -332,7 +333,7 @@ impl Backend for PgBackend {
         let row = self
             .pool
             .run_retrying("done", |c| async move {
-                c.client.query_opt(&c.stmts.done, &params).await
+                c.query_opt(&c.stmts.done, &params).await
             })
             .await?;
         row.map(|r| parse_metadata(r.get(0))).transpose()
@@ -351,7 +352,7 @@ impl Backend for PgBackend {
         let rows = self
             .pool
             .run_retrying("release", |c| async move {
-                c.client.query(&c.stmts.release_batch, &params).await
+                c.query(&c.stmts.release_batch, &params).await
             })
             .await?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
@@ -372,7 +373,7 @@ impl Backend for PgBackend {
         let rows = self
             .pool
             .run_retrying("done", |c| async move {
-                c.client.query(&c.stmts.done_batch, &params).await
+                c.query(&c.stmts.done_batch, &params).await
             })
             .await?;
         rows.iter()
@@ -385,7 +386,7 @@ impl Backend for PgBackend {
         let row = self
             .pool
             .run_retrying("reset", |c| async move {
-                c.client.query_one(&c.stmts.reset, &params).await
+                c.query_one(&c.stmts.reset, &params).await
             })
             .await?;
         Ok(match (row.get::<_, bool>(0), row.get::<_, bool>(1)) {
@@ -412,24 +413,27 @@ impl Backend for PgBackend {
         };
         // One more than asked tells whether another page follows.
         let limit = i64::try_from(q.limit).unwrap_or(i64::MAX) + 1;
-        let params: [(&(dyn ToSql + Sync), Type); 8] = [
-            (&namespace, Type::TEXT),
-            (&range.from, Type::TEXT),
-            (&state, Type::TEXT),
-            (&metadata, Type::TEXT),
-            (&range.below, Type::TEXT),
-            (&after_key, Type::TEXT),
-            (&after_fence, Type::INT8),
-            (&limit, Type::INT8),
+        let params: [&(dyn ToSql + Sync); 8] = [
+            &namespace,
+            &range.from,
+            &state,
+            &metadata,
+            &range.below,
+            &after_key,
+            &after_fence,
+            &limit,
         ];
         let (sql, params) = (self.pool.sql(), &params);
-        // Both on one connection, pipelined: one round trip.
+        // Both on one connection, pipelined: one round trip. Always sent by their text
+        // (`query_typed`), so that the planner sees the bounds (see `Sql::list_keys`).
         let (keys, holders) = self
             .pool
             .run_retrying("list", |c| async move {
+                let keys = pool::typed(params, sql::param_types::LIST_KEYS);
+                let holders = pool::typed(params, sql::param_types::LIST_HOLDERS);
                 tokio::try_join!(
-                    c.client.query_typed(&sql.list_keys, params),
-                    c.client.query_typed(&sql.list_holders, params)
+                    c.client.query_typed(&sql.list_keys, &keys),
+                    c.client.query_typed(&sql.list_holders, &holders)
                 )
             })
             .await?;
@@ -461,7 +465,7 @@ impl Backend for PgBackend {
         // Not retried: a notification that may have been sent once must not be sent twice.
         self.pool
             .run("notify", |c| async move {
-                c.client.execute(&c.stmts.notify, &params).await
+                c.execute(&c.stmts.notify, &params).await
             })
             .await
             .map_err(Failure::into_error)?;
@@ -481,7 +485,7 @@ impl Backend for PgBackend {
         let row = self
             .pool
             .run_retrying("offer", |c| async move {
-                c.client.query_one(&c.stmts.offer, &params).await
+                c.query_one(&c.stmts.offer, &params).await
             })
             .await?;
         Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
@@ -504,7 +508,7 @@ impl Backend for PgBackend {
         let rows = self
             .pool
             .run_retrying("claim", |c| async move {
-                c.client.query(&c.stmts.claim, &params).await
+                c.query(&c.stmts.claim, &params).await
             })
             .await?;
         let mut claimed = Claimed {
@@ -537,7 +541,7 @@ impl Backend for PgBackend {
         let row = self
             .pool
             .run_retrying("counts", |c| async move {
-                c.client.query_one(&c.stmts.counts, &params).await
+                c.query_one(&c.stmts.counts, &params).await
             })
             .await?;
         let n = |i: usize| u64::try_from(row.get::<_, i64>(i)).unwrap_or(0);
@@ -604,7 +608,9 @@ async fn migrate(
         .transaction()
         .await
         .map_err(|e| fail("migration", e))?;
-    tx.execute(sql::migration_lock_sql(), &[&schema])
+    // Simple queries only (literals, no parameters): nothing is prepared, so a
+    // transaction-pooling PgBouncer leaves no statement of ours on a server connection.
+    tx.batch_execute(&sql::migration_lock_sql(schema))
         .await
         .map_err(|e| fail("migration lock", e))?;
     tx.batch_execute(&sql::bootstrap(schema))
@@ -625,10 +631,9 @@ async fn migrate(
                 .await
                 .map_err(|e| fail(&format!("migration to version {version}"), e))?;
         }
-        tx.execute(
-            &format!("INSERT INTO {s}.schema_migrations (version) VALUES ($1)"),
-            &[&version],
-        )
+        tx.batch_execute(&format!(
+            "INSERT INTO {s}.schema_migrations (version) VALUES ({version})"
+        ))
         .await
         .map_err(|e| fail("migration", e))?;
     }
@@ -641,8 +646,14 @@ async fn installed_version(
     quoted_schema: &str,
 ) -> Result<i32, tokio_postgres::Error> {
     let query = format!("SELECT COALESCE(max(version), 0) FROM {quoted_schema}.schema_migrations");
-    match client.query_one(&query, &[]).await {
-        Ok(row) => Ok(row.get(0)),
+    match client.simple_query(&query).await {
+        Ok(messages) => Ok(messages
+            .iter()
+            .find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0)?.parse().ok(),
+                _ => None,
+            })
+            .unwrap_or(0)),
         Err(e) => match e.code() {
             // No schema or no version table yet: nothing is installed.
             Some(c)

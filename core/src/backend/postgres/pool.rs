@@ -7,31 +7,78 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio_postgres::{Client, Statement};
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Client, Row, Statement};
 use tokio_util::task::AbortOnDropHandle;
 
 use super::connect::{ConnectSpec, Connected};
-use super::sql::Sql;
+use super::sql::{param_types, Sql};
 use super::streams::{StreamSql, StreamStatements};
 use crate::error::{Error, ErrorKind, Result};
 
+/// One of accord's statements on one connection: prepared there once (the default: each call
+/// then costs one round trip and no planning), or sent with its text every time
+/// (`ClientOptions::prepare_statements(false)`), for a PgBouncer in transaction mode before
+/// 1.21: it hands each transaction any server connection, so a statement prepared on one is
+/// missing on the next, and another process's statement of the same name may be found there.
+pub(crate) enum Stmt {
+    Prepared(Statement),
+    Text {
+        text: String,
+        types: &'static [Type],
+    },
+}
+
+impl Stmt {
+    /// Prepares `text` on `client`, or keeps it to send. A prepared statement's parameter
+    /// types must be the table's (`sql::param_types`): every test that prepares checks it.
+    pub async fn new(
+        client: &Client,
+        text: &str,
+        types: &'static [Type],
+        prepare: bool,
+    ) -> Result<Stmt, tokio_postgres::Error> {
+        if !prepare {
+            return Ok(Stmt::Text {
+                text: text.to_string(),
+                types,
+            });
+        }
+        let statement = client.prepare(text).await?;
+        debug_assert_eq!(
+            statement.params(),
+            types,
+            "sql::param_types disagrees with PostgreSQL for: {text}"
+        );
+        Ok(Stmt::Prepared(statement))
+    }
+}
+
+/// The parameters with the types a statement sent by its text declares.
+pub(crate) fn typed<'a>(
+    params: &[&'a (dyn ToSql + Sync)],
+    types: &[Type],
+) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
+    params.iter().copied().zip(types.iter().cloned()).collect()
+}
+
 pub(crate) struct Prepared {
-    pub acquire: Statement,
-    pub acquire_queued: Statement,
-    pub leave_queue: Statement,
-    pub release_shared: Statement,
-    pub holder: Statement,
-    pub renew: Statement,
-    pub renew_batch: Statement,
-    pub release: Statement,
-    pub done: Statement,
-    pub release_batch: Statement,
-    pub done_batch: Statement,
-    pub reset: Statement,
-    pub notify: Statement,
-    pub offer: Statement,
-    pub claim: Statement,
-    pub counts: Statement,
+    pub acquire: Stmt,
+    pub acquire_queued: Stmt,
+    pub leave_queue: Stmt,
+    pub release_shared: Stmt,
+    pub holder: Stmt,
+    pub renew: Stmt,
+    pub renew_batch: Stmt,
+    pub release: Stmt,
+    pub done: Stmt,
+    pub release_batch: Stmt,
+    pub done_batch: Stmt,
+    pub reset: Stmt,
+    pub notify: Stmt,
+    pub offer: Stmt,
+    pub claim: Stmt,
+    pub counts: Stmt,
 }
 
 pub(crate) struct Conn {
@@ -42,6 +89,8 @@ pub(crate) struct Conn {
     streams: tokio::sync::OnceCell<StreamStatements>,
     inflight: AtomicUsize,
     broken: AtomicBool,
+    /// Whether statements are prepared (`Stmt`), also the stream statements prepared later.
+    prepare: bool,
 }
 
 impl Conn {
@@ -51,8 +100,59 @@ impl Conn {
         sql: &StreamSql,
     ) -> Result<&StreamStatements, tokio_postgres::Error> {
         self.streams
-            .get_or_try_init(|| sql.prepare(&self.client))
+            .get_or_try_init(|| sql.prepare(&self.client, self.prepare))
             .await
+    }
+
+    pub async fn query(
+        &self,
+        stmt: &Stmt,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        match stmt {
+            Stmt::Prepared(s) => self.client.query(s, params).await,
+            Stmt::Text { text, types } => {
+                self.client.query_typed(text, &typed(params, types)).await
+            }
+        }
+    }
+
+    pub async fn query_one(
+        &self,
+        stmt: &Stmt,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Row, tokio_postgres::Error> {
+        match stmt {
+            Stmt::Prepared(s) => self.client.query_one(s, params).await,
+            Stmt::Text { text, types } => {
+                self.client
+                    .query_typed_one(text, &typed(params, types))
+                    .await
+            }
+        }
+    }
+
+    pub async fn query_opt(
+        &self,
+        stmt: &Stmt,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, tokio_postgres::Error> {
+        match stmt {
+            Stmt::Prepared(s) => self.client.query_opt(s, params).await,
+            Stmt::Text { text, types } => {
+                self.client
+                    .query_typed_opt(text, &typed(params, types))
+                    .await
+            }
+        }
+    }
+
+    pub async fn execute(
+        &self,
+        stmt: &Stmt,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<(), tokio_postgres::Error> {
+        self.query(stmt, params).await.map(|_| ())
     }
 
     fn usable(&self) -> bool {
@@ -72,6 +172,8 @@ pub(crate) struct Pool {
     slots: Vec<Slot>,
     statement_timeout: Duration,
     slow_statement: Duration,
+    /// Whether statements are prepared on each connection (`Stmt`).
+    prepare_statements: bool,
     closed: AtomicBool,
 }
 
@@ -98,6 +200,7 @@ impl Pool {
         size: usize,
         statement_timeout: Duration,
         slow_statement: Duration,
+        prepare_statements: bool,
     ) -> Pool {
         let slots = (0..size)
             .map(|_| Slot {
@@ -111,6 +214,7 @@ impl Pool {
             slots,
             statement_timeout,
             slow_statement,
+            prepare_statements,
             closed: AtomicBool::new(false),
         }
     }
@@ -144,29 +248,30 @@ impl Pool {
     async fn prepare(&self, connected: Connected) -> Result<Arc<Conn>> {
         let Connected { client, driver, .. } = connected;
         let sql = &self.sql;
-        let prep = |text: &str| {
+        let prepare = self.prepare_statements;
+        let prep = |text: &str, types: &'static [Type]| {
             let text = text.to_string();
             let client = &client;
-            async move { client.prepare(&text).await }
+            async move { Stmt::new(client, &text, types, prepare).await }
         };
         // Prepared concurrently: one pipelined round trip instead of one per statement.
         let r = tokio::try_join!(
-            prep(&sql.acquire),
-            prep(&sql.acquire_queued),
-            prep(&sql.leave_queue),
-            prep(&sql.release_shared),
-            prep(&sql.holder),
-            prep(&sql.renew),
-            prep(&sql.renew_batch),
-            prep(&sql.release),
-            prep(&sql.done),
-            prep(&sql.release_batch),
-            prep(&sql.done_batch),
-            prep(&sql.reset),
-            prep(sql.notify),
-            prep(&sql.offer),
-            prep(&sql.claim),
-            prep(&sql.counts),
+            prep(&sql.acquire, param_types::ACQUIRE),
+            prep(&sql.acquire_queued, param_types::ACQUIRE_QUEUED),
+            prep(&sql.leave_queue, param_types::LEAVE_QUEUE),
+            prep(&sql.release_shared, param_types::RELEASE_SHARED),
+            prep(&sql.holder, param_types::HOLDER),
+            prep(&sql.renew, param_types::RENEW),
+            prep(&sql.renew_batch, param_types::RENEW_BATCH),
+            prep(&sql.release, param_types::RELEASE),
+            prep(&sql.done, param_types::DONE),
+            prep(&sql.release_batch, param_types::RELEASE_BATCH),
+            prep(&sql.done_batch, param_types::DONE_BATCH),
+            prep(&sql.reset, param_types::RESET),
+            prep(sql.notify, param_types::NOTIFY),
+            prep(&sql.offer, param_types::OFFER),
+            prep(&sql.claim, param_types::CLAIM),
+            prep(&sql.counts, param_types::COUNTS),
         );
         let (
             acquire,
@@ -210,6 +315,7 @@ impl Pool {
             streams: tokio::sync::OnceCell::new(),
             inflight: AtomicUsize::new(0),
             broken: AtomicBool::new(false),
+            prepare,
         }))
     }
 

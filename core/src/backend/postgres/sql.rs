@@ -576,6 +576,138 @@ impl Sql {
     }
 }
 
+/// The parameter types of each statement, for sending a statement by its text
+/// (`query_typed`, no prepared statement): what PostgreSQL infers when it prepares them, which
+/// the pool checks whenever it prepares them (`pool::Stmt::new`), so this table stays true.
+pub(crate) mod param_types {
+    use tokio_postgres::types::Type;
+
+    pub const ACQUIRE: &[Type] = &[
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT8,
+        Type::INT8,
+        Type::TEXT,
+    ];
+    pub const ACQUIRE_QUEUED: &[Type] = &[
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT8,
+        Type::INT8,
+        Type::TEXT,
+        Type::BOOL,
+        Type::INT8,
+        Type::BOOL,
+    ];
+    pub const LEAVE_QUEUE: &[Type] = &[
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT8,
+        Type::TEXT,
+        Type::BOOL,
+    ];
+    pub const RELEASE_SHARED: &[Type] =
+        &[Type::TEXT, Type::TEXT, Type::TEXT, Type::INT8, Type::TEXT];
+    pub const HOLDER: &[Type] = &[Type::TEXT, Type::TEXT];
+    pub const RENEW: &[Type] = &[
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT8,
+        Type::INT8,
+        Type::TEXT,
+    ];
+    pub const RENEW_BATCH: &[Type] = &[
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT_ARRAY,
+        Type::INT8_ARRAY,
+        Type::INT8_ARRAY,
+        Type::TEXT_ARRAY,
+        Type::INT8_ARRAY,
+        Type::INT8_ARRAY,
+    ];
+    pub const RELEASE: &[Type] = &[Type::TEXT, Type::TEXT, Type::TEXT, Type::INT8, Type::TEXT];
+    pub const DONE: &[Type] = &[
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT8,
+        Type::TEXT,
+        Type::TEXT,
+    ];
+    pub const RELEASE_BATCH: &[Type] = &[
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT_ARRAY,
+        Type::INT8_ARRAY,
+        Type::TEXT,
+    ];
+    pub const DONE_BATCH: &[Type] = &[
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT_ARRAY,
+        Type::INT8_ARRAY,
+        Type::TEXT_ARRAY,
+        Type::TEXT,
+    ];
+    pub const RESET: &[Type] = &[Type::TEXT, Type::TEXT];
+    pub const LIST_KEYS: &[Type] = &[
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT8,
+        Type::INT8,
+    ];
+    pub const LIST_HOLDERS: &[Type] = &[
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT8,
+        Type::INT8,
+    ];
+    pub const NOTIFY: &[Type] = &[Type::TEXT, Type::TEXT];
+    pub const OFFER: &[Type] = &[
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT_ARRAY,
+        Type::TEXT,
+        Type::TEXT,
+    ];
+    pub const CLAIM: &[Type] = &[
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT8,
+        Type::INT8,
+        Type::TEXT,
+        Type::INT8,
+        Type::TEXT,
+        Type::TEXT,
+    ];
+    pub const COUNTS: &[Type] = &[Type::TEXT, Type::TEXT];
+    pub const PUBLISH: &[Type] = &[
+        Type::TEXT,
+        Type::TEXT_ARRAY,
+        Type::BYTEA_ARRAY,
+        Type::TEXT_ARRAY,
+    ];
+    pub const READ_STREAM: &[Type] = &[Type::TEXT, Type::TEXT, Type::INT8, Type::INT8];
+    pub const STREAM_STATE: &[Type] = &[Type::TEXT, Type::TEXT];
+    pub const SET_RETENTION: &[Type] = &[Type::TEXT, Type::TEXT, Type::INT8, Type::INT8];
+    pub const TRIM_STREAM: &[Type] = &[Type::TEXT, Type::TEXT, Type::INT8];
+    pub const ACK: &[Type] = &[Type::TEXT, Type::TEXT, Type::TEXT, Type::INT8];
+    pub const ACKED: &[Type] = &[Type::TEXT, Type::TEXT, Type::TEXT];
+}
+
 /// The versioned migrations; index + 1 is the version. Never edit one that has shipped: add a
 /// new one.
 pub(crate) fn migrations(schema: &str) -> Vec<Vec<String>> {
@@ -702,18 +834,19 @@ pub(crate) fn bootstrap(schema: &str) -> String {
 }
 
 /// The advisory lock key that serializes migrations of one schema across processes.
-pub(crate) fn migration_lock_sql() -> &'static str {
-    "SELECT pg_advisory_xact_lock(hashtextextended('accord.migrate.' || $1, 0))"
+pub(crate) fn migration_lock_sql(schema: &str) -> String {
+    format!(
+        "SELECT pg_advisory_xact_lock(hashtextextended('accord.migrate.' || {}, 0))",
+        quote_literal(schema)
+    )
 }
 
 /// The whole migration as one script, for DBAs who apply it by hand (`--print-sql`).
 pub fn migration_script(schema: &str) -> String {
     let s = quote_ident(schema);
     let mut out = String::from("BEGIN;\n");
-    out.push_str(&format!(
-        "SELECT pg_advisory_xact_lock(hashtextextended('accord.migrate.' || {}, 0));\n",
-        quote_literal(schema)
-    ));
+    out.push_str(&migration_lock_sql(schema));
+    out.push_str(";\n");
     out.push_str(&bootstrap(schema));
     out.push('\n');
     for (i, m) in migrations(schema).iter().enumerate() {

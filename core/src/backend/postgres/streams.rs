@@ -13,9 +13,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Statement};
+use tokio_postgres::Client;
 
-use super::sql::quote_ident;
+use super::pool::Stmt;
+use super::sql::{param_types, quote_ident};
 use async_trait::async_trait;
 
 use crate::backend::{
@@ -36,13 +37,13 @@ pub(crate) struct StreamSql {
 
 /// The statements, prepared on one connection.
 pub(crate) struct StreamStatements {
-    pub publish: Statement,
-    pub read: Statement,
-    pub state: Statement,
-    pub set_retention: Statement,
-    pub trim: Statement,
-    pub ack: Statement,
-    pub acked: Statement,
+    pub publish: Stmt,
+    pub read: Stmt,
+    pub state: Stmt,
+    pub set_retention: Stmt,
+    pub trim: Stmt,
+    pub ack: Stmt,
+    pub acked: Stmt,
 }
 
 impl StreamSql {
@@ -154,15 +155,21 @@ impl StreamSql {
     pub async fn prepare(
         &self,
         client: &Client,
+        prepare: bool,
     ) -> Result<StreamStatements, tokio_postgres::Error> {
         let (publish, read, state, set_retention, trim, ack, acked) = tokio::try_join!(
-            client.prepare(&self.publish),
-            client.prepare(&self.read),
-            client.prepare(&self.state),
-            client.prepare(&self.set_retention),
-            client.prepare(&self.trim),
-            client.prepare(&self.ack),
-            client.prepare(&self.acked),
+            Stmt::new(client, &self.publish, param_types::PUBLISH, prepare),
+            Stmt::new(client, &self.read, param_types::READ_STREAM, prepare),
+            Stmt::new(client, &self.state, param_types::STREAM_STATE, prepare),
+            Stmt::new(
+                client,
+                &self.set_retention,
+                param_types::SET_RETENTION,
+                prepare
+            ),
+            Stmt::new(client, &self.trim, param_types::TRIM_STREAM, prepare),
+            Stmt::new(client, &self.ack, param_types::ACK, prepare),
+            Stmt::new(client, &self.acked, param_types::ACKED, prepare),
         )?;
         Ok(StreamStatements {
             publish,
@@ -194,7 +201,7 @@ impl StreamStore for super::PgBackend {
             .pool
             .run("publish", |c| async move {
                 let stmts = c.streams(&self.pool.sql().streams).await?;
-                c.client.query(&stmts.publish, &params).await
+                c.query(&stmts.publish, &params).await
             })
             .await
             .map_err(super::pool::Failure::into_error)?;
@@ -221,7 +228,7 @@ impl StreamStore for super::PgBackend {
             .pool
             .run_retrying("read stream", |c| async move {
                 let stmts = c.streams(&self.pool.sql().streams).await?;
-                c.client.query(&stmts.read, &params).await
+                c.query(&stmts.read, &params).await
             })
             .await?;
         let mut page = StreamPage {
@@ -248,7 +255,7 @@ impl StreamStore for super::PgBackend {
             .pool
             .run_retrying("stream state", |c| async move {
                 let stmts = c.streams(&self.pool.sql().streams).await?;
-                c.client.query_opt(&stmts.state, &params).await
+                c.query_opt(&stmts.state, &params).await
             })
             .await?;
         Ok(match row {
@@ -281,7 +288,7 @@ impl StreamStore for super::PgBackend {
         self.pool
             .run_retrying("set retention", |c| async move {
                 let stmts = c.streams(&self.pool.sql().streams).await?;
-                c.client.execute(&stmts.set_retention, &params).await
+                c.execute(&stmts.set_retention, &params).await
             })
             .await?;
         Ok(())
@@ -294,7 +301,7 @@ impl StreamStore for super::PgBackend {
             .pool
             .run_retrying("trim stream", |c| async move {
                 let stmts = c.streams(&self.pool.sql().streams).await?;
-                c.client.query_one(&stmts.trim, &params).await
+                c.query_one(&stmts.trim, &params).await
             })
             .await?;
         Ok(row.get::<_, i64>(0).max(0) as u64)
@@ -305,7 +312,7 @@ impl StreamStore for super::PgBackend {
         self.pool
             .run_retrying("ack", |c| async move {
                 let stmts = c.streams(&self.pool.sql().streams).await?;
-                c.client.execute(&stmts.ack, &params).await
+                c.execute(&stmts.ack, &params).await
             })
             .await?;
         Ok(())
@@ -317,7 +324,7 @@ impl StreamStore for super::PgBackend {
             .pool
             .run_retrying("read ack", |c| async move {
                 let stmts = c.streams(&self.pool.sql().streams).await?;
-                c.client.query_opt(&stmts.acked, &params).await
+                c.query_opt(&stmts.acked, &params).await
             })
             .await?;
         Ok(row.map(|r| r.get(0)))
