@@ -190,7 +190,9 @@ def test_l7_list_filters_and_pages(clients: Clients) -> None:
         if cursor is None:
             break
     assert pages == 3
-    assert [key for _, key in seen] == ["a/b", "a/b/c", "a/x", "p%q/1", "p_q/2", "pq/4", "pxq/3"], seen
+    assert [key for _, key in seen] == ["a/b", "a/b/c", "a/x", "p%q/1", "p_q/2", "pq/4", "pxq/3"], (
+        seen
+    )
     with pytest.raises(accord.InvalidArgument):
         o1.list(cursor="nonsense")
     with pytest.raises(accord.InvalidArgument):

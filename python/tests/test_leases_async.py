@@ -165,7 +165,9 @@ async def test_l7_list_filters_and_pages(aclients: AsyncClients) -> None:
         seen += [(i.fence, i.key) for i in page]
         if (cursor := page.next_cursor) is None:
             break
-    assert [key for _, key in seen] == ["a/b", "a/b/c", "a/x", "p%q/1", "p_q/2", "pq/4", "pxq/3"], seen
+    assert [key for _, key in seen] == ["a/b", "a/b/c", "a/x", "p%q/1", "p_q/2", "pq/4", "pxq/3"], (
+        seen
+    )
     with pytest.raises(accord.InvalidArgument):
         await o1.list(cursor="nonsense")
 
