@@ -114,13 +114,12 @@ pub async fn run(config: &Config) -> BenchResult<Vec<Record>> {
         "  {keys} keys written in {:.1} s",
         t.elapsed().as_secs_f64()
     );
-    let n = |k: usize| format!("{k}");
     let mut records = Vec::new();
 
     records.push(
         measure(
             "rust/million-page",
-            format!("list: first page of 100 of {} keys", n(keys)),
+            format!("list: first page of 100 of {} keys", keys),
             || list(&big, ListQuery::new()),
         )
         .await?,
@@ -171,7 +170,7 @@ pub async fn run(config: &Config) -> BenchResult<Vec<Record>> {
     records.push(
         measure(
             "rust/million-counts",
-            format!("counts of the pool of {} keys", n(keys)),
+            format!("counts of the pool of {} keys", keys),
             || async { Ok(big.counts("k/").await?.done as usize) },
         )
         .await?,
@@ -179,7 +178,7 @@ pub async fn run(config: &Config) -> BenchResult<Vec<Record>> {
     records.push(
         measure(
             "rust/million-claim",
-            format!("claim 1 + release, pool of {} keys", n(keys)),
+            format!("claim 1 + release, pool of {} keys", keys),
             || claim_and_release(&big),
         )
         .await?,
