@@ -102,7 +102,7 @@ pub fn migration_sql(schema: &str) -> Result<String> {
     Ok(backend::postgres::sql::migration_script(schema))
 }
 
-/// Every statement the PostgreSQL backend prepares, by name (`acquire`, `acquire_queued`,
+/// Every statement the PostgreSQL backend prepares, by name (`acquire`, `acquire_batch`, `acquire_queued`,
 /// `leave_queue`, `release_shared`, `holder`, `renew`, `renew_batch`, `release`, `done`,
 /// `release_batch`, `done_batch`, `reset`, `list`, `notify`, `offer`, `claim`, `counts`; the streams' `publish`, `read_stream`, `stream_state`, `set_retention`,
 /// `trim_stream`, `ack`, `acked`), for
@@ -115,6 +115,7 @@ pub fn statements(schema: &str) -> Result<Vec<(&'static str, String)>> {
     let sql = backend::postgres::sql::Sql::new(schema);
     Ok(vec![
         ("acquire", sql.acquire),
+        ("acquire_batch", sql.acquire_batch),
         ("acquire_queued", sql.acquire_queued),
         ("leave_queue", sql.leave_queue),
         ("release_shared", sql.release_shared),

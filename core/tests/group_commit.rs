@@ -1,6 +1,7 @@
-//! Client-side group commit on PostgreSQL: the endings (release, done) that many tasks of one
-//! client start at once go out as a few statements, not one each, and each caller still gets
-//! its own answer, also when the coordinator no longer records some of the grants.
+//! Client-side group commit on PostgreSQL: the tries and endings (release, done) that many
+//! tasks of one client start at once go out as a few statements, not one each, and each caller
+//! still gets its own answer, also when the coordinator no longer records some of the grants
+//! or someone waits in line for a free key.
 //!
 //! Statements are counted by pg_stat_statements for a schema of this test's own (its name is
 //! in their text), so other tests running meanwhile do not count.
@@ -14,9 +15,9 @@ use support::Harness;
 
 const LEASES: usize = 40;
 
-#[tokio::test]
-async fn endings_started_together_share_statements() {
-    let h = Harness::postgres("group_commit").await;
+/// Loads pg_stat_statements; false (the test skips) on a server without it, which the
+/// harness's own cluster always has.
+async fn statements_counted(h: &Harness, test: &str) -> bool {
     if h.admin()
         .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         .await
@@ -26,9 +27,100 @@ async fn endings_started_together_share_statements() {
             std::env::var("ACCORD_TEST_PGDATA").is_err(),
             "pg_stat_statements is missing from the test cluster"
         );
-        eprintln!(
-            "endings_started_together_share_statements: skipped, pg_stat_statements is not loaded"
-        );
+        eprintln!("{test}: skipped, pg_stat_statements is not loaded");
+        return false;
+    }
+    true
+}
+
+/// Calls of the statements on `schema`'s leases whose text holds `marker`.
+async fn calls(h: &Harness, schema: &str, marker: &str) -> i64 {
+    h.admin()
+        .query_one(
+            "SELECT COALESCE(sum(calls), 0)::bigint FROM pg_stat_statements
+              WHERE query LIKE $1 AND query LIKE $2",
+            &[&format!("%\"{schema}\".leases%"), &format!("%{marker}%")],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+}
+
+/// The text only the batched try has.
+const TRIES: &str = "AS b(key, attempt, ttl, metadata)";
+
+#[tokio::test]
+async fn tries_started_together_share_statements() {
+    let h = Harness::postgres("group_tries").await;
+    if !statements_counted(&h, "tries_started_together_share_statements").await {
+        return;
+    }
+    let schema = format!("gt_{}", h.tag);
+    let options = |owner: &str| {
+        h.options(owner)
+            .schema(schema.clone())
+            .ttl(Duration::from_secs(60))
+    };
+    let client = h.client_with("o1", options("o1")).await;
+    let other = h.client_with("o2", options("o2")).await;
+    // w0 is free, but someone waits in line for it (a place taken by a waiter whose turn has
+    // not come yet): a try must not jump the line, in a round as alone.
+    let w0 = other
+        .try_acquire("w0", AcquireOptions::new())
+        .await
+        .unwrap()
+        .unwrap();
+    w0.release().await.unwrap();
+    h.admin()
+        .execute(
+            &format!(
+                "INSERT INTO \"{schema}\".tickets
+                        (namespace, key, ticket, owner, shared, attempt, expires_at, updated_at)
+                 VALUES ($1, 'w0', nextval('\"{schema}\".fence_seq'), 'ghost', false, 0,
+                         clock_timestamp() + interval '1 hour', clock_timestamp())"
+            ),
+            &[&h.tag],
+        )
+        .await
+        .unwrap();
+    let before = calls(&h, &schema, TRIES).await;
+    let keys: Vec<String> = (0..LEASES).map(|i| format!("k{i:02}")).collect();
+    let tries = keys
+        .iter()
+        .map(String::as_str)
+        .chain(["w0"])
+        .map(|key| client.try_acquire(key, AcquireOptions::new()));
+    let results = futures_util::future::join_all(tries).await;
+    let rounds = calls(&h, &schema, TRIES).await - before;
+    // One round when every try joined the first; two when the first went out before the rest
+    // had queued (each try queues from a task of its own, and on this test's single-threaded
+    // runtime they all run before the leader's yield ends).
+    assert!(
+        (1..=2).contains(&rounds),
+        "{} tries took {rounds} batched statements",
+        LEASES + 1
+    );
+    let (granted, refused) = results.split_at(LEASES);
+    for (key, result) in keys.iter().zip(granted) {
+        let lease = result
+            .as_ref()
+            .unwrap()
+            .as_ref()
+            .expect("a fresh key is granted");
+        assert_eq!(lease.key(), key);
+    }
+    assert!(
+        refused[0].as_ref().unwrap().is_none(),
+        "a free key with a waiter in line is refused"
+    );
+    client.close().await;
+    other.close().await;
+}
+
+#[tokio::test]
+async fn endings_started_together_share_statements() {
+    let h = Harness::postgres("group_commit").await;
+    if !statements_counted(&h, "endings_started_together_share_statements").await {
         return;
     }
     let schema = format!("gc_{}", h.tag);

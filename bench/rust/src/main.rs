@@ -15,6 +15,8 @@ mod record;
 mod streams;
 mod uncontended;
 
+use record::Record;
+
 use std::time::Duration;
 
 use clap::Parser;
@@ -80,6 +82,24 @@ pub struct Config {
     pub million_keys: usize,
 }
 
+/// The scenarios measured in both fsync modes by this file (the others do it themselves).
+const TWICE: [u8; 5] = [1, 2, 3, 4, 5];
+
+async fn run_scenario(scenario: u8, config: &Config) -> BenchResult<Vec<Record>> {
+    Ok(match scenario {
+        1 => uncontended::run(config).await?,
+        2 => concurrent::run(config).await?,
+        3 => handoff::run(config).await?,
+        4 => notify::run(config).await?,
+        5 => keepalive::run(config).await?,
+        8 => pool::run(config).await?,
+        10 => line::run(config).await?,
+        11 => streams::run(config).await?,
+        12 => million::run(config).await?,
+        other => return Err(format!("there is no scenario {other} (1-5, 8, 10, 11, 12)").into()),
+    })
+}
+
 #[tokio::main]
 async fn main() -> BenchResult<()> {
     // Scenario 10's leader to be killed: this program started again.
@@ -113,23 +133,33 @@ async fn main() -> BenchResult<()> {
     std::fs::write(&statements, serde_json::to_string_pretty(&sql.to_json())?)
         .map_err(|e| format!("cannot write {}: {e}", statements.display()))?;
 
+    // Scenarios 1-5 run in the cluster's fsync mode and, when the bench may change it, again
+    // on a durable server (the `-fsync` ids); the others switch modes themselves.
+    let db = raw::connect(&config.url).await?;
+    let (fsync_before, modes) = pool::fsync_modes(&db).await?;
+    let already_durable = fsync_before == "on";
     let mut records = Vec::new();
     for scenario in &args.scenarios {
         println!("scenario {scenario}");
-        let found = match scenario {
-            1 => uncontended::run(&config).await?,
-            2 => concurrent::run(&config).await?,
-            3 => handoff::run(&config).await?,
-            4 => notify::run(&config).await?,
-            5 => keepalive::run(&config).await?,
-            8 => pool::run(&config).await?,
-            10 => line::run(&config).await?,
-            11 => streams::run(&config).await?,
-            12 => million::run(&config).await?,
-            other => {
-                return Err(format!("there is no scenario {other} (1-5, 8, 10, 11, 12)").into())
-            }
-        };
+        let both = TWICE.contains(scenario);
+        let mut found: Vec<Record> = run_scenario(*scenario, &config)
+            .await?
+            .into_iter()
+            .map(|r| {
+                if both && already_durable {
+                    r.durable()
+                } else {
+                    r
+                }
+            })
+            .collect();
+        if both && !already_durable && modes.contains(&true) {
+            println!("scenario {scenario}, fsync and synchronous_commit on");
+            pool::durable(&db, &config.url, true).await?;
+            let durable = run_scenario(*scenario, &config).await;
+            pool::durable(&db, &config.url, false).await?;
+            found.extend(durable?.into_iter().map(Record::durable));
+        }
         for record in &found {
             println!("  {}", record.summary());
         }

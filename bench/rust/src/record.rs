@@ -34,6 +34,14 @@ impl Record {
         self.elapsed += elapsed;
     }
 
+    /// The same contender measured on a durable server (fsync and synchronous_commit on): its
+    /// id gains `-fsync`, as the report expects. Leaks the id: a handful per run.
+    pub fn durable(mut self) -> Record {
+        self.id = Box::leak(format!("{}-fsync", self.id).into_boxed_str());
+        self.metric("fsync", 1);
+        self
+    }
+
     pub fn metric(&mut self, name: &str, value: impl Into<Value>) {
         self.metrics.insert(name.to_string(), value.into());
     }

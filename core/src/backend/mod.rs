@@ -123,7 +123,18 @@ pub(crate) struct BatchItem {
     pub shared: bool,
 }
 
+/// One key of a batched exclusive acquire (see [`AcquireRequest`]).
+#[derive(Clone)]
+pub(crate) struct AcquireItem {
+    pub key: String,
+    pub ttl: Duration,
+    /// JSON object text, already validated.
+    pub metadata: Option<String>,
+    pub attempt: i64,
+}
+
 /// One lease of a batched done.
+#[derive(Clone)]
 pub(crate) struct DoneItem {
     pub key: String,
     pub fence: i64,
@@ -238,6 +249,16 @@ pub(crate) trait Backend: StreamStore + Send + Sync + 'static {
     /// One statement: grant the key exclusively if it is free and nobody waits in line, else
     /// say why not.
     async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<AcquireOutcome>;
+    /// [`Backend::acquire`] for many distinct keys of one owner in one statement: an outcome per
+    /// item, in order (`Granted`, `Done` or `Held`). A row another transaction holds locked at
+    /// that instant is refused as held rather than waited for, so that rounds of different
+    /// clients never wait on each other's rows (no deadlock between them).
+    async fn acquire_batch(
+        &self,
+        namespace: &str,
+        owner: &str,
+        items: &[AcquireItem],
+    ) -> Result<Vec<AcquireOutcome>>;
     /// One statement: grant the key (shared or exclusive) if the caller's turn has come
     /// (`rules::grantable_in_turn`); otherwise keep or take its place in line.
     async fn acquire_queued(&self, request: &AcquireRequest<'_>) -> Result<AcquireOutcome>;

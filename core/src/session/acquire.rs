@@ -5,11 +5,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::batched;
 use super::dispatch::Dispatch;
 use super::grant::Grant;
+use super::rounds::Rounds;
 use super::scope::Scope;
 use super::Session;
-use crate::backend::{AcquireOutcome, AcquireRequest, Granted};
+use crate::backend::{AcquireItem, AcquireOutcome, AcquireRequest, Granted};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::AcquireOptions;
 use crate::validate;
@@ -241,7 +243,16 @@ impl Session {
                     enqueue: line.is_some_and(|(_, enqueue)| enqueue),
                 };
                 let outcome = match line {
-                    None => scope.backend.acquire(&r).await?,
+                    // Exclusive tries of many tasks share one statement per round.
+                    None => {
+                        let item = AcquireItem {
+                            key: request.key.clone(),
+                            ttl: request.ttl,
+                            metadata: request.metadata.clone(),
+                            attempt: request.token,
+                        };
+                        Rounds::<batched::Acquire>::submit(&scope, item).await?
+                    }
                     Some(_) => scope.backend.acquire_queued(&r).await?,
                 };
                 if let (AcquireOutcome::Granted(g), true) = (&outcome, request.shared) {

@@ -6,6 +6,7 @@
 //! them. The session closes when [`Session::close`] is called or its last handle is dropped.
 
 mod acquire;
+mod batched;
 mod dispatch;
 mod grant;
 mod keepalive;
@@ -94,7 +95,7 @@ impl Session {
                 namespace: options.namespace.clone(),
                 owner: options.owner.clone().unwrap_or_else(default_owner),
                 runtime,
-                rounds: Default::default(),
+                batched: Default::default(),
                 shared_fences: Default::default(),
                 publisher: Default::default(),
             }),

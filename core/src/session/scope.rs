@@ -5,19 +5,21 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use crate::backend::{DynBackend, LeaseRef};
+use crate::backend::{DoneItem, DynBackend, LeaseRef};
 use crate::error::Result;
 use crate::metadata::Metadata;
 
-use super::rounds::{Ending, Rounds};
+use super::batched::{Batched, Done, Release};
+use super::rounds::Rounds;
 
 pub(crate) struct Scope {
     pub backend: DynBackend,
     pub namespace: String,
     pub owner: String,
     pub runtime: tokio::runtime::Handle,
-    /// Releases and dones in flight, grouped into one statement per round.
-    pub rounds: Rounds,
+    /// Exclusive tries, releases and dones in flight, grouped into one statement per round
+    /// and kind.
+    pub batched: Batched,
     /// Fences of this client's live shared grants: they are released by their own statement.
     pub shared_fences: Mutex<HashSet<i64>>,
     /// Stream publishes in flight, grouped into one statement at a time.
@@ -45,9 +47,7 @@ impl Scope {
             self.shared_fences.lock().unwrap().remove(&fence);
             return Ok(released);
         }
-        Ok(Rounds::submit(self, key, fence, Ending::Release)
-            .await?
-            .is_some())
+        Rounds::<Release>::submit(self, (key.to_string(), fence)).await
     }
 
     /// Records that grant `fence` is shared (before anyone may release it).
@@ -83,9 +83,12 @@ impl Scope {
         fence: i64,
         metadata: Option<String>,
     ) -> Result<Option<Metadata>> {
-        Ok(Rounds::submit(self, key, fence, Ending::Done { metadata })
-            .await?
-            .flatten())
+        let item = DoneItem {
+            key: key.to_string(),
+            fence,
+            metadata,
+        };
+        Rounds::<Done>::submit(self, item).await
     }
 
     /// Releases a grant nobody will use (fenced, so it never frees a newer grant). Failures

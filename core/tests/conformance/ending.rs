@@ -165,3 +165,78 @@ pub async fn concurrent_endings_each_get_their_own_answer(h: &Harness) {
     leases[0].release().await.unwrap();
     o1.close().await;
 }
+
+/// Group commit of tries: many tasks of two clients try keys at once (fresh keys, free ones,
+/// keys the other client holds, done keys, and each key by several tasks). Each caller gets
+/// its own answer, as if it had tried alone: a key is granted to one caller at most, a held
+/// key is refused, a done key fails with `Done`, and fences are never reused.
+pub async fn concurrent_tries_each_get_their_own_answer(h: &Harness) {
+    let (o1, o2) = (h.client("o1").await, h.client("o2").await);
+    // f*: free after a release; d*: done; h*: held by o2 throughout; n*: never seen.
+    for i in 0..4 {
+        let free = o2.acquire(&format!("f{i}"), ttl(60 * SEC)).await.unwrap();
+        free.release().await.unwrap();
+        let done = o2.acquire(&format!("d{i}"), ttl(60 * SEC)).await.unwrap();
+        done.done(None).await.unwrap();
+    }
+    let mut held = Vec::new();
+    for i in 0..4 {
+        held.push(o2.acquire(&format!("h{i}"), ttl(60 * SEC)).await.unwrap());
+    }
+    let keys: Vec<String> = ["f", "d", "h", "n"]
+        .iter()
+        .flat_map(|p| (0..4).map(move |i| format!("{p}{i}")))
+        .collect();
+    // Every key tried three times by o1's tasks and once by o2's, all started together.
+    let (c1, c2) = (&o1, &o2);
+    let tries = keys.iter().flat_map(|k| {
+        let by_o1 = (0..3).map(move |_| (c1, k.as_str()));
+        std::iter::once((c2, k.as_str())).chain(by_o1)
+    });
+    let results = futures_util::future::join_all(tries.map(|(client, key)| async move {
+        let result = client.try_acquire(key, ttl(60 * SEC)).await;
+        (key, result)
+    }))
+    .await;
+    let mut granted: std::collections::HashMap<&str, Vec<i64>> = Default::default();
+    for (key, result) in &results {
+        match key.as_bytes()[0] {
+            b'd' => assert_eq!(
+                result.as_ref().unwrap_err().kind(),
+                ErrorKind::Done,
+                "{key}"
+            ),
+            b'h' => assert!(result.as_ref().unwrap().is_none(), "{key} is held by o2"),
+            _ => {
+                if let Some(lease) = result.as_ref().unwrap() {
+                    granted.entry(key).or_default().push(lease.fence());
+                }
+            }
+        }
+    }
+    for key in keys
+        .iter()
+        .filter(|k| k.starts_with('f') || k.starts_with('n'))
+    {
+        let fences = granted.get(key.as_str()).cloned().unwrap_or_default();
+        assert_eq!(fences.len(), 1, "{key} granted to exactly one of its tries");
+    }
+    let mut fences: Vec<i64> = granted.values().flatten().copied().collect();
+    fences.extend(held.iter().map(|l| l.fence()));
+    let count = fences.len();
+    fences.sort_unstable();
+    fences.dedup();
+    assert_eq!(fences.len(), count, "no fence was granted twice");
+    // What the coordinator records agrees: each granted key is held, by whoever got it.
+    let page = o1.list(accord::ListQuery::new().limit(100)).await.unwrap();
+    for info in page
+        .items
+        .iter()
+        .filter(|i| granted.contains_key(i.key.as_str()))
+    {
+        assert_eq!(info.state, accord::KeyState::Held, "{}", info.key);
+        assert_eq!(info.fence, granted[info.key.as_str()][0], "{}", info.key);
+    }
+    o1.close().await;
+    o2.close().await;
+}

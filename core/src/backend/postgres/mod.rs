@@ -7,6 +7,7 @@ mod pool;
 pub(crate) mod sql;
 mod streams;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,8 +21,8 @@ use self::listener::Listener;
 use self::pool::{Failure, Pool};
 use self::sql::Sql;
 use super::{
-    millis, AcquireOutcome, AcquireRequest, Backend, BatchItem, ClaimRequest, Claimed, DoneItem,
-    EventSink, Granted, Holder, LeaseRef, Renewed, ResetOutcome,
+    millis, AcquireItem, AcquireOutcome, AcquireRequest, Backend, BatchItem, ClaimRequest, Claimed,
+    DoneItem, EventSink, Granted, Holder, LeaseRef, Renewed, ResetOutcome,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::metadata::Metadata;
@@ -151,6 +152,44 @@ impl Backend for PgBackend {
             return Ok(outcome);
         }
         Ok(AcquireOutcome::Held)
+    }
+
+    async fn acquire_batch(
+        &self,
+        namespace: &str,
+        owner: &str,
+        items: &[AcquireItem],
+    ) -> Result<Vec<AcquireOutcome>> {
+        let keys: Vec<&str> = items.iter().map(|i| i.key.as_str()).collect();
+        let attempts: Vec<i64> = items.iter().map(|i| i.attempt).collect();
+        let ttls: Vec<i64> = items.iter().map(|i| millis(i.ttl)).collect();
+        let metadata: Vec<Option<&str>> = items.iter().map(|i| i.metadata.as_deref()).collect();
+        let params: [&(dyn ToSql + Sync); 6] =
+            [&namespace, &owner, &keys, &attempts, &ttls, &metadata];
+        // Safe to repeat, as `acquire`: the attempt tokens re-grant our own first grants.
+        let rows = self
+            .pool
+            .run_retrying("acquire", |c| async move {
+                c.query(&c.stmts.acquire_batch, &params).await
+            })
+            .await?;
+        let mut outcomes: HashMap<String, AcquireOutcome> = HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let outcome = match row.get::<_, Option<i64>>(1) {
+                Some(fence) => AcquireOutcome::Granted(Granted {
+                    fence,
+                    expires_at: row.get(2),
+                    metadata: parse_metadata(row.get(3))?,
+                }),
+                None if row.get::<_, bool>(4) => AcquireOutcome::Done,
+                None => AcquireOutcome::Held,
+            };
+            outcomes.insert(row.get(0), outcome);
+        }
+        Ok(items
+            .iter()
+            .map(|i| outcomes.remove(&i.key).unwrap_or(AcquireOutcome::Held))
+            .collect())
     }
 
     async fn acquire_queued(&self, r: &AcquireRequest<'_>) -> Result<AcquireOutcome> {

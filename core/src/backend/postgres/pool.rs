@@ -64,6 +64,7 @@ pub(crate) fn typed<'a>(
 
 pub(crate) struct Prepared {
     pub acquire: Stmt,
+    pub acquire_batch: Stmt,
     pub acquire_queued: Stmt,
     pub leave_queue: Stmt,
     pub release_shared: Stmt,
@@ -257,6 +258,7 @@ impl Pool {
         // Prepared concurrently: one pipelined round trip instead of one per statement.
         let r = tokio::try_join!(
             prep(&sql.acquire, param_types::ACQUIRE),
+            prep(&sql.acquire_batch, param_types::ACQUIRE_BATCH),
             prep(&sql.acquire_queued, param_types::ACQUIRE_QUEUED),
             prep(&sql.leave_queue, param_types::LEAVE_QUEUE),
             prep(&sql.release_shared, param_types::RELEASE_SHARED),
@@ -275,6 +277,7 @@ impl Pool {
         );
         let (
             acquire,
+            acquire_batch,
             acquire_queued,
             leave_queue,
             release_shared,
@@ -296,6 +299,7 @@ impl Pool {
             _driver: driver,
             stmts: Prepared {
                 acquire,
+                acquire_batch,
                 acquire_queued,
                 leave_queue,
                 release_shared,

@@ -90,6 +90,7 @@ fn exclusive_grant(
 
 pub(crate) struct Sql {
     pub acquire: String,
+    pub acquire_batch: String,
     pub acquire_queued: String,
     pub leave_queue: String,
     pub release_shared: String,
@@ -154,6 +155,60 @@ impl Sql {
                    FROM seen s
                   WHERE NOT EXISTS (SELECT 1 FROM granted)",
                 grant = exclusive_grant(&s, &seq, "taken", "created", "queue", ""),
+            ),
+            // Group commit of `acquire` for distinct keys of one owner ($2): $3-$6 hold each
+            // key's name, attempt token, ttl and metadata. The rules are those of `acquire`
+            // (a refusal writes nothing; the fence is drawn after the row is locked; waiters
+            // in line and live shared holders refuse), with one difference: rows are locked
+            // with SKIP LOCKED, so a key whose row another transaction has locked at this
+            // instant is refused as held instead of waited for. A round thus never waits on a
+            // row lock, and rounds of different clients cannot deadlock. Keys never seen are
+            // inserted in key order: two rounds inserting the same new keys wait on each other
+            // in one order only. Answers one row per key: the grant, or whether it is done.
+            acquire_batch: format!(
+                "WITH b AS (SELECT * FROM unnest($3::text[], $4::bigint[], $5::bigint[], $6::text[])
+                              AS b(key, attempt, ttl, metadata)),
+                 seen AS MATERIALIZED (
+                   SELECT l.key, l.done FROM {s}.leases l JOIN b ON l.key = b.key
+                    WHERE l.namespace = $1),
+                 queue AS MATERIALIZED (
+                   SELECT DISTINCT t.key FROM {s}.tickets t JOIN b ON t.key = b.key
+                    WHERE t.namespace = $1 AND NOT t.granted
+                      AND t.expires_at > clock_timestamp()),
+                 picked AS MATERIALIZED (
+                   SELECT l.key FROM {s}.leases l JOIN b ON l.key = b.key
+                    WHERE l.namespace = $1 AND NOT l.done
+                      AND (l.attempt = b.attempt
+                           OR ((l.expires_at IS NULL OR l.expires_at <= clock_timestamp())
+                               AND (l.shared_until IS NULL OR l.shared_until <= clock_timestamp())
+                               AND NOT EXISTS (SELECT 1 FROM queue q WHERE q.key = l.key)))
+                      FOR UPDATE OF l SKIP LOCKED),
+                 taken AS (
+                   UPDATE {s}.leases AS l
+                      SET owner = $2, fence = nextval({seq}::regclass), attempt = b.attempt,
+                          expires_at = clock_timestamp() + b.ttl * interval '1 millisecond',
+                          metadata = l.metadata || COALESCE(b.metadata::jsonb, '{{}}'::jsonb),
+                          updated_at = clock_timestamp(), granted_at = clock_timestamp()
+                     FROM picked JOIN b ON b.key = picked.key
+                    WHERE l.namespace = $1 AND l.key = picked.key
+                   RETURNING l.key, l.fence, l.expires_at, l.metadata),
+                 created AS (
+                   INSERT INTO {s}.leases
+                          (namespace, key, owner, fence, attempt, expires_at, done, metadata,
+                           updated_at, granted_at)
+                   SELECT $1, b.key, $2, nextval({seq}::regclass), b.attempt,
+                          clock_timestamp() + b.ttl * interval '1 millisecond',
+                          false, COALESCE(b.metadata::jsonb, '{{}}'::jsonb), clock_timestamp(),
+                          clock_timestamp()
+                     FROM b
+                    WHERE NOT EXISTS (SELECT 1 FROM seen WHERE seen.key = b.key)
+                      AND NOT EXISTS (SELECT 1 FROM queue q WHERE q.key = b.key)
+                    ORDER BY b.key
+                   ON CONFLICT (namespace, key) DO NOTHING
+                   RETURNING key, fence, expires_at, metadata),
+                 granted AS (SELECT * FROM taken UNION ALL SELECT * FROM created)
+                 SELECT b.key, g.fence, g.expires_at, g.metadata::text, COALESCE(s.done, false)
+                   FROM b LEFT JOIN granted g ON g.key = b.key LEFT JOIN seen s ON s.key = b.key"
             ),
             // An acquire that waits in line (fair waiting), or any shared acquire: $7 shared,
             // $8 the caller's ticket from its previous try (NULL: none yet, or a retry whose
@@ -591,6 +646,14 @@ pub(crate) mod param_types {
         Type::INT8,
         Type::INT8,
         Type::TEXT,
+    ];
+    pub const ACQUIRE_BATCH: &[Type] = &[
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT_ARRAY,
+        Type::INT8_ARRAY,
+        Type::INT8_ARRAY,
+        Type::TEXT_ARRAY,
     ];
     pub const ACQUIRE_QUEUED: &[Type] = &[
         Type::TEXT,

@@ -20,8 +20,9 @@ use tokio_util::sync::CancellationToken;
 
 use self::store::{db_error, now_ms, Location, Store};
 use super::{
-    parse_wakeup, wakeup_payload, AcquireOutcome, AcquireRequest, Backend, BackendEvent, BatchItem,
-    ClaimRequest, Claimed, DoneItem, EventSink, Granted, Holder, LeaseRef, Renewed, ResetOutcome,
+    parse_wakeup, wakeup_payload, AcquireItem, AcquireOutcome, AcquireRequest, Backend,
+    BackendEvent, BatchItem, ClaimRequest, Claimed, DoneItem, EventSink, Granted, Holder, LeaseRef,
+    Renewed, ResetOutcome,
 };
 use crate::error::{Error, Result};
 use crate::metadata::Metadata;
@@ -302,6 +303,31 @@ fn look(conn: &Connection, ns: &str, key: &str, attempt: i64, now: i64) -> Resul
 }
 
 /// The next value of the fence sequence (grants and offers share it, as on PostgreSQL).
+/// Grants one key exclusively inside a write transaction if it is free and nobody waits in
+/// line; otherwise says why not (see [`look`]).
+fn acquire_in(
+    tx: &Connection,
+    (ns, key, owner): (&str, &str, &str),
+    attempt: i64,
+    ttl: i64,
+    metadata: Option<&str>,
+    now: i64,
+) -> Result<AcquireOutcome> {
+    let base = match look(tx, ns, key, attempt, now)? {
+        Look::Refused(outcome) => return Ok(outcome),
+        Look::Grantable(base) => base.unwrap_or_else(|| "{}".to_string()),
+    };
+    let fence = next_fence(tx, "acquire")?;
+    let (text, merged) = merge(&base, metadata)?;
+    let expires = now + ttl;
+    grant_exclusive(tx, (ns, key, owner), fence, attempt, expires, &text, now)?;
+    Ok(AcquireOutcome::Granted(Granted {
+        fence,
+        expires_at: time(expires),
+        metadata: merged,
+    }))
+}
+
 fn next_fence(tx: &Connection, what: &str) -> Result<i64> {
     tx.query_row(
         "UPDATE fence_seq SET value = value + 1 WHERE id = 1 RETURNING value",
@@ -486,22 +512,38 @@ impl Backend for SqliteBackend {
                 Look::Grantable(_) => Ok(None),
             };
         self.write_unless("acquire", refused, move |tx, now| {
-            let base = match look(tx, &ns, &key, attempt, now)? {
-                Look::Refused(outcome) => return Ok((outcome, false)),
-                Look::Grantable(base) => base.unwrap_or_else(|| "{}".to_string()),
-            };
-            let fence = next_fence(tx, "acquire")?;
-            let (text, merged) = merge(&base, metadata.as_deref())?;
-            let expires = now + ttl;
-            grant_exclusive(tx, (&ns, &key, &owner), fence, attempt, expires, &text, now)?;
+            let item = (ns.as_str(), key.as_str(), owner.as_str());
             Ok((
-                AcquireOutcome::Granted(Granted {
-                    fence,
-                    expires_at: time(expires),
-                    metadata: merged,
-                }),
+                acquire_in(tx, item, attempt, ttl, metadata.as_deref(), now)?,
                 false,
             ))
+        })
+        .await
+    }
+
+    async fn acquire_batch(
+        &self,
+        namespace: &str,
+        owner: &str,
+        items: &[AcquireItem],
+    ) -> Result<Vec<AcquireOutcome>> {
+        let (ns, owner, items) = (namespace.to_string(), owner.to_string(), items.to_vec());
+        // One writer at a time: the round is one transaction, one commit for all its grants.
+        self.write("acquire", move |tx, now| {
+            let mut outcomes = Vec::with_capacity(items.len());
+            for i in &items {
+                let item = (ns.as_str(), i.key.as_str(), owner.as_str());
+                let ttl = i.ttl.as_millis() as i64;
+                outcomes.push(acquire_in(
+                    tx,
+                    item,
+                    i.attempt,
+                    ttl,
+                    i.metadata.as_deref(),
+                    now,
+                )?);
+            }
+            Ok((outcomes, false))
         })
         .await
     }
