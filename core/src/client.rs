@@ -90,6 +90,15 @@ impl Client {
         self.session.closed.clone().cancelled_owned()
     }
 
+    /// What this client did since it connected: counters (acquires, grants, refusals,
+    /// timeouts, cancellations, lost, releases, done, notifications, reconnects, statements)
+    /// and latency histograms (acquire wait, hold time, statement round trip, keepalive tick)
+    /// with p50 and p99. Counting is always on (relaxed atomic adds); the same figures also go
+    /// to the `metrics` facade, as `accord_*`, for whatever exporter the program installs.
+    pub fn stats(&self) -> crate::Stats {
+        self.session.scope.stats.read()
+    }
+
     /// Number of leases this client holds and keeps alive.
     pub fn held_count(&self) -> usize {
         self.session.keepalive.len()

@@ -47,6 +47,7 @@ mod options;
 mod rules;
 mod semaphore;
 mod session;
+mod stats;
 mod stream;
 mod subscription;
 mod validate;
@@ -66,6 +67,7 @@ pub use options::{
 };
 pub use semaphore::Semaphore;
 pub use session::{Event, LeaseStatus, LostReason, Message};
+pub use stats::{Histogram, Stats};
 pub use stream::{
     StreamEvent, StreamInfo, StreamRetention, StreamStart, StreamSubscription, SubscribeOptions,
     DEFAULT_PAGE_SIZE,

@@ -15,7 +15,7 @@ use crate::{BenchResult, Config, NAMESPACE, SCHEMA};
 /// tick three times.
 const TTL: Duration = Duration::from_secs(6);
 
-fn cpu_time() -> Duration {
+pub(crate) fn cpu_time() -> Duration {
     // SAFETY: getrusage only writes the struct it is given.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };

@@ -466,6 +466,7 @@ pub async fn run(config: &Config) -> BenchResult<Vec<Record>> {
                         Way::TryAcquire => {}
                     }
                     let before = statements(&db).await;
+                    let cpu_before = crate::keepalive::cpu_time();
                     let drain = match way {
                         Way::Accord => drain_accord(&clients, &prefix, false).await?,
                         Way::TryAcquire => drain_try_acquire(&clients, &names).await?,
@@ -473,6 +474,7 @@ pub async fn run(config: &Config) -> BenchResult<Vec<Record>> {
                         Way::BatchAccord => drain_accord(&clients, &prefix, true).await?,
                         Way::BatchRawSql => drain_raw(&conns, &prefix, true).await?,
                     };
+                    let cpu = crate::keepalive::cpu_time().saturating_sub(cpu_before);
                     let after = statements(&db).await;
                     if matches!(way, Way::Accord | Way::BatchAccord) {
                         let counts = setup.counts(&prefix).await?;
@@ -520,6 +522,13 @@ pub async fn run(config: &Config) -> BenchResult<Vec<Record>> {
                     let (_, record, rounds) = &mut drained[i];
                     record.add(drain.dones, drain.elapsed);
                     *rounds += 1;
+                    // This process's CPU (every runtime thread) over the drains, per drain: on
+                    // a machine whose cores the server's backends share, the client's CPU
+                    // is time the server does not get.
+                    let total_cpu = record.metrics.get("client_cpu_total_ms").and_then(|v| v.as_f64()).unwrap_or(0.0)
+                        + cpu.as_secs_f64() * 1000.0;
+                    record.metric("client_cpu_total_ms", total_cpu);
+                    record.metric("client_cpu_ms", total_cpu / *rounds as f64);
                     // Per drain: statements and calls of the last one (they vary little).
                     record.metric("statements", stmts);
                     record.metric("client_calls", drain.calls);

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use super::{DynBackend, EventSink};
 use crate::error::{Error, Result};
 use crate::options::ClientOptions;
+use crate::stats::Recorder;
 
 /// Opens the backend a URL names: `postgres://…`, `postgresql://…` or a libpq `key=value`
 /// string for PostgreSQL; `sqlite:///path` or `memory:` for the embedded store.
@@ -12,11 +13,12 @@ pub(crate) async fn open(
     url: &str,
     options: &ClientOptions,
     sink: Arc<dyn EventSink>,
+    stats: Arc<Recorder>,
 ) -> Result<DynBackend> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") || is_libpq_keywords(url)
     {
         Ok(Arc::new(
-            super::postgres::PgBackend::connect(url, options, sink).await?,
+            super::postgres::PgBackend::connect(url, options, sink, stats).await?,
         ))
     } else if url.starts_with("sqlite:") || url.starts_with("memory:") {
         if options.listen_url.is_some() {
@@ -27,7 +29,7 @@ pub(crate) async fn open(
             ));
         }
         Ok(Arc::new(
-            super::sqlite::SqliteBackend::connect(url, sink).await?,
+            super::sqlite::SqliteBackend::connect(url, sink, stats).await?,
         ))
     } else {
         Err(Error::invalid(

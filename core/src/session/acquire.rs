@@ -93,6 +93,22 @@ impl Session {
         options: AcquireOptions,
         wait: bool,
     ) -> Result<Option<Arc<Grant>>> {
+        let started = Instant::now();
+        let outcome = self.acquire_counted(key, options, wait).await;
+        let counted = match &outcome {
+            Ok(grant) => Ok(usize::from(grant.is_some())),
+            Err(e) => Err(e.kind()),
+        };
+        self.scope.stats.acquire_ended(started, counted);
+        outcome
+    }
+
+    async fn acquire_counted(
+        self: &Arc<Self>,
+        key: &str,
+        options: AcquireOptions,
+        wait: bool,
+    ) -> Result<Option<Arc<Grant>>> {
         self.check_usable()?;
         validate::name("key", key)?;
         let ttl = options.ttl.unwrap_or(self.ttl);
@@ -316,12 +332,11 @@ impl Session {
         let fence = g.fence;
         let grant = Arc::new(Grant::new(
             key,
-            fence,
             ttl,
-            g.expires_at,
-            g.metadata,
+            g,
             sent,
             shared,
+            self.scope.stats.clone(),
         ));
         if !self.keepalive.insert(grant.clone(), &self.closed) {
             self.scope.give_back(&grant.key, fence).await;

@@ -3,12 +3,13 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
 use super::waiters::Waiters;
 use crate::backend::{BackendEvent, EventSink};
+use crate::stats::{Counter, Recorder};
 
 /// A notification: what was sent on `channel`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,10 +41,12 @@ pub(crate) struct Dispatch {
     pub turns_to_pass: Mutex<Option<mpsc::UnboundedReceiver<(String, i64)>>>,
     subscriptions: Mutex<HashMap<String, Vec<(u64, Sender)>>>,
     next_id: AtomicU64,
+    /// Notifications delivered and listener reconnections count here.
+    stats: Arc<Recorder>,
 }
 
 impl Dispatch {
-    pub fn new(namespace: String) -> Self {
+    pub fn new(namespace: String, stats: Arc<Recorder>) -> Self {
         let (turns, turns_to_pass) = mpsc::unbounded_channel();
         Dispatch {
             namespace,
@@ -52,6 +55,7 @@ impl Dispatch {
             turns_to_pass: Mutex::new(Some(turns_to_pass)),
             subscriptions: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
+            stats,
         }
     }
 
@@ -91,6 +95,7 @@ impl EventSink for Dispatch {
             BackendEvent::Notification { channel, payload } => {
                 let subs = self.subscriptions.lock().unwrap();
                 if let Some(list) = subs.get(&channel) {
+                    self.stats.add(Counter::Notifications, list.len() as u64);
                     for (_, sender) in list {
                         let _ = sender.send(Event::Message(Message {
                             channel: channel.clone(),
@@ -111,6 +116,7 @@ impl EventSink for Dispatch {
                 }
             }
             BackendEvent::Reconnected => {
+                self.stats.add(Counter::Reconnects, 1);
                 self.waiters.wake_all();
                 let subs = self.subscriptions.lock().unwrap();
                 let mut told = HashSet::new();

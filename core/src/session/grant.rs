@@ -3,14 +3,16 @@
 //! grant ends. The keepalive, the lease handle and the bindings all read it from here.
 
 use std::fmt;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::Granted;
 use crate::error::{Error, Result};
 use crate::metadata::Metadata;
+use crate::stats::{Counter, Recorder, Timer};
 
 /// The local deadline stops this much before the coordinator's expiry could come (G4): room for
 /// clock-rate differences and for the holder to act on the lost signal.
@@ -131,32 +133,38 @@ pub(crate) struct Grant {
     /// One release or done at a time, so that a second one sees the first one's outcome
     /// instead of racing it.
     pub ending: tokio::sync::Mutex<()>,
+    /// When the grant's statement was sent (hold times count from there), and where its end
+    /// is counted.
+    granted: Instant,
+    stats: Arc<Recorder>,
 }
 
 impl Grant {
+    /// The grant `g` of `key`, whose statement was sent at `sent`.
     pub fn new(
         key: String,
-        fence: i64,
         ttl: Duration,
-        expires_at: DateTime<Utc>,
-        metadata: Metadata,
+        g: Granted,
         sent: Instant,
         shared: bool,
+        stats: Arc<Recorder>,
     ) -> Self {
         Grant {
             key,
-            fence,
+            fence: g.fence,
             ttl,
             shared,
             state: Mutex::new(GrantState {
                 status: LeaseStatus::Held,
-                expires_at,
-                metadata,
+                expires_at: g.expires_at,
+                metadata: g.metadata,
                 renewed_from: sent,
             }),
             lost: CancellationToken::new(),
             ended: CancellationToken::new(),
             ending: tokio::sync::Mutex::new(()),
+            granted: sent,
+            stats,
         }
     }
 
@@ -192,6 +200,16 @@ impl Grant {
         }
         if to.is_ended() {
             self.ended.cancel();
+            let counter = match to {
+                LeaseStatus::Released => Some(Counter::Releases),
+                LeaseStatus::Done => Some(Counter::Done),
+                LeaseStatus::Lost(_) => Some(Counter::Lost),
+                _ => None,
+            };
+            if let Some(counter) = counter {
+                self.stats.add(counter, 1);
+            }
+            self.stats.time(Timer::HoldTime, self.granted.elapsed());
         }
         true
     }

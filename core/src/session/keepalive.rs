@@ -17,6 +17,7 @@ use super::grant::{Grant, LeaseStatus, LostReason};
 use super::scope::Scope;
 use crate::backend::BatchItem;
 use crate::error::Result;
+use crate::stats::Timer;
 
 const RETRY_MIN: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(1);
@@ -177,6 +178,7 @@ pub(crate) async fn run(scope: Arc<Scope>, keepalive: Arc<Keepalive>, closed: Ca
             _ = closed.cancelled() => return,
             result = async { (&mut flight.as_mut().expect("guarded").0).await }, if flight.is_some() => {
                 let (_, sent_leases, sent) = flight.take().expect("guarded");
+                scope.stats.time(Timer::KeepaliveTick, sent.elapsed());
                 match result {
                     Ok(renewed) => {
                         backoff = RETRY_MIN;

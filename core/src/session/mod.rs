@@ -31,6 +31,7 @@ pub(crate) use self::scope::Scope;
 use crate::backend;
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::ClientOptions;
+use crate::stats::Recorder;
 
 pub(crate) struct Session {
     pub scope: Arc<Scope>,
@@ -87,8 +88,9 @@ impl Session {
                 "accord's Rust API must be called from within a tokio runtime",
             )
         })?;
-        let dispatch = Arc::new(Dispatch::new(options.namespace.clone()));
-        let backend = backend::open(url, options, dispatch.clone()).await?;
+        let stats = Arc::new(Recorder::default());
+        let dispatch = Arc::new(Dispatch::new(options.namespace.clone(), stats.clone()));
+        let backend = backend::open(url, options, dispatch.clone(), stats.clone()).await?;
         let session = Arc::new(Session {
             scope: Arc::new(Scope {
                 backend,
@@ -98,6 +100,7 @@ impl Session {
                 batched: Default::default(),
                 shared_fences: Default::default(),
                 publisher: Default::default(),
+                stats,
             }),
             ttl: options.ttl,
             pid: std::process::id(),

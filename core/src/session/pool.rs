@@ -64,6 +64,22 @@ impl Session {
         options: ClaimOptions,
         below: Option<String>,
     ) -> Result<Vec<Arc<Grant>>> {
+        let started = Instant::now();
+        let outcome = self.claim_counted(pool, options, below).await;
+        let counted = match &outcome {
+            Ok(grants) => Ok(grants.len()),
+            Err(e) => Err(e.kind()),
+        };
+        self.scope.stats.acquire_ended(started, counted);
+        outcome
+    }
+
+    async fn claim_counted(
+        self: &Arc<Self>,
+        pool: &str,
+        options: ClaimOptions,
+        below: Option<String>,
+    ) -> Result<Vec<Arc<Grant>>> {
         self.check_usable()?;
         validate::name("prefix", pool)?;
         let limit = validate::claim_limit(i64::try_from(options.limit).unwrap_or(i64::MAX))?;

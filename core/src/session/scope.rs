@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use crate::backend::{DoneItem, DynBackend, LeaseRef};
 use crate::error::Result;
 use crate::metadata::Metadata;
+use crate::stats::Recorder;
 
 use super::batched::{Batched, Done, Release};
 use super::rounds::Rounds;
@@ -24,6 +25,8 @@ pub(crate) struct Scope {
     pub shared_fences: Mutex<HashSet<i64>>,
     /// Stream publishes in flight, grouped into one statement at a time.
     pub publisher: super::publisher::Publisher,
+    /// What this client did: counters and histograms (`Client::stats`).
+    pub stats: Arc<Recorder>,
 }
 
 impl Scope {

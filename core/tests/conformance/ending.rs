@@ -240,3 +240,43 @@ pub async fn concurrent_tries_each_get_their_own_answer(h: &Harness) {
     o1.close().await;
     o2.close().await;
 }
+
+/// `Client::stats` counts what the client did: calls, grants, refusals, timeouts, endings,
+/// notifications and statements, with a latency histogram for each kind of wait.
+pub async fn stats_count_what_the_client_did(h: &Harness) {
+    let (o1, o2) = (h.client("o1").await, h.client("o2").await);
+    assert_eq!(o1.stats().grants, 0);
+    let a = o1.try_acquire("a", ttl(60 * SEC)).await.unwrap().unwrap();
+    let b = o1.acquire("b", ttl(60 * SEC)).await.unwrap();
+    assert!(o2.try_acquire("a", ttl(60 * SEC)).await.unwrap().is_none());
+    let timed_out = o2
+        .acquire("a", ttl(60 * SEC).timeout(Duration::from_millis(50)))
+        .await
+        .unwrap_err();
+    assert_eq!(timed_out.kind(), ErrorKind::Timeout);
+    let ch = h.channel("stats");
+    let sub = o1.listen([&ch]).await.unwrap();
+    o2.notify(&ch, "one").await.unwrap();
+    assert!(sub.recv().await.unwrap().is_some());
+    a.release().await.unwrap();
+    b.done(None).await.unwrap();
+    let s1 = o1.stats();
+    assert_eq!(
+        (s1.acquires, s1.grants, s1.refusals, s1.timeouts),
+        (2, 2, 0, 0)
+    );
+    assert_eq!((s1.releases, s1.done, s1.lost), (1, 1, 0));
+    assert_eq!(s1.notifications, 1);
+    assert_eq!(s1.acquire_wait.count, 2);
+    assert_eq!(s1.hold_time.count, 2);
+    assert!(s1.hold_time.p50 <= s1.hold_time.max && s1.hold_time.max > Duration::ZERO);
+    assert!(s1.statements >= 4, "{} statements", s1.statements);
+    assert_eq!(s1.statement_time.count, s1.statements);
+    let s2 = o2.stats();
+    assert_eq!(
+        (s2.acquires, s2.grants, s2.refusals, s2.timeouts),
+        (2, 0, 1, 1)
+    );
+    o1.close().await;
+    o2.close().await;
+}

@@ -59,6 +59,7 @@ macro_rules! conformance_suite {
             ending::close_ends_every_lease: [],
             ending::concurrent_endings_each_get_their_own_answer: [],
             ending::concurrent_tries_each_get_their_own_answer: [],
+            ending::stats_count_what_the_client_did: [],
             pool::p1_offer_is_idempotent_and_counted: [],
             pool::p3_claims_are_batched_and_never_shared: [],
             pool::p4_waiting_claims_are_woken: [],

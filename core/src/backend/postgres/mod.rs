@@ -28,6 +28,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::metadata::Metadata;
 use crate::options::ClientOptions;
 use crate::options::{KeyState, LeaseInfo, ListPage, ListQuery, PoolCounts, StateFilter};
+use crate::stats::Recorder;
 
 pub(crate) struct PgBackend {
     pool: Arc<Pool>,
@@ -40,6 +41,7 @@ impl PgBackend {
         url: &str,
         options: &ClientOptions,
         sink: Arc<dyn EventSink>,
+        stats: Arc<Recorder>,
     ) -> Result<PgBackend> {
         let spec = ConnectSpec::parse(url, &options.application_name, options.connect_timeout)?;
         // LISTEN may go elsewhere than the commands (a transaction-pooling PgBouncer cannot
@@ -71,6 +73,7 @@ impl PgBackend {
                 options.statement_timeout,
                 options.slow_statement,
                 options.prepare_statements,
+                stats,
             ));
             pool.adopt(first).await?;
             pool.warm_up().await?;

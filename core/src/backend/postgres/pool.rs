@@ -15,6 +15,7 @@ use super::connect::{ConnectSpec, Connected};
 use super::sql::{param_types, Sql};
 use super::streams::{StreamSql, StreamStatements};
 use crate::error::{Error, ErrorKind, Result};
+use crate::stats::{Counter, Recorder, Timer};
 
 /// One of accord's statements on one connection: prepared there once (the default: each call
 /// then costs one round trip and no planning), or sent with its text every time
@@ -175,6 +176,8 @@ pub(crate) struct Pool {
     slow_statement: Duration,
     /// Whether statements are prepared on each connection (`Stmt`).
     prepare_statements: bool,
+    /// Statements sent and their round trips, reconnections (the client's stats).
+    stats: Arc<Recorder>,
     closed: AtomicBool,
 }
 
@@ -202,6 +205,7 @@ impl Pool {
         statement_timeout: Duration,
         slow_statement: Duration,
         prepare_statements: bool,
+        stats: Arc<Recorder>,
     ) -> Pool {
         let slots = (0..size)
             .map(|_| Slot {
@@ -216,6 +220,7 @@ impl Pool {
             statement_timeout,
             slow_statement,
             prepare_statements,
+            stats,
             closed: AtomicBool::new(false),
         }
     }
@@ -335,6 +340,7 @@ impl Pool {
         let had_one = slot.conn.lock().unwrap().take().is_some();
         let conn = self.open().await?;
         if had_one {
+            self.stats.add(Counter::Reconnects, 1);
             tracing::info!(target: "accord", server = %self.spec.display, "command connection re-established");
         }
         *slot.conn.lock().unwrap() = Some(conn.clone());
@@ -392,6 +398,8 @@ impl Pool {
         let result = tokio::time::timeout(self.statement_timeout, f(conn.clone())).await;
         conn.inflight.fetch_sub(1, Ordering::Relaxed);
         let elapsed = started.elapsed();
+        self.stats.add(Counter::Statements, 1);
+        self.stats.time(Timer::StatementTime, elapsed);
         if elapsed >= self.slow_statement {
             tracing::warn!(target: "accord", operation = what, elapsed_ms = elapsed.as_millis() as u64, "slow statement");
         }

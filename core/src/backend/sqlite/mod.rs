@@ -28,6 +28,7 @@ use crate::error::{Error, Result};
 use crate::metadata::Metadata;
 use crate::options::{KeyState, LeaseInfo, ListPage, ListQuery, PoolCounts, StateFilter};
 use crate::rules::{self, Grantable, StoredKey, Waiting};
+use crate::stats::{Counter, Recorder, Timer};
 
 const WAKEUP_CHANNEL: &str = "accord_wakeup";
 /// How often a listener looks for changes made by other processes.
@@ -95,10 +96,16 @@ fn merge(base: &str, patch: Option<&str>) -> Result<(String, Metadata)> {
 pub(crate) struct SqliteBackend {
     store: Arc<Store>,
     listener: Arc<Listener>,
+    /// Statements (transactions on the store) and their times: the client's stats.
+    stats: Arc<Recorder>,
 }
 
 impl SqliteBackend {
-    pub async fn connect(url: &str, sink: Arc<dyn EventSink>) -> Result<SqliteBackend> {
+    pub async fn connect(
+        url: &str,
+        sink: Arc<dyn EventSink>,
+        stats: Arc<Recorder>,
+    ) -> Result<SqliteBackend> {
         let location = Location::parse(url)?;
         let store = tokio::task::spawn_blocking(move || Store::open(&location))
             .await
@@ -113,7 +120,20 @@ impl SqliteBackend {
                 shutdown: CancellationToken::new(),
             }),
             store,
+            stats,
         })
+    }
+
+    /// One statement (a transaction or a read) on the store, counted and timed.
+    async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let started = std::time::Instant::now();
+        let result = self.store.with(f).await;
+        self.stats.add(Counter::Statements, 1);
+        self.stats.time(Timer::StatementTime, started.elapsed());
+        result
     }
 
     async fn write<T: Send + 'static>(
@@ -134,9 +154,7 @@ impl SqliteBackend {
     ) -> Result<T> {
         let nudge = self.store.nudge.clone();
         let queued = std::time::Instant::now();
-        let (value, evented) = self
-            .store
-            .with(move |conn| {
+        let (value, evented) = self.run(move |conn| {
                 if let Some(value) = answer(conn, now_ms())? {
                     return Ok((value, false));
                 }
@@ -770,25 +788,24 @@ impl Backend for SqliteBackend {
 
     async fn holder(&self, namespace: &str, key: &str) -> Result<Option<Holder>> {
         let (ns, key) = (namespace.to_string(), key.to_string());
-        self.store
-            .with(move |conn| {
-                let now = now_ms();
-                let Some(row) = read_key(conn, &ns, &key, "holder")? else {
-                    return Ok(None);
-                };
-                if rules::key_state(&row.view(), now) != KeyState::Held {
-                    return Ok(None);
-                }
-                let expires = row.expires_at_ms.unwrap_or(now);
-                Ok(Some(Holder {
-                    owner: row.owner.clone().unwrap_or_default(),
-                    fence: row.fence,
-                    expires_at: time(expires),
-                    metadata: parse_metadata(&row.metadata)?,
-                    granted_at: time(row.granted_at_ms.unwrap_or(expires)),
-                }))
-            })
-            .await
+        self.run(move |conn| {
+            let now = now_ms();
+            let Some(row) = read_key(conn, &ns, &key, "holder")? else {
+                return Ok(None);
+            };
+            if rules::key_state(&row.view(), now) != KeyState::Held {
+                return Ok(None);
+            }
+            let expires = row.expires_at_ms.unwrap_or(now);
+            Ok(Some(Holder {
+                owner: row.owner.clone().unwrap_or_default(),
+                fence: row.fence,
+                expires_at: time(expires),
+                metadata: parse_metadata(&row.metadata)?,
+                granted_at: time(row.granted_at_ms.unwrap_or(expires)),
+            }))
+        })
+        .await
     }
 
     async fn renew(
@@ -985,113 +1002,112 @@ impl Backend for SqliteBackend {
         let ns = namespace.to_string();
         let q = q.clone();
         let range = q.range()?;
-        self.store
-            .with(move |conn| {
-                let now = now_ms();
-                let e = |e| db_error("list", e);
-                // The keys' rows in primary-key order, read lazily: a page stops the scan. The
-                // end of a prefix's range is a bound only when there is one (a statement each).
-                let below = if range.below.is_some() {
-                    "AND key < ?3"
-                } else {
-                    "AND ?3 IS NULL"
-                };
-                let mut keys = conn
-                    .prepare_cached(&format!(
-                        "SELECT key, owner, fence, expires_at_ms, done, metadata, updated_at_ms,
+        self.run(move |conn| {
+            let now = now_ms();
+            let e = |e| db_error("list", e);
+            // The keys' rows in primary-key order, read lazily: a page stops the scan. The
+            // end of a prefix's range is a bound only when there is one (a statement each).
+            let below = if range.below.is_some() {
+                "AND key < ?3"
+            } else {
+                "AND ?3 IS NULL"
+            };
+            let mut keys = conn
+                .prepare_cached(&format!(
+                    "SELECT key, owner, fence, expires_at_ms, done, metadata, updated_at_ms,
                                 shared_until_ms
                            FROM leases
                           WHERE namespace = ?1 AND key >= ?2 {below}
                           ORDER BY key"
-                    ))
-                    .map_err(e)?;
-                // Shared holders (granted tickets) in the same range, in (key, fence) order;
-                // `ListPage::merged` puts the two in one order.
-                let mut tickets = conn
-                    .prepare_cached(&format!(
-                        "SELECT key, owner, fence, expires_at_ms, 0, metadata, updated_at_ms,
+                ))
+                .map_err(e)?;
+            // Shared holders (granted tickets) in the same range, in (key, fence) order;
+            // `ListPage::merged` puts the two in one order.
+            let mut tickets = conn
+                .prepare_cached(&format!(
+                    "SELECT key, owner, fence, expires_at_ms, 0, metadata, updated_at_ms,
                                 NULL
                            FROM tickets
                           WHERE namespace = ?1 AND key >= ?2 {below}
                             AND granted = 1 AND expires_at_ms > ?4
                           ORDER BY key, fence"
-                    ))
-                    .map_err(e)?;
-                // Keeps a row if the page wants it: after the cursor, not hidden behind shared
-                // holders, in the state and with the metadata asked for.
-                let keep = |row: ListedRow| -> Result<Option<LeaseInfo>> {
-                    if let Some((key, fence)) = &range.after {
-                        if (row.key.as_str(), row.fence) <= (key.as_str(), *fence) {
-                            return Ok(None);
-                        }
-                    }
-                    let stored = StoredKey {
-                        owner: row.owner.as_deref(),
-                        fence: row.fence,
-                        expires_at_ms: row.expires_at_ms,
-                        done: row.done,
-                        attempt: None,
-                        shared_until_ms: row.shared_until_ms,
-                    };
-                    if !row.shared && rules::held_by_shared(&stored, now) {
+                ))
+                .map_err(e)?;
+            // Keeps a row if the page wants it: after the cursor, not hidden behind shared
+            // holders, in the state and with the metadata asked for.
+            let keep = |row: ListedRow| -> Result<Option<LeaseInfo>> {
+                if let Some((key, fence)) = &range.after {
+                    if (row.key.as_str(), row.fence) <= (key.as_str(), *fence) {
                         return Ok(None);
                     }
-                    let state = rules::key_state(&stored, now);
-                    if matches!(q.state, StateFilter::Only(s) if s != state) {
-                        return Ok(None);
-                    }
-                    let metadata = parse_metadata(&row.metadata)?;
-                    if let Some(filter) = &q.metadata {
-                        if !rules::metadata_contains(&metadata, filter) {
-                            return Ok(None);
-                        }
-                    }
-                    Ok(Some(LeaseInfo {
-                        key: row.key,
-                        state,
-                        owner: if state == KeyState::Free {
-                            None
-                        } else {
-                            row.owner
-                        },
-                        fence: row.fence,
-                        expires_at: if state == KeyState::Held {
-                            row.expires_at_ms.map(time)
-                        } else {
-                            None
-                        },
-                        metadata,
-                        updated_at: time(row.updated_at_ms),
-                        shared: row.shared,
-                    }))
+                }
+                let stored = StoredKey {
+                    owner: row.owner.as_deref(),
+                    fence: row.fence,
+                    expires_at_ms: row.expires_at_ms,
+                    done: row.done,
+                    attempt: None,
+                    shared_until_ms: row.shared_until_ms,
                 };
-                // One more than asked tells whether another page follows.
-                let wanted = q.limit + 1;
-                let mut holders = Vec::new();
-                let mut rows = tickets
-                    .query(params![ns, range.from, range.below, now])
-                    .map_err(e)?;
-                while let Some(row) = rows.next().map_err(e)? {
-                    let listed = listed_row(row, true).map_err(e)?;
-                    holders.extend(keep(listed)?);
-                    if holders.len() == wanted {
-                        break;
+                if !row.shared && rules::held_by_shared(&stored, now) {
+                    return Ok(None);
+                }
+                let state = rules::key_state(&stored, now);
+                if matches!(q.state, StateFilter::Only(s) if s != state) {
+                    return Ok(None);
+                }
+                let metadata = parse_metadata(&row.metadata)?;
+                if let Some(filter) = &q.metadata {
+                    if !rules::metadata_contains(&metadata, filter) {
+                        return Ok(None);
                     }
                 }
-                let mut keys_page = Vec::new();
-                let mut rows = keys
-                    .query(params![ns, range.from, range.below])
-                    .map_err(e)?;
-                while let Some(row) = rows.next().map_err(e)? {
-                    let listed = listed_row(row, false).map_err(e)?;
-                    keys_page.extend(keep(listed)?);
-                    if keys_page.len() == wanted {
-                        break;
-                    }
+                Ok(Some(LeaseInfo {
+                    key: row.key,
+                    state,
+                    owner: if state == KeyState::Free {
+                        None
+                    } else {
+                        row.owner
+                    },
+                    fence: row.fence,
+                    expires_at: if state == KeyState::Held {
+                        row.expires_at_ms.map(time)
+                    } else {
+                        None
+                    },
+                    metadata,
+                    updated_at: time(row.updated_at_ms),
+                    shared: row.shared,
+                }))
+            };
+            // One more than asked tells whether another page follows.
+            let wanted = q.limit + 1;
+            let mut holders = Vec::new();
+            let mut rows = tickets
+                .query(params![ns, range.from, range.below, now])
+                .map_err(e)?;
+            while let Some(row) = rows.next().map_err(e)? {
+                let listed = listed_row(row, true).map_err(e)?;
+                holders.extend(keep(listed)?);
+                if holders.len() == wanted {
+                    break;
                 }
-                Ok(ListPage::merged(keys_page, holders, q.limit))
-            })
-            .await
+            }
+            let mut keys_page = Vec::new();
+            let mut rows = keys
+                .query(params![ns, range.from, range.below])
+                .map_err(e)?;
+            while let Some(row) = rows.next().map_err(e)? {
+                let listed = listed_row(row, false).map_err(e)?;
+                keys_page.extend(keep(listed)?);
+                if keys_page.len() == wanted {
+                    break;
+                }
+            }
+            Ok(ListPage::merged(keys_page, holders, q.limit))
+        })
+        .await
     }
 
     async fn notify(&self, channel: &str, payload: &str) -> Result<()> {
@@ -1221,38 +1237,37 @@ impl Backend for SqliteBackend {
 
     async fn counts(&self, namespace: &str, pool: &str) -> Result<PoolCounts> {
         let (ns, pool) = (namespace.to_string(), pool.to_string());
-        self.store
-            .with(move |conn| {
-                let now = now_ms();
-                let mut stmt = conn
-                    .prepare_cached(
-                        "SELECT owner, fence, expires_at_ms, done FROM leases
+        self.run(move |conn| {
+            let now = now_ms();
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT owner, fence, expires_at_ms, done FROM leases
                           WHERE namespace = ?1 AND pool = ?2",
-                    )
-                    .map_err(|e| db_error("counts", e))?;
-                let mut rows = stmt
-                    .query(params![ns, pool])
-                    .map_err(|e| db_error("counts", e))?;
-                let mut counts = PoolCounts::default();
-                while let Some(row) = rows.next().map_err(|e| db_error("counts", e))? {
-                    let owner: Option<String> = row.get(0).map_err(|e| db_error("counts", e))?;
-                    let key = StoredKey {
-                        owner: owner.as_deref(),
-                        fence: row.get(1).map_err(|e| db_error("counts", e))?,
-                        expires_at_ms: row.get(2).map_err(|e| db_error("counts", e))?,
-                        done: row.get(3).map_err(|e| db_error("counts", e))?,
-                        attempt: None,
-                        shared_until_ms: None,
-                    };
-                    match rules::key_state(&key, now) {
-                        KeyState::Free => counts.free += 1,
-                        KeyState::Held => counts.held += 1,
-                        KeyState::Done => counts.done += 1,
-                    }
+                )
+                .map_err(|e| db_error("counts", e))?;
+            let mut rows = stmt
+                .query(params![ns, pool])
+                .map_err(|e| db_error("counts", e))?;
+            let mut counts = PoolCounts::default();
+            while let Some(row) = rows.next().map_err(|e| db_error("counts", e))? {
+                let owner: Option<String> = row.get(0).map_err(|e| db_error("counts", e))?;
+                let key = StoredKey {
+                    owner: owner.as_deref(),
+                    fence: row.get(1).map_err(|e| db_error("counts", e))?,
+                    expires_at_ms: row.get(2).map_err(|e| db_error("counts", e))?,
+                    done: row.get(3).map_err(|e| db_error("counts", e))?,
+                    attempt: None,
+                    shared_until_ms: None,
+                };
+                match rules::key_state(&key, now) {
+                    KeyState::Free => counts.free += 1,
+                    KeyState::Held => counts.held += 1,
+                    KeyState::Done => counts.done += 1,
                 }
-                Ok(counts)
-            })
-            .await
+            }
+            Ok(counts)
+        })
+        .await
     }
 
     fn max_payload(&self) -> usize {

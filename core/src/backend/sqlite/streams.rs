@@ -116,69 +116,67 @@ impl StreamStore for SqliteBackend {
     ) -> Result<StreamPage> {
         let (ns, stream) = (namespace.to_string(), stream.to_string());
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.store
-            .with(move |conn| {
-                let tx = conn.transaction().map_err(|e| db_error("read stream", e))?;
-                let last_seq: i64 = tx
-                    .query_row(
-                        "SELECT last_seq FROM streams WHERE namespace = ?1 AND stream = ?2",
-                        params![ns, stream],
-                        |r| r.get(0),
-                    )
-                    .optional()
-                    .map_err(|e| db_error("read stream", e))?
-                    .unwrap_or(0);
-                let mut query = tx
-                    .prepare_cached(
-                        "SELECT seq, payload, published_at_ms FROM stream_events
+        self.run(move |conn| {
+            let tx = conn.transaction().map_err(|e| db_error("read stream", e))?;
+            let last_seq: i64 = tx
+                .query_row(
+                    "SELECT last_seq FROM streams WHERE namespace = ?1 AND stream = ?2",
+                    params![ns, stream],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(|e| db_error("read stream", e))?
+                .unwrap_or(0);
+            let mut query = tx
+                .prepare_cached(
+                    "SELECT seq, payload, published_at_ms FROM stream_events
                           WHERE namespace = ?1 AND stream = ?2 AND seq > ?3
                           ORDER BY seq LIMIT ?4",
-                    )
-                    .map_err(|e| db_error("read stream", e))?;
-                let rows = query
-                    .query_map(params![ns, stream, after, limit], |r| {
-                        Ok((
-                            r.get::<_, i64>(0)?,
-                            r.get::<_, Vec<u8>>(1)?,
-                            r.get::<_, i64>(2)?,
-                        ))
-                    })
-                    .map_err(|e| db_error("read stream", e))?;
-                let mut events = Vec::new();
-                for row in rows {
-                    let (seq, payload, at) = row.map_err(|e| db_error("read stream", e))?;
-                    let payload = String::from_utf8(payload)
-                        .map_err(|_| Error::internal(format!("stored event {seq} is not UTF-8")))?;
-                    events.push(StreamEvent {
-                        seq,
-                        payload,
-                        published_at: time(at),
-                    });
-                }
-                drop(query);
-                tx.commit().map_err(|e| db_error("read stream", e))?;
-                Ok(StreamPage { last_seq, events })
-            })
-            .await
+                )
+                .map_err(|e| db_error("read stream", e))?;
+            let rows = query
+                .query_map(params![ns, stream, after, limit], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, Vec<u8>>(1)?,
+                        r.get::<_, i64>(2)?,
+                    ))
+                })
+                .map_err(|e| db_error("read stream", e))?;
+            let mut events = Vec::new();
+            for row in rows {
+                let (seq, payload, at) = row.map_err(|e| db_error("read stream", e))?;
+                let payload = String::from_utf8(payload)
+                    .map_err(|_| Error::internal(format!("stored event {seq} is not UTF-8")))?;
+                events.push(StreamEvent {
+                    seq,
+                    payload,
+                    published_at: time(at),
+                });
+            }
+            drop(query);
+            tx.commit().map_err(|e| db_error("read stream", e))?;
+            Ok(StreamPage { last_seq, events })
+        })
+        .await
     }
 
     async fn stream_state(&self, namespace: &str, stream: &str) -> Result<StreamState> {
         let (ns, stream) = (namespace.to_string(), stream.to_string());
-        self.store
-            .with(move |conn| {
-                let tx = conn
-                    .transaction()
-                    .map_err(|e| db_error("stream state", e))?;
-                let found = state(&tx, &ns, &stream)?;
-                tx.commit().map_err(|e| db_error("stream state", e))?;
-                Ok(found.unwrap_or(StreamState {
-                    first_seq: 1,
-                    last_seq: 0,
-                    max_len: None,
-                    max_age: None,
-                }))
-            })
-            .await
+        self.run(move |conn| {
+            let tx = conn
+                .transaction()
+                .map_err(|e| db_error("stream state", e))?;
+            let found = state(&tx, &ns, &stream)?;
+            tx.commit().map_err(|e| db_error("stream state", e))?;
+            Ok(found.unwrap_or(StreamState {
+                first_seq: 1,
+                last_seq: 0,
+                max_len: None,
+                max_age: None,
+            }))
+        })
+        .await
     }
 
     async fn set_retention(
@@ -267,17 +265,16 @@ impl StreamStore for SqliteBackend {
             stream.to_string(),
             consumer.to_string(),
         );
-        self.store
-            .with(move |conn| {
-                conn.query_row(
-                    "SELECT seq FROM stream_acks
+        self.run(move |conn| {
+            conn.query_row(
+                "SELECT seq FROM stream_acks
                       WHERE namespace = ?1 AND stream = ?2 AND consumer = ?3",
-                    params![ns, stream, consumer],
-                    |r| r.get(0),
-                )
-                .optional()
-                .map_err(|e| db_error("read ack", e))
-            })
-            .await
+                params![ns, stream, consumer],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| db_error("read ack", e))
+        })
+        .await
     }
 }
