@@ -6,10 +6,14 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::backend::{AcquireItem, AcquireOutcome, AcquireRequest, DoneItem};
+use crate::backend::{
+    AcquireItem, AcquireOutcome, AcquireRequest, ClaimRequest, Claimed, DoneItem,
+};
 use crate::error::Result;
 use crate::metadata::Metadata;
+use crate::validate::MAX_CLAIM_LIMIT;
 
+use super::pool::ClaimAttempt;
 use super::rounds::{Kind, Rounds};
 use super::scope::Scope;
 
@@ -17,6 +21,7 @@ use super::scope::Scope;
 #[derive(Default)]
 pub(crate) struct Batched {
     pub acquires: Rounds<Acquire>,
+    pub claims: Rounds<Claim>,
     pub releases: Rounds<Release>,
     pub dones: Rounds<Done>,
 }
@@ -67,6 +72,111 @@ impl Kind for Acquire {
             scope.give_back_later(item.key, g.fence);
         }
     }
+}
+
+/// A claim from a work pool (or a semaphore's permits). Claims of one round asking the same
+/// pool the same way (ttl, metadata, bound) go out as one claim of their limits' sum (at most
+/// [`MAX_CLAIM_LIMIT`] a statement), and the keys it grants are dealt out in queue order: each
+/// caller gets at most its limit, and one that gets none found nothing claimable, as it would
+/// have alone.
+pub(crate) struct Claim;
+
+#[async_trait]
+impl Kind for Claim {
+    type Item = ClaimAttempt;
+    type Answer = Claimed;
+
+    fn rounds(scope: &Scope) -> &Rounds<Self> {
+        &scope.batched.claims
+    }
+
+    async fn one(scope: &Arc<Scope>, item: &ClaimAttempt) -> Result<Claimed> {
+        claim(scope, item, item.limit).await
+    }
+
+    async fn many(scope: &Arc<Scope>, items: &[&ClaimAttempt]) -> Result<Vec<Claimed>> {
+        // Statements: items asking alike, in order, their limits summed up to MAX_CLAIM_LIMIT.
+        let mut statements: Vec<(usize, Vec<usize>, usize)> = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let alike = statements.iter_mut().find(|(first, _, sum)| {
+                let f = items[*first];
+                *sum + item.limit <= MAX_CLAIM_LIMIT
+                    && (&f.pool, f.ttl, &f.metadata, &f.below)
+                        == (&item.pool, item.ttl, &item.metadata, &item.below)
+            });
+            match alike {
+                Some((_, members, sum)) => {
+                    members.push(i);
+                    *sum += item.limit;
+                }
+                None => statements.push((i, vec![i], item.limit)),
+            }
+        }
+        let sent = statements
+            .iter()
+            .map(|(first, _, sum)| claim(scope, items[*first], *sum));
+        let outcomes = futures_util::future::join_all(sent).await;
+        let mut answers: Vec<Option<Claimed>> = items.iter().map(|_| None).collect();
+        let mut failed = None;
+        for ((_, members, _), outcome) in statements.into_iter().zip(outcomes) {
+            let claimed = match outcome {
+                Ok(claimed) => claimed,
+                Err(e) => {
+                    failed = Some(e);
+                    continue;
+                }
+            };
+            let mut granted = claimed.granted.into_iter();
+            for i in members {
+                let mine: Vec<_> = granted.by_ref().take(items[i].limit).collect();
+                let next_expiry = if mine.is_empty() {
+                    claimed.next_expiry
+                } else {
+                    None
+                };
+                answers[i] = Some(Claimed {
+                    granted: mine,
+                    next_expiry,
+                });
+            }
+        }
+        if let Some(e) = failed {
+            // Every caller of the round hears the error; grants of the statements that did
+            // go through are given back (fenced), as a caller gone would have them.
+            for claimed in answers.into_iter().flatten() {
+                for (key, g) in claimed.granted {
+                    scope.give_back_later(key, g.fence);
+                }
+            }
+            return Err(e);
+        }
+        Ok(answers
+            .into_iter()
+            .map(|a| a.expect("every claim belongs to one statement"))
+            .collect())
+    }
+
+    fn unread(scope: &Arc<Scope>, _item: ClaimAttempt, answer: Claimed) {
+        for (key, g) in answer.granted {
+            scope.give_back_later(key, g.fence);
+        }
+    }
+}
+
+async fn claim(scope: &Scope, item: &ClaimAttempt, limit: usize) -> Result<Claimed> {
+    scope
+        .backend
+        .claim(&ClaimRequest {
+            namespace: &scope.namespace,
+            pool: &item.pool,
+            owner: &scope.owner,
+            limit,
+            ttl: item.ttl,
+            metadata: item.metadata.as_deref(),
+            attempt: item.token,
+            below: item.below.as_deref(),
+        })
+        .await
 }
 
 /// A lease of one session ending: `(key, fence)`.

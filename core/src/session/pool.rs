@@ -7,9 +7,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::acquire::{HoldsGrants, DEAF_WAIT_SLICE, EXPIRY_SLACK, MAX_WAIT_SLICE};
+use super::batched;
 use super::grant::Grant;
+use super::rounds::Rounds;
 use super::Session;
-use crate::backend::{ClaimRequest, Claimed};
+use crate::backend::Claimed;
 use crate::error::{Error, Result};
 use crate::options::{ClaimOptions, PoolCounts};
 use crate::validate::{self, OFFER_BATCH};
@@ -153,22 +155,11 @@ impl Session {
         attempt: &ClaimAttempt,
     ) -> Result<(Vec<Arc<Grant>>, Option<Duration>)> {
         let request = attempt.clone();
+        // Claims of many tasks share one statement per round (see `batched::Claim`).
         let (mut claimed, sent) = self
-            .send(move |scope| async move {
-                scope
-                    .backend
-                    .claim(&ClaimRequest {
-                        namespace: &scope.namespace,
-                        pool: &request.pool,
-                        owner: &scope.owner,
-                        limit: request.limit,
-                        ttl: request.ttl,
-                        metadata: request.metadata.as_deref(),
-                        attempt: request.token,
-                        below: request.below.as_deref(),
-                    })
-                    .await
-            })
+            .send(
+                move |scope| async move { Rounds::<batched::Claim>::submit(&scope, request).await },
+            )
             .await?;
         let next_expiry = claimed.next_expiry;
         let mut grants = Vec::with_capacity(claimed.granted.len());
@@ -194,11 +185,11 @@ impl Session {
 
 /// What one claim call sends with each of its tries.
 #[derive(Clone)]
-struct ClaimAttempt {
-    pool: String,
-    limit: usize,
-    ttl: Duration,
-    metadata: Option<String>,
-    token: i64,
-    below: Option<String>,
+pub(crate) struct ClaimAttempt {
+    pub pool: String,
+    pub limit: usize,
+    pub ttl: Duration,
+    pub metadata: Option<String>,
+    pub token: i64,
+    pub below: Option<String>,
 }

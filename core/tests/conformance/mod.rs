@@ -62,6 +62,7 @@ macro_rules! conformance_suite {
             ending::stats_count_what_the_client_did: [],
             pool::p1_offer_is_idempotent_and_counted: [],
             pool::p3_claims_are_batched_and_never_shared: [],
+            pool::p3_claims_of_one_client_share_out_the_keys: [],
             pool::p4_waiting_claims_are_woken: [],
             pool::p4_a_dead_claimers_keys_return: [network_faults],
             pool::p6_semaphore_admits_its_limit: [],

@@ -250,3 +250,52 @@ pub async fn p6_semaphore_admits_its_limit(h: &Harness) {
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
     drop(got);
 }
+
+/// Claims that many tasks of one client start together share statements (group commit): the
+/// keys are dealt out so that each caller gets at most its limit, no key twice, and together
+/// they get every claimable key; a caller that asks alike gets nothing only when nothing is
+/// left. Claims of different pools in the same round each get their own pool's keys.
+pub async fn p3_claims_of_one_client_share_out_the_keys(h: &Harness) {
+    let c = h.client("o1").await;
+    c.offer("deal/", keys("deal/", 25), None).await.unwrap();
+    c.offer("other/", keys("other/", 3), None).await.unwrap();
+    let limits = [10usize, 1, 7, 5, 4];
+    let claims = limits
+        .iter()
+        .map(|&n| c.claim("deal/", ClaimOptions::new().limit(n).ttl(60 * SEC)))
+        .chain(std::iter::once(
+            c.claim("other/", ClaimOptions::new().limit(5).ttl(60 * SEC)),
+        ));
+    let results: Vec<Vec<accord::Lease>> = futures_util::future::join_all(claims)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    let mut seen = HashSet::new();
+    for (leases, limit) in results.iter().zip(limits) {
+        assert!(
+            leases.len() <= limit,
+            "{} keys for a limit of {limit}",
+            leases.len()
+        );
+        for lease in leases {
+            assert!(lease.key().starts_with("deal/"), "{}", lease.key());
+            assert!(
+                seen.insert(lease.key().to_string()),
+                "{} twice",
+                lease.key()
+            );
+        }
+    }
+    // 27 asked for, 25 claimable: every key is out, and at most one caller went short.
+    assert_eq!(seen.len(), 25);
+    let other = &results[limits.len()];
+    assert_eq!(other.len(), 3);
+    assert!(other.iter().all(|l| l.key().starts_with("other/")));
+    assert_eq!(c.counts("deal/").await.unwrap(), counts(0, 25, 0));
+    for lease in results.iter().flatten() {
+        lease.done(None).await.unwrap();
+    }
+    assert_eq!(c.counts("deal/").await.unwrap(), counts(0, 0, 25));
+    c.close().await;
+}
