@@ -104,8 +104,8 @@ impl Client {
         self.session.keepalive.len()
     }
 
-    /// Number of keepalive statements sent so far (one per tick, whatever the number of
-    /// leases held).
+    /// Number of keepalive statements sent so far: one per tick for up to 10,000 leases held,
+    /// and one more per further 10,000 (sent together).
     pub fn keepalive_statements(&self) -> u64 {
         self.session.keepalive.statements()
     }

@@ -21,6 +21,10 @@ use crate::stats::Timer;
 
 const RETRY_MIN: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(1);
+/// The most leases one renew statement carries. 100,000 leases in one statement took longer
+/// than a 6 s ttl on a busy 2-core machine (measured: every lease lost); in chunks the
+/// statements share the pool's connections and none grows with the number held.
+pub(crate) const RENEW_CHUNK: usize = 10_000;
 
 /// The leases a client holds, by fence (unique per grant).
 #[derive(Default)]
@@ -160,15 +164,23 @@ pub(crate) async fn run(scope: Arc<Scope>, keepalive: Arc<Keepalive>, closed: Ca
                 })
                 .collect();
             let scope = scope.clone();
+            let chunks = items.len().div_ceil(RENEW_CHUNK) as u64;
             keepalive
                 .ticks
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                .fetch_add(chunks, std::sync::atomic::Ordering::Relaxed);
             let sent = Instant::now();
+            // A tick is one statement up to RENEW_CHUNK leases, and bounded statements sent
+            // together beyond that (the pool pipelines them): no single statement grows with
+            // the number of leases held. Any chunk failing fails the tick, which is retried
+            // whole (renewing is idempotent): a lease is never judged by a missing answer.
             let fut: Flight = Box::pin(async move {
-                scope
-                    .backend
-                    .renew_batch(&scope.namespace, &scope.owner, &items)
-                    .await
+                let renewals = items.chunks(RENEW_CHUNK).map(|chunk| {
+                    scope
+                        .backend
+                        .renew_batch(&scope.namespace, &scope.owner, chunk)
+                });
+                let renewed = futures_util::future::try_join_all(renewals).await?;
+                Ok(renewed.into_iter().flatten().collect())
             });
             flight = Some((fut, scan.due, sent));
         }
