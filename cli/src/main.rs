@@ -14,6 +14,7 @@ use accord::{AcquireOptions, Client, ClientOptions, ErrorKind, KeyState, ListQue
 use clap::{Parser, Subcommand, ValueEnum};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
+mod metrics;
 mod pool;
 mod stream;
 mod supervise;
@@ -53,6 +54,7 @@ Examples:
   accord stream orders --max-age 7d              # retention; prints first/last seq
   accord top jobs/                               # live view: q quits, s sorts, / filters
   accord top --once                              # the same as a plain table, once
+  accord top --prometheus 127.0.0.1:9464         # GET /metrics: keys by state, counters
 
 Exit codes:
   0  ok
@@ -343,13 +345,17 @@ enum Command {
         /// The rows' order (`s` cycles it in the view).
         #[arg(long, value_enum, default_value = "key")]
         sort: top::SortKey,
+        /// Serve GET /metrics in Prometheus' text format on this address (e.g.
+        /// 127.0.0.1:9464) instead of drawing, until Ctrl-C or SIGTERM.
+        #[arg(long, value_name = "ADDR", conflicts_with = "once")]
+        prometheus: Option<std::net::SocketAddr>,
     },
 }
 
 const TOP_HELP: &str = "\
-Each refresh reads one list page of up to 1,000 rows under
-the prefix: the counts per state are those of that page, marked with + when more
-rows follow. LEFT's bar is the time left of the lease's ttl
+Each refresh (and each scrape with --prometheus) reads one list page of up to 1,000 rows under
+the prefix: the counts per state are those of that page, marked with + (and
+accord_keys_truncated 1) when more rows follow. LEFT's bar is the time left of the lease's ttl
 (from its last grant or renewal), or of the longest time left on screen when that is unknown.
 
 Keys in the view: q (or Esc, Ctrl-C) quits, s cycles the sort (key, time left, fence), / edits
@@ -632,12 +638,13 @@ async fn dispatch(cli: Cli) -> Outcome {
             interval,
             once,
             sort,
+            prometheus,
         } => {
             let prefix = prefix.unwrap_or_default();
-            if once {
-                top::once(&client, &prefix, sort).await
-            } else {
-                top::live(&client, prefix, sort, interval).await
+            match (once, prometheus) {
+                (true, _) => top::once(&client, &prefix, sort).await,
+                (false, Some(addr)) => metrics::serve(&client, prefix, addr).await,
+                (false, None) => top::live(&client, prefix, sort, interval).await,
             }
         }
         Command::Run {

@@ -1,5 +1,5 @@
-//! `accord top`: a live terminal view of a namespace's keys (ratatui), and a plain table with
-//! `--once`.
+//! `accord top`: a live terminal view of a namespace's keys (ratatui), a plain table with
+//! `--once`, and Prometheus text with `--prometheus ADDR` (see metrics.rs).
 //!
 //! Every refresh is one `list` page (its two statements are pipelined: one round trip) of up to
 //! `MAX_LIST_LIMIT` rows under the prefix; the counts per state are those of the page, exact
@@ -579,7 +579,7 @@ pub async fn live(client: &Client, prefix: String, by: SortKey, interval: Durati
     if !std::io::stdout().is_terminal() {
         return Err(Failure::new(
             exit::USAGE,
-            "accord top needs a terminal; use --once for a table",
+            "accord top needs a terminal; use --once for a table or --prometheus ADDR for metrics",
         ));
     }
     let (_int, mut term) = signals()?;

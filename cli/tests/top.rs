@@ -1,8 +1,10 @@
-//! `accord top`: `--once`'s table, the prefix filter, and the live view in a real terminal (tmux, when installed). Run against the PostgreSQL named by
+//! `accord top`: `--once`'s table, the prefix filter, `--prometheus`'s /metrics, and the live
+//! view in a real terminal (tmux, when installed). Run against the PostgreSQL named by
 //! `ACCORD_TEST_DATABASE_URL` (`scripts/with-postgres.sh cargo test -p accord-cli`); each test
 //! uses its own namespace.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -234,6 +236,134 @@ fn live_view_needs_a_terminal() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// One HTTP/1.1 GET: the status line and the body.
+fn http_get(addr: &str, path: &str) -> (String, String) {
+    let mut stream = TcpStream::connect(addr).expect("connect to the metrics address");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/plain\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("a response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a head and a body");
+    let status = head.lines().next().unwrap_or("").to_string();
+    if head.to_ascii_lowercase().contains("content-length") {
+        let len: usize = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .map(|v| v.trim().parse().unwrap())
+            })
+            .unwrap();
+        assert_eq!(len, body.len(), "Content-Length matches the body");
+    }
+    (status, body.to_string())
+}
+
+/// The value of the sample line that starts with `series ` (name and labels).
+fn sample(body: &str, series: &str) -> f64 {
+    body.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("no sample {series} in:\n{body}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn prometheus_serves_key_gauges_and_client_counters() {
+    let env = Env::new("prom");
+    let (_holder, _) = three_states(&env);
+
+    let mut server = env
+        .cmd(&["top", "--prometheus", "127.0.0.1:0", "jobs/"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = lines_of(server.stderr.take().unwrap());
+    let mut server = Guard(server);
+    let line = expect_line(&err, "serving http://", Duration::from_secs(30));
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.strip_suffix("/metrics"))
+        .expect("the address")
+        .to_string();
+
+    let (status, body) = http_get(&addr, "/metrics");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    let labels = format!("namespace=\"{}\",prefix=\"jobs/\"", env.namespace);
+    assert!(body.contains("# TYPE accord_keys gauge\n"), "{body}");
+    assert_eq!(sample(&body, &format!("accord_up{{{labels}}}")), 1.0);
+    for (state, n) in [("held", 1.0), ("free", 1.0), ("done", 1.0)] {
+        assert_eq!(
+            sample(&body, &format!("accord_keys{{{labels},state=\"{state}\"}}")),
+            n,
+            "{state}"
+        );
+    }
+    assert_eq!(
+        sample(&body, &format!("accord_keys_truncated{{{labels}}}")),
+        0.0
+    );
+    assert!(
+        body.contains("# TYPE accord_statements_total counter\n"),
+        "{body}"
+    );
+    let first = sample(&body, "accord_statements_total");
+    assert!(first >= 1.0, "the scrape's own list is counted: {body}");
+    assert_eq!(sample(&body, "accord_grants_total"), 0.0);
+    assert!(sample(&body, "accord_statement_seconds_count") >= 1.0);
+
+    // Each scrape reads again: the released key shows up free, the statement count grows.
+    let mut holder = _holder;
+    // SAFETY: kill(2) on a child we have not reaped: SIGINT makes `acquire` release.
+    assert_eq!(
+        unsafe { libc::kill(holder.0.id() as libc::pid_t, libc::SIGINT) },
+        0
+    );
+    let _ = holder.0.wait();
+    let (_, body) = http_get(&addr, "/metrics");
+    assert_eq!(
+        sample(&body, &format!("accord_keys{{{labels},state=\"held\"}}")),
+        0.0,
+        "{body}"
+    );
+    assert_eq!(
+        sample(&body, &format!("accord_keys{{{labels},state=\"free\"}}")),
+        2.0,
+        "{body}"
+    );
+    assert!(sample(&body, "accord_statements_total") > first, "{body}");
+
+    let (status, _) = http_get(&addr, "/nothing");
+    assert_eq!(status, "HTTP/1.1 404 Not Found");
+
+    // SIGTERM ends it with 0.
+    // SAFETY: kill(2) on a child we have not reaped.
+    assert_eq!(
+        unsafe { libc::kill(server.0.id() as libc::pid_t, libc::SIGTERM) },
+        0
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = server.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "--prometheus did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
 }
 
 // ------------------------------------------------------------------------------------- tmux
