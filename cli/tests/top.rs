@@ -227,6 +227,49 @@ fn once_filters_by_prefix() {
 }
 
 #[test]
+fn a_full_page_says_its_counts_are_lower_bounds() {
+    let env = Env::new("full");
+    let keys: String = (0..1001).map(|i| format!("many/{i:05}\n")).collect();
+    let mut offer = env
+        .cmd(&["offer", "many/"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    offer
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(keys.as_bytes())
+        .unwrap();
+    let out = offer.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let text = env.ok(&["top", "--once", "many/"]);
+    let mut lines = text.lines();
+    let head = lines.next().unwrap();
+    assert!(head.contains("free 1000+  done 0+  keys 1000+"), "{head}");
+    assert!(lines.next().unwrap().contains("the first 1000 rows only"));
+    // The note, the titles, 1,000 rows.
+    assert_eq!(text.lines().count(), 1 + 1 + 1 + 1000);
+
+    let text = env.ok(&["top", "--once", "many/01"]);
+    assert!(
+        text.lines()
+            .next()
+            .unwrap()
+            .contains("free 1  done 0  keys 1"),
+        "{text}"
+    );
+}
+
+#[test]
 fn live_view_needs_a_terminal() {
     let env = Env::new("noterm");
     let out = env.cmd(&["top"]).stdin(Stdio::null()).output().unwrap();
