@@ -14,9 +14,11 @@ use accord::{AcquireOptions, Client, ClientOptions, ErrorKind, KeyState, ListQue
 use clap::{Parser, Subcommand, ValueEnum};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
+mod metrics;
 mod pool;
 mod stream;
 mod supervise;
+mod top;
 
 mod exit {
     pub const OK: u8 = 0;
@@ -50,6 +52,9 @@ Examples:
   accord publish orders 'order 7 paid'           # a durable event; prints its seq
   accord subscribe orders --from 0 --consumer billing   # JSON lines; resumes where it stopped
   accord stream orders --max-age 7d              # retention; prints first/last seq
+  accord top jobs/                               # live view: q quits, s sorts, / filters
+  accord top --once                              # the same as a plain table, once
+  accord top --prometheus 127.0.0.1:9464         # GET /metrics: keys by state, counters
 
 Exit codes:
   0  ok
@@ -326,6 +331,42 @@ enum Command {
         #[arg(last = true, required = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
+    /// A live view of the namespace's keys: state, holder, fence, time left, metadata.
+    #[command(after_help = TOP_HELP)]
+    Top {
+        /// Only keys starting with this prefix (`/` changes it in the view).
+        prefix: Option<String>,
+        /// How often to read the keys again (one list page, one round trip, each time).
+        #[arg(long, default_value = "1s", value_parser = parse_interval)]
+        interval: Duration,
+        /// Print the keys once as a plain table (no escape codes) and exit.
+        #[arg(long)]
+        once: bool,
+        /// The rows' order (`s` cycles it in the view).
+        #[arg(long, value_enum, default_value = "key")]
+        sort: top::SortKey,
+        /// Serve GET /metrics in Prometheus' text format on this address (e.g.
+        /// 127.0.0.1:9464) instead of drawing, until Ctrl-C or SIGTERM.
+        #[arg(long, value_name = "ADDR", conflicts_with = "once")]
+        prometheus: Option<std::net::SocketAddr>,
+    },
+}
+
+const TOP_HELP: &str = "\
+Each refresh (and each scrape with --prometheus) reads one list page of up to 1,000 rows under
+the prefix: the counts per state are those of that page, marked with + (and
+accord_keys_truncated 1) when more rows follow. LEFT's bar is the time left of the lease's ttl
+(from its last grant or renewal), or of the longest time left on screen when that is unknown.
+
+Keys in the view: q (or Esc, Ctrl-C) quits, s cycles the sort (key, time left, fence), / edits
+the prefix (Enter applies, Esc cancels), arrows, PgUp/PgDn, Home/End scroll.";
+
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_millis(100) {
+        return Err("must be at least 100ms".into());
+    }
+    Ok(d)
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -591,6 +632,20 @@ async fn dispatch(cli: Cli) -> Outcome {
                 },
             )
             .await
+        }
+        Command::Top {
+            prefix,
+            interval,
+            once,
+            sort,
+            prometheus,
+        } => {
+            let prefix = prefix.unwrap_or_default();
+            match (once, prometheus) {
+                (true, _) => top::once(&client, &prefix, sort).await,
+                (false, Some(addr)) => metrics::serve(&client, prefix, addr).await,
+                (false, None) => top::live(&client, prefix, sort, interval).await,
+            }
         }
         Command::Run {
             key,

@@ -1,0 +1,525 @@
+//! `accord top`: `--once`'s table, the prefix filter, `--prometheus`'s /metrics, and the live
+//! view in a real terminal (tmux, when installed). Run against the PostgreSQL named by
+//! `ACCORD_TEST_DATABASE_URL` (`scripts/with-postgres.sh cargo test -p accord-cli`); each test
+//! uses its own namespace.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_accord");
+
+struct Env {
+    url: String,
+    namespace: String,
+}
+
+impl Env {
+    fn new(test: &str) -> Env {
+        let url = std::env::var("ACCORD_TEST_DATABASE_URL").expect(
+            "ACCORD_TEST_DATABASE_URL is not set: run the tests with `make test` \
+             (or scripts/with-postgres.sh cargo test -p accord-cli)",
+        );
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        Env {
+            url,
+            namespace: format!("cli-top-{test}-{}-{nanos}", std::process::id()),
+        }
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.args(args)
+            .env("ACCORD_URL", &self.url)
+            .env("ACCORD_NAMESPACE", &self.namespace)
+            .env_remove("ACCORD_OWNER")
+            .env_remove("ACCORD_SCHEMA");
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().expect("run accord")
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "accord {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("UTF-8 output")
+    }
+}
+
+/// Kills the child when dropped (a failed assertion must not leave a holder running).
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn lines_of(pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+fn expect_line(rx: &mpsc::Receiver<String>, contains: &str, within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    let mut seen = Vec::new();
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(line) if line.contains(contains) => return line,
+            Ok(line) => seen.push(line),
+            Err(_) => break,
+        }
+    }
+    panic!("no line containing {contains:?} within {within:?}; saw {seen:?}");
+}
+
+/// A namespace with `jobs/held` (held by alice, ttl 30s, metadata who=test), `jobs/free`,
+/// `jobs/done` and `other/x` (free). Returns the holder and the held key's fence.
+fn three_states(env: &Env) -> (Guard, i64) {
+    let mut holder = env
+        .cmd(&[
+            "--owner",
+            "alice",
+            "acquire",
+            "jobs/held",
+            "--ttl",
+            "30s",
+            "--metadata",
+            r#"{"who":"test"}"#,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(holder.stdout.take().unwrap());
+    let holder = Guard(holder);
+    let fence: i64 = expect_line(&lines, "", Duration::from_secs(30))
+        .trim()
+        .parse()
+        .expect("acquire prints the fence");
+    env.ok(&["run", "jobs/free", "--", "true"]);
+    env.ok(&["--owner", "bob", "run", "--done", "jobs/done", "--", "true"]);
+    env.ok(&["run", "other/x", "--", "true"]);
+    (holder, fence)
+}
+
+/// `--once`'s table: the header line, then the column titles, then one row per line, as
+/// (column title -> cell) maps.
+fn table(text: &str) -> (String, Vec<std::collections::HashMap<String, String>>) {
+    let mut lines = text.lines();
+    let head = lines.next().expect("a header line").to_string();
+    let titles: Vec<String> = lines
+        .next()
+        .expect("column titles")
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    assert_eq!(
+        titles,
+        ["KEY", "STATE", "HOLDER", "FENCE", "LEFT", "TTL", "METADATA"]
+    );
+    let rows = lines
+        .map(|l| {
+            let cells: Vec<&str> = l.split_whitespace().collect();
+            assert!(cells.len() >= titles.len(), "a short row: {l:?}");
+            let mut row: std::collections::HashMap<String, String> = titles
+                .iter()
+                .zip(cells.iter())
+                .map(|(t, c)| (t.clone(), c.to_string()))
+                .collect();
+            // The metadata summary may hold spaces: the rest of the line.
+            row.insert("METADATA".into(), cells[titles.len() - 1..].join(" "));
+            row
+        })
+        .collect();
+    (head, rows)
+}
+
+#[test]
+fn once_prints_each_state_with_holder_and_fence() {
+    let env = Env::new("once");
+    let (_holder, fence) = three_states(&env);
+
+    let text = env.ok(&["top", "--once", "jobs/"]);
+    assert!(!text.contains('\x1b'), "escape codes in --once: {text:?}");
+    let (head, rows) = table(&text);
+    assert!(
+        head.contains(&format!("namespace {}", env.namespace)),
+        "{head}"
+    );
+    assert!(head.contains("prefix jobs/"), "{head}");
+    assert!(head.contains("held 1  free 1  done 1  keys 3"), "{head}");
+    let keys: Vec<&str> = rows.iter().map(|r| r["KEY"].as_str()).collect();
+    assert_eq!(keys, ["jobs/done", "jobs/free", "jobs/held"], "{text}");
+
+    let held = &rows[2];
+    assert_eq!(held["STATE"], "held");
+    assert_eq!(held["HOLDER"], "alice");
+    assert_eq!(held["FENCE"], fence.to_string());
+    assert_ne!(held["LEFT"], "-", "{text}");
+    assert_eq!(held["TTL"], "30s", "{text}");
+    assert_eq!(held["METADATA"], "who=test");
+
+    let free = &rows[1];
+    assert_eq!(free["STATE"], "free");
+    assert_eq!(free["HOLDER"], "-");
+    assert_eq!(free["LEFT"], "-");
+
+    let done = &rows[0];
+    assert_eq!(done["STATE"], "done");
+    assert_eq!(done["HOLDER"], "bob", "the owner that marked it done");
+    let done_fence: i64 = done["FENCE"].parse().unwrap();
+    let free_fence: i64 = free["FENCE"].parse().unwrap();
+    assert!(done_fence > 0 && free_fence > 0);
+
+    // Sorted by fence: newest grant first (done was granted after free, free after held).
+    let (_, by_fence) = table(&env.ok(&["top", "--once", "--sort", "fence", "jobs/"]));
+    let keys: Vec<&str> = by_fence.iter().map(|r| r["KEY"].as_str()).collect();
+    assert_eq!(keys, ["jobs/done", "jobs/free", "jobs/held"]);
+    // By time left: the held key first.
+    let (_, by_left) = table(&env.ok(&["top", "--once", "--sort", "left", "jobs/"]));
+    assert_eq!(by_left[0]["KEY"], "jobs/held");
+}
+
+#[test]
+fn once_filters_by_prefix() {
+    let env = Env::new("prefix");
+    let (_holder, _) = three_states(&env);
+
+    let (head, rows) = table(&env.ok(&["top", "--once"]));
+    assert!(head.contains("prefix -"), "{head}");
+    assert!(head.contains("held 1  free 2  done 1  keys 4"), "{head}");
+    assert_eq!(rows.len(), 4);
+
+    let (head, rows) = table(&env.ok(&["top", "--once", "other/"]));
+    assert!(head.contains("held 0  free 1  done 0  keys 1"), "{head}");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["KEY"], "other/x");
+
+    let (head, rows) = table(&env.ok(&["top", "--once", "nothing/"]));
+    assert!(head.contains("keys 0"), "{head}");
+    assert!(rows.is_empty());
+
+    // A too short interval is a usage error, before any connection.
+    let out = env.run(&["top", "--interval", "1ms"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn a_full_page_says_its_counts_are_lower_bounds() {
+    let env = Env::new("full");
+    let keys: String = (0..1001).map(|i| format!("many/{i:05}\n")).collect();
+    let mut offer = env
+        .cmd(&["offer", "many/"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    offer
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(keys.as_bytes())
+        .unwrap();
+    let out = offer.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let text = env.ok(&["top", "--once", "many/"]);
+    let mut lines = text.lines();
+    let head = lines.next().unwrap();
+    assert!(head.contains("free 1000+  done 0+  keys 1000+"), "{head}");
+    assert!(lines.next().unwrap().contains("the first 1000 rows only"));
+    // The note, the titles, 1,000 rows.
+    assert_eq!(text.lines().count(), 1 + 1 + 1 + 1000);
+
+    let text = env.ok(&["top", "--once", "many/01"]);
+    assert!(
+        text.lines()
+            .next()
+            .unwrap()
+            .contains("free 1  done 0  keys 1"),
+        "{text}"
+    );
+}
+
+#[test]
+fn live_view_needs_a_terminal() {
+    let env = Env::new("noterm");
+    let out = env.cmd(&["top"]).stdin(Stdio::null()).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--once"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// One HTTP/1.1 GET: the status line and the body.
+fn http_get(addr: &str, path: &str) -> (String, String) {
+    let mut stream = TcpStream::connect(addr).expect("connect to the metrics address");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/plain\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("a response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a head and a body");
+    let status = head.lines().next().unwrap_or("").to_string();
+    if head.to_ascii_lowercase().contains("content-length") {
+        let len: usize = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .map(|v| v.trim().parse().unwrap())
+            })
+            .unwrap();
+        assert_eq!(len, body.len(), "Content-Length matches the body");
+    }
+    (status, body.to_string())
+}
+
+/// The value of the sample line that starts with `series ` (name and labels).
+fn sample(body: &str, series: &str) -> f64 {
+    body.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("no sample {series} in:\n{body}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn prometheus_serves_key_gauges_and_client_counters() {
+    let env = Env::new("prom");
+    let (_holder, _) = three_states(&env);
+
+    let mut server = env
+        .cmd(&["top", "--prometheus", "127.0.0.1:0", "jobs/"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = lines_of(server.stderr.take().unwrap());
+    let mut server = Guard(server);
+    let line = expect_line(&err, "serving http://", Duration::from_secs(30));
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.strip_suffix("/metrics"))
+        .expect("the address")
+        .to_string();
+
+    let (status, body) = http_get(&addr, "/metrics");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    let labels = format!("namespace=\"{}\",prefix=\"jobs/\"", env.namespace);
+    assert!(body.contains("# TYPE accord_keys gauge\n"), "{body}");
+    assert_eq!(sample(&body, &format!("accord_up{{{labels}}}")), 1.0);
+    for (state, n) in [("held", 1.0), ("free", 1.0), ("done", 1.0)] {
+        assert_eq!(
+            sample(&body, &format!("accord_keys{{{labels},state=\"{state}\"}}")),
+            n,
+            "{state}"
+        );
+    }
+    assert_eq!(
+        sample(&body, &format!("accord_keys_truncated{{{labels}}}")),
+        0.0
+    );
+    assert!(
+        body.contains("# TYPE accord_statements_total counter\n"),
+        "{body}"
+    );
+    let first = sample(&body, "accord_statements_total");
+    assert!(first >= 1.0, "the scrape's own list is counted: {body}");
+    assert_eq!(sample(&body, "accord_grants_total"), 0.0);
+    assert!(sample(&body, "accord_statement_seconds_count") >= 1.0);
+
+    // Each scrape reads again: the released key shows up free, the statement count grows.
+    let mut holder = _holder;
+    // SAFETY: kill(2) on a child we have not reaped: SIGINT makes `acquire` release.
+    assert_eq!(
+        unsafe { libc::kill(holder.0.id() as libc::pid_t, libc::SIGINT) },
+        0
+    );
+    let _ = holder.0.wait();
+    let (_, body) = http_get(&addr, "/metrics");
+    assert_eq!(
+        sample(&body, &format!("accord_keys{{{labels},state=\"held\"}}")),
+        0.0,
+        "{body}"
+    );
+    assert_eq!(
+        sample(&body, &format!("accord_keys{{{labels},state=\"free\"}}")),
+        2.0,
+        "{body}"
+    );
+    assert!(sample(&body, "accord_statements_total") > first, "{body}");
+
+    let (status, _) = http_get(&addr, "/nothing");
+    assert_eq!(status, "HTTP/1.1 404 Not Found");
+
+    // SIGTERM ends it with 0.
+    // SAFETY: kill(2) on a child we have not reaped.
+    assert_eq!(
+        unsafe { libc::kill(server.0.id() as libc::pid_t, libc::SIGTERM) },
+        0
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = server.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "--prometheus did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
+}
+
+// ------------------------------------------------------------------------------------- tmux
+
+/// A tmux server of this test's own (`-L`), killed when dropped.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn cmd(&self, args: &[&str]) -> Output {
+        Command::new("tmux")
+            .args(["-L", &self.socket, "-f", "/dev/null"])
+            .args(args)
+            .output()
+            .expect("run tmux")
+    }
+
+    fn pane(&self) -> String {
+        String::from_utf8_lossy(&self.cmd(&["capture-pane", "-p", "-t", "top"]).stdout).into_owned()
+    }
+
+    /// Polls the pane (every 100 ms, up to `within`) until `f` holds; the last capture.
+    fn wait_for(&self, what: &str, within: Duration, f: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let pane = self.pane();
+            if f(&pane) {
+                return pane;
+            }
+            if Instant::now() > deadline {
+                panic!("the pane did not show {what} within {within:?}:\n{pane}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.cmd(&["kill-server"]);
+    }
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+#[test]
+fn live_view_in_a_terminal_shows_keys_filters_and_quits_on_q() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("skipped: tmux is not installed (apt-get install tmux)");
+        return;
+    }
+    let env = Env::new("tmux");
+    let (_holder, fence) = three_states(&env);
+    let tmux = Tmux {
+        socket: format!("accord-top-{}", std::process::id()),
+    };
+    let script = format!(
+        "ACCORD_URL={} ACCORD_NAMESPACE={} {} top --interval 200ms; echo \"accord-exited-$?\"; sleep 600",
+        shell_quote(&env.url),
+        shell_quote(&env.namespace),
+        shell_quote(BIN)
+    );
+    let out = tmux.cmd(&[
+        "new-session",
+        "-d",
+        "-s",
+        "top",
+        "-x",
+        "120",
+        "-y",
+        "30",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    assert!(
+        out.status.success(),
+        "tmux new-session: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let pane = tmux.wait_for("the held key", Duration::from_secs(60), |p| {
+        p.contains("jobs/held") && p.contains("alice")
+    });
+    assert!(pane.contains("accord top"), "{pane}");
+    assert!(pane.contains("held 1"), "{pane}");
+    assert!(pane.contains(&fence.to_string()), "{pane}");
+    assert!(pane.contains("other/x"), "{pane}");
+
+    // `/` edits the prefix: only other/ keys remain.
+    tmux.cmd(&["send-keys", "-t", "top", "/"]);
+    tmux.wait_for("the prefix editor", Duration::from_secs(30), |p| {
+        p.contains("prefix:")
+    });
+    tmux.cmd(&["send-keys", "-t", "top", "C-u"]);
+    tmux.cmd(&["send-keys", "-t", "top", "-l", "other/"]);
+    tmux.cmd(&["send-keys", "-t", "top", "Enter"]);
+    tmux.wait_for("only other/x", Duration::from_secs(30), |p| {
+        p.contains("prefix other/") && p.contains("other/x") && !p.contains("jobs/held")
+    });
+
+    // `s` cycles the sort.
+    tmux.cmd(&["send-keys", "-t", "top", "s"]);
+    tmux.wait_for("the sort by time left", Duration::from_secs(30), |p| {
+        p.contains("sort time left")
+    });
+
+    tmux.cmd(&["send-keys", "-t", "top", "q"]);
+    let pane = tmux.wait_for("the exit", Duration::from_secs(30), |p| {
+        p.contains("accord-exited-")
+    });
+    assert!(pane.contains("accord-exited-0"), "{pane}");
+}
