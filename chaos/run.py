@@ -336,6 +336,12 @@ def build_workers(pair: Pair, proxy: Proxy, ttl_ms: int) -> tuple[list[Worker], 
 
 
 SETUP = f"""
+DROP TRIGGER IF EXISTS chaos_lease_audit ON accord.leases;
+DROP TABLE IF EXISTS chaos_resource, chaos_lease_audit, chaos_write_audit;
+DROP FUNCTION IF EXISTS chaos_lease_audit(), chaos_write_audit();
+DROP SEQUENCE IF EXISTS chaos_audit_seq;
+DELETE FROM accord.leases WHERE namespace = '{NAMESPACE}';
+DELETE FROM accord.tickets WHERE namespace = '{NAMESPACE}';
 CREATE TABLE chaos_resource (key text PRIMARY KEY, fence bigint NOT NULL, writer text);
 CREATE SEQUENCE chaos_audit_seq;
 CREATE TABLE chaos_lease_audit (
@@ -368,15 +374,16 @@ CREATE TRIGGER chaos_write_audit AFTER UPDATE ON chaos_resource FOR EACH ROW
 
 def setup(pair: Pair) -> None:
     url = pair.url(list(pair.ports.values()))
-    # The client migrates the schema, and offers the work pool.
+    # The client migrates the schema (before the trigger goes on its table), then offers the
+    # work pool. Objects of an earlier run on the same server are dropped first.
     import accord
 
     with accord.Client.connect(url, namespace=NAMESPACE) as client:
+        with pair.connect() as db:
+            db.execute(SETUP)
+            for key in KEYS:
+                db.execute("INSERT INTO chaos_resource VALUES (%s, 0, NULL)", (key,))
         client.offer(POOL, [f"{POOL}{i:04}" for i in range(POOL_SIZE)])
-    with pair.connect() as db:
-        db.execute(SETUP)
-        for key in KEYS:
-            db.execute("INSERT INTO chaos_resource VALUES (%s, 0, NULL)", (key,))
 
 
 # --------------------------------------------------------------------------------------------
@@ -524,14 +531,11 @@ class Nemesis:
 # The checker
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def summary(values: list[float]) -> str:
+def summary(values: list[float], unit: str = "ms") -> str:
     if not values:
         return "n/a (none measured)"
+    if unit == "s":
+        return f"p50 {statistics.median(values):.1f} s, max {max(values):.1f} s (n={len(values)})"
     return (
         f"p50 {statistics.median(values) * 1000:.0f} ms, max {max(values) * 1000:.0f} ms "
         f"(n={len(values)})"
@@ -539,6 +543,7 @@ def summary(values: list[float]) -> str:
 
 
 def check(db: psycopg.Connection[Any], run: Run) -> dict[str, Any]:
+    """Reads both audits and judges them (with the workers' reports for what they were told)."""
     leases = db.execute(
         "SELECT seq, extract(epoch FROM at)::float8, op, key, owner, fence,"
         " extract(epoch FROM expires_at)::float8, done, extract(epoch FROM granted_at)::float8"
@@ -548,6 +553,17 @@ def check(db: psycopg.Connection[Any], run: Run) -> dict[str, Any]:
         "SELECT seq, extract(epoch FROM at)::float8, key, fence, old_fence, writer"
         " FROM chaos_write_audit ORDER BY key, seq"
     ).fetchall()
+    with run.lock:
+        events = list(run.events)
+    return judge(leases, writes, events)
+
+
+def judge(
+    leases: list[tuple[Any, ...]], writes: list[tuple[Any, ...]], events: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """`leases`: the lease audit's rows (seq, at, op, key, owner, fence, expires_at, done,
+    granted_at; times as epoch seconds) ordered by key then seq; `writes`: the write audit's
+    (seq, at, key, fence, old_fence, writer) in the same order."""
     violations: list[str] = []
     grants: list[dict[str, Any]] = []  # in row-lock order per key
     prev: dict[str, tuple[Any, ...]] = {}
@@ -587,8 +603,6 @@ def check(db: psycopg.Connection[Any], run: Run) -> dict[str, Any]:
         if grant is None or grant["owner"] != writer:
             unknown += 1
             violations.append(f"write on {key} with fence {fence} by {writer}: no such grant")
-    with run.lock:
-        events = list(run.events)
     # What workers were told must be in the server's record (synchronous standby, fsync on).
     told_grants = {(e["key"], e["fence"]) for e in events if e["ev"] in ("granted", "claimed")}
     told_writes = {(e["key"], e["fence"]) for e in events if e["ev"] == "write" and e["accepted"]}
@@ -626,6 +640,36 @@ def check(db: psycopg.Connection[Any], run: Run) -> dict[str, Any]:
         "lease_rows": leases,
         "events": events,
     }
+
+
+def selftest() -> None:
+    """The checker must see what it is meant to catch: a made-up history with one double
+    grant, one fence going backwards, one regrant of a done key and one stale write."""
+    leases = [
+        # k: granted to a until 10.0, released, granted to b (fine)
+        (1, 1.0, "INSERT", "k", "a", 5, 10.0, False, 1.0),
+        (2, 2.0, "UPDATE", "k", None, 5, None, False, 1.0),
+        (3, 3.0, "UPDATE", "k", "b", 7, 13.0, False, 3.0),
+        # ... then granted to c at 4.0 while b's grant runs until 13.0: a double grant
+        (4, 4.0, "UPDATE", "k", "c", 9, 14.0, False, 4.0),
+        # ... expired, granted to d with a smaller fence: backwards
+        (5, 20.0, "UPDATE", "k", "d", 8, 30.0, False, 20.0),
+        # j: done, then granted again
+        (6, 1.0, "INSERT", "j", "a", 11, 10.0, False, 1.0),
+        (7, 2.0, "UPDATE", "j", "a", 11, None, True, 1.0),
+        (8, 3.0, "UPDATE", "j", "b", 12, 13.0, False, 3.0),
+    ]
+    writes = [
+        (9, 3.5, "k", 7, 0, "b"),
+        (10, 4.5, "k", 9, 7, "c"),
+        (11, 21.0, "k", 8, 9, "d"),  # stale: 8 after 9
+    ]
+    events = [{"ev": "granted", "key": "k", "fence": 7, "lang": "x", "w": "b"}]
+    r = judge(leases, writes, events)
+    got = (r["double"], r["backwards"], r["regranted_done"], r["stale"], r["grants"])
+    clean = judge(leases[:3], writes[:1], events)["violations"]
+    if got != (1, 1, 1, 1, 6) or clean:
+        raise SystemExit(f"the checker's self-test failed: {got}, {r['violations']}, {clean}")
 
 
 def measure(result: dict[str, Any], run: Run) -> dict[str, list[float]]:
@@ -759,6 +803,21 @@ def report(
         lines.append(f"| {kind} | {what[kind]} | {counts[kind]} |")
     if failed:
         lines += ["", f"Injections that failed: {failed}."]
+    downs = [f["down"] for f in run.faults if f["kind"].startswith("restart_")]
+    promotions = [f["promoted_in"] for f in run.faults if f["kind"] == "failover"]
+    rebuilds = [f["rebuilt_in"] for f in run.faults if f["kind"] == "failover"]
+    killed = sum(1 for f in run.faults if f["kind"] == "kill9" and f.get("held"))
+    stopped = sum(1 for f in run.faults if f["kind"] == "sigstop" and f.get("held"))
+    lines += [
+        "",
+        (
+            f"Of the kills, {killed} hit a worker that had reported a grant and not yet its "
+            f"release; of the stops, {stopped}. Restarts kept the primary down "
+            f"{summary(downs, 's')}; failovers promoted the standby in {summary(promotions, 's')} "
+            f"and had the old primary back as a synchronous standby after "
+            f"{summary(rebuilds, 's')}."
+        ),
+    ]
     r = result
     lines += [
         "",
@@ -843,6 +902,7 @@ def main() -> int:
         "--require-all", action="store_true", help="fail unless every kind was injected"
     )
     args = parser.parse_args()
+    selftest()
     began = time.time()
     pair = Pair()
     logs = Path(os.environ.get("CHAOS_LOGS", REPO / "target/chaos/logs"))

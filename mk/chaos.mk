@@ -38,5 +38,5 @@ test-chaos: chaos-build ## a short chaos run: every fault kind once, no violatio
 
 lint-chaos: python-venv ## ruff and mypy --strict on chaos/, gofmt on chaos/go
 	$(PY_VENV)/bin/ruff check chaos && $(PY_VENV)/bin/ruff format --check chaos
-	$(PY_VENV)/bin/mypy --strict chaos/run.py chaos/workers/worker.py
+	MYPYPATH=python $(PY_VENV)/bin/mypy --strict chaos/run.py chaos/workers/worker.py
 	@out=$$(gofmt -l chaos/go); [ -z "$$out" ] || { echo "gofmt needed: $$out" >&2; exit 1; }

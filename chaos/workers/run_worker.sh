@@ -28,7 +28,8 @@ while :; do
   "$CHAOS_ACCORD" run --ttl "${CHAOS_TTL_MS}ms" --timeout 3s --kill-after 1s "$key" -- bash -c "$body"
   status=$?
   case $status in
-    0 | 3) ;;
+    0) printf '{"ev": "released", "key": "%s", "t": %s}\n' "$key" "$(now)" ;;
+    3) ;;
     5) printf '{"ev": "lost", "key": "%s", "how": "exit", "t": %s}\n' "$key" "$(now)" ;;
     *) printf '{"ev": "error", "op": "run", "status": %d, "t": %s}\n' "$status" "$(now)"; sleep 0.2 ;;
   esac
