@@ -347,12 +347,12 @@ CREATE SEQUENCE chaos_audit_seq;
 CREATE TABLE chaos_lease_audit (
   seq bigint NOT NULL, at timestamptz NOT NULL, op text NOT NULL, key text NOT NULL,
   owner text, fence bigint NOT NULL, expires_at timestamptz, done boolean NOT NULL,
-  granted_at timestamptz);
+  granted_at timestamptz, attempt bigint);
 CREATE FUNCTION chaos_lease_audit() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
   INSERT INTO chaos_lease_audit
     VALUES (nextval('chaos_audit_seq'), clock_timestamp(), TG_OP, NEW.key, NEW.owner, NEW.fence,
-            NEW.expires_at, NEW.done, NEW.granted_at);
+            NEW.expires_at, NEW.done, NEW.granted_at, NEW.attempt);
   RETURN NULL;
 END $f$;
 CREATE TRIGGER chaos_lease_audit AFTER INSERT OR UPDATE ON accord.leases FOR EACH ROW
@@ -414,6 +414,14 @@ class Nemesis:
 
     def inject(self, kind: str) -> None:
         getattr(self, kind)()
+        # A worker that exited by itself (not one of our kills) is counted and restarted.
+        for worker in self.workers:
+            if worker.process and worker.process.poll() is not None:
+                self.run.faults.append(
+                    {"kind": "worker_exit", "worker": worker.name, "t": time.time()}
+                )
+                log(f"{worker.name} exited with {worker.process.returncode}; restarted")
+                start(worker, self.run, self.logs)
 
     def kill9(self) -> None:
         for _ in range(20):
@@ -455,9 +463,10 @@ class Nemesis:
         worker.stopped = True
         stopped = time.time()
         time.sleep(self.ttl * 1.5 + self.rng.uniform(0.2, 1.0))
+        resumed = time.time()
         os.kill(pid, signal.SIGCONT)
         worker.stopped = False
-        self.record("sigstop", worker=name, held=held, stopped=stopped, resumed=time.time())
+        self.record("sigstop", worker=name, held=held, stopped=stopped, resumed=resumed)
 
     def terminate(self) -> None:
         with self.pair.wait_primary() as db:
@@ -546,8 +555,8 @@ def check(db: psycopg.Connection[Any], run: Run) -> dict[str, Any]:
     """Reads both audits and judges them (with the workers' reports for what they were told)."""
     leases = db.execute(
         "SELECT seq, extract(epoch FROM at)::float8, op, key, owner, fence,"
-        " extract(epoch FROM expires_at)::float8, done, extract(epoch FROM granted_at)::float8"
-        " FROM chaos_lease_audit ORDER BY key, seq"
+        " extract(epoch FROM expires_at)::float8, done, extract(epoch FROM granted_at)::float8,"
+        " attempt FROM chaos_lease_audit ORDER BY key, seq"
     ).fetchall()
     writes = db.execute(
         "SELECT seq, extract(epoch FROM at)::float8, key, fence, old_fence, writer"
@@ -562,15 +571,22 @@ def judge(
     leases: list[tuple[Any, ...]], writes: list[tuple[Any, ...]], events: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """`leases`: the lease audit's rows (seq, at, op, key, owner, fence, expires_at, done,
-    granted_at; times as epoch seconds) ordered by key then seq; `writes`: the write audit's
-    (seq, at, key, fence, old_fence, writer) in the same order."""
+    granted_at, attempt; times as epoch seconds) ordered by key then seq; `writes`: the write
+    audit's (seq, at, key, fence, old_fence, writer) in the same order.
+
+    A grant while the previous one was live is a double grant, unless both are grants of one
+    acquire call (the same `attempt`): a client retries a grant whose answer it lost (a cut
+    connection) with the same attempt, and the server grants it again under a new fence, so the
+    first fence was never delivered. Those are counted as superseded, and a superseded fence
+    that a worker reported or wrote with is a violation."""
     violations: list[str] = []
     grants: list[dict[str, Any]] = []  # in row-lock order per key
     prev: dict[str, tuple[Any, ...]] = {}
     top: dict[str, int] = {}
     double = backwards = regranted_done = 0
+    superseded: set[tuple[str, int]] = set()
     for row in leases:
-        seq, at, _op, key, owner, fence, expires, _done, granted_at = row
+        seq, at, _op, key, owner, fence, expires, _done, granted_at, attempt = row
         before = prev.get(key)
         is_grant = expires is not None and (before is None or before[5] != fence)
         if is_grant:
@@ -580,6 +596,13 @@ def judge(
                 if before[7]:
                     regranted_done += 1
                     violations.append(f"done key {key} granted again (fence {fence})")
+                elif (
+                    before[6] is not None
+                    and before[6] > when
+                    and attempt is not None
+                    and (before[9] == attempt and before[4] == owner)
+                ):
+                    superseded.add((key, before[5]))
                 elif before[6] is not None and before[6] > when:
                     double += 1
                     violations.append(
@@ -608,6 +631,9 @@ def judge(
     told_writes = {(e["key"], e["fence"]) for e in events if e["ev"] == "write" and e["accepted"]}
     audited_writes = {(w[2], w[3]) for w in writes}
     lost_grants = told_grants - granted.keys()
+    used_superseded = (told_grants | {(w[2], w[3]) for w in writes}) & superseded
+    for key, fence in sorted(used_superseded):
+        violations.append(f"superseded grant of {key} fence {fence} was delivered or written with")
     lost_writes = told_writes - audited_writes
     for key, fence in sorted(lost_grants):
         violations.append(f"grant of {key} fence {fence} reported to a worker, not on record")
@@ -628,6 +654,8 @@ def judge(
         "double": double,
         "backwards": backwards,
         "regranted_done": regranted_done,
+        "superseded": len(superseded),
+        "used_superseded": len(used_superseded),
         "accepted": len(writes),
         "refused": len(refused),
         "stale": stale,
@@ -647,17 +675,20 @@ def selftest() -> None:
     grant, one fence going backwards, one regrant of a done key and one stale write."""
     leases = [
         # k: granted to a until 10.0, released, granted to b (fine)
-        (1, 1.0, "INSERT", "k", "a", 5, 10.0, False, 1.0),
-        (2, 2.0, "UPDATE", "k", None, 5, None, False, 1.0),
-        (3, 3.0, "UPDATE", "k", "b", 7, 13.0, False, 3.0),
+        (1, 1.0, "INSERT", "k", "a", 5, 10.0, False, 1.0, 100),
+        (2, 2.0, "UPDATE", "k", None, 5, None, False, 1.0, None),
+        (3, 3.0, "UPDATE", "k", "b", 7, 13.0, False, 3.0, 101),
         # ... then granted to c at 4.0 while b's grant runs until 13.0: a double grant
-        (4, 4.0, "UPDATE", "k", "c", 9, 14.0, False, 4.0),
+        (4, 4.0, "UPDATE", "k", "c", 9, 14.0, False, 4.0, 102),
         # ... expired, granted to d with a smaller fence: backwards
-        (5, 20.0, "UPDATE", "k", "d", 8, 30.0, False, 20.0),
+        (5, 20.0, "UPDATE", "k", "d", 8, 30.0, False, 20.0, 103),
         # j: done, then granted again
-        (6, 1.0, "INSERT", "j", "a", 11, 10.0, False, 1.0),
-        (7, 2.0, "UPDATE", "j", "a", 11, None, True, 1.0),
-        (8, 3.0, "UPDATE", "j", "b", 12, 13.0, False, 3.0),
+        (6, 1.0, "INSERT", "j", "a", 11, 10.0, False, 1.0, 104),
+        (7, 2.0, "UPDATE", "j", "a", 11, None, True, 1.0, None),
+        (8, 3.0, "UPDATE", "j", "b", 12, 13.0, False, 3.0, 105),
+        # i: one acquire's retry granted again under a new fence (not a double grant)
+        (12, 1.0, "INSERT", "i", "a", 13, 10.0, False, 1.0, 106),
+        (13, 2.0, "UPDATE", "i", "a", 14, 11.0, False, 2.0, 106),
     ]
     writes = [
         (9, 3.5, "k", 7, 0, "b"),
@@ -666,9 +697,10 @@ def selftest() -> None:
     ]
     events = [{"ev": "granted", "key": "k", "fence": 7, "lang": "x", "w": "b"}]
     r = judge(leases, writes, events)
-    got = (r["double"], r["backwards"], r["regranted_done"], r["stale"], r["grants"])
-    clean = judge(leases[:3], writes[:1], events)["violations"]
-    if got != (1, 1, 1, 1, 6) or clean:
+    got = tuple(r[k] for k in ("double", "backwards", "regranted_done", "stale", "grants"))
+    got += (r["superseded"],)
+    clean = judge(leases[:3] + leases[-2:], writes[:1], events)["violations"]
+    if got != (1, 1, 1, 1, 8, 1) or clean:
         raise SystemExit(f"the checker's self-test failed: {got}, {r['violations']}, {clean}")
 
 
@@ -735,7 +767,7 @@ def report(
     for fault in run.faults:
         if fault["kind"] in counts:
             counts[fault["kind"]] += 1
-        else:
+        elif fault["kind"] != "worker_exit":
             failed[fault["kind"]] = failed.get(fault["kind"], 0) + 1
     langs = sorted({w.lang for w in workers})
     verdict = "PASS" if not result["violations"] else "FAIL"
@@ -806,6 +838,7 @@ def report(
     downs = [f["down"] for f in run.faults if f["kind"].startswith("restart_")]
     promotions = [f["promoted_in"] for f in run.faults if f["kind"] == "failover"]
     rebuilds = [f["rebuilt_in"] for f in run.faults if f["kind"] == "failover"]
+    exits = sum(1 for f in run.faults if f["kind"] == "worker_exit")
     killed = sum(1 for f in run.faults if f["kind"] == "kill9" and f.get("held"))
     stopped = sum(1 for f in run.faults if f["kind"] == "sigstop" and f.get("held"))
     lines += [
@@ -815,7 +848,8 @@ def report(
             f"release; of the stops, {stopped}. Restarts kept the primary down "
             f"{summary(downs, 's')}; failovers promoted the standby in {summary(promotions, 's')} "
             f"and had the old primary back as a synchronous standby after "
-            f"{summary(rebuilds, 's')}."
+            f"{summary(rebuilds, 's')}. Workers that exited by themselves (and were "
+            f"restarted): {exits}."
         ),
     ]
     r = result
@@ -833,6 +867,11 @@ def report(
         f"| **stale writes accepted** | **{r['stale']}** |",
         f"| fences not increasing per key | {r['backwards']} |",
         f"| done keys granted again | {r['regranted_done']} |",
+        (
+            f"| grants superseded by a retry of the same acquire (never delivered) | "
+            f"{r['superseded']} |"
+        ),
+        f"| superseded grants delivered or written with | {r['used_superseded']} |",
         f"| accepted writes with no matching grant to the writer | {r['unknown_writer']} |",
         f"| grants reported to a worker but not on record | {r['lost_grants']} |",
         f"| writes acknowledged to a worker but not on record | {r['lost_writes']} |",
@@ -915,7 +954,15 @@ def main() -> int:
     run = Run()
     for worker in workers:
         start(worker, run, logs)
-    time.sleep(2)
+    # The nemesis starts once every worker has connected (or after 30 s).
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        with run.lock:
+            started = {e["w"] for e in run.events if e["ev"] == "start"}
+        if all(w.name in started for w in workers):
+            break
+        time.sleep(0.1)
+    time.sleep(1)
     nemesis = Nemesis(pair, proxy, workers, run, logs, args)
     try:
         nemesis.loop(time.time() + args.duration)

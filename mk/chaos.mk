@@ -19,7 +19,8 @@ CHAOS_BIN := target/chaos
 CHAOS_RUN = ACCORD_PAIR_FSYNC=on scripts/failover-pair.sh run $(PY) chaos/run.py
 
 # The C and Go workers link the debug libaccord (as the demo's do) and libpq.
-chaos-build: $(DEMO_PY_STAMP) build-node-debug
+# The stamp of mk/demo.mk (read after this file, so named here): the package installed.
+chaos-build: $(PY_VENV)/.accord-demo-python build-node-debug
 	$(MAKE) --no-print-directory build-c C_PROFILE=debug
 	$(CARGO) build -p accord --example chaos_worker
 	$(CARGO) build -p accord-cli

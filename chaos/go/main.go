@@ -84,11 +84,16 @@ func main() {
 	}
 	ttl := time.Duration(ttlMs) * time.Millisecond
 	writerURL := os.Getenv("CHAOS_WRITER_URL")
-	client, err := accord.Connect(ctx, os.Getenv("CHAOS_URL"),
-		&accord.ClientOptions{Namespace: os.Getenv("CHAOS_NAMESPACE"), Owner: name, TTL: ttl})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	// The server may be restarting or failing over when a worker starts.
+	var client *accord.Client
+	for {
+		client, err = accord.Connect(ctx, os.Getenv("CHAOS_URL"),
+			&accord.ClientOptions{Namespace: os.Getenv("CHAOS_NAMESPACE"), Owner: name, TTL: ttl})
+		if err == nil {
+			break
+		}
+		say(map[string]any{"ev": "error", "op": "connect", "err": err.Error()})
+		time.Sleep(500 * time.Millisecond)
 	}
 	say(map[string]any{"ev": "start", "w": name})
 	for {

@@ -95,9 +95,11 @@ int main(void) {
   accord_client_options_set_owner(options, name, NULL);
   accord_client_options_set_ttl_ms(options, (uint64_t)ttl_ms, NULL);
   accord_client *client = NULL;
-  if (accord_client_connect(url, options, &client, &err)) {
+  /* The server may be restarting or failing over when a worker starts. */
+  while (accord_client_connect(url, options, &client, &err)) {
     say_error("connect", err);
-    return 1;
+    err = NULL;
+    sleep_ms(500);
   }
   accord_client_options_free(options);
   printf("{\"ev\": \"start\", \"w\": \"%s\", \"t\": %.6f}\n", name, now());

@@ -49,7 +49,17 @@ async function write(key, fence) {
 }
 
 async function main() {
-  const client = await connect(env.CHAOS_URL, { namespace: env.CHAOS_NAMESPACE, owner: name, ttl })
+  let client
+  // The server may be restarting or failing over when a worker starts.
+  for (;;) {
+    try {
+      client = await connect(env.CHAOS_URL, { namespace: env.CHAOS_NAMESPACE, owner: name, ttl })
+      break
+    } catch (e) {
+      say({ ev: 'error', op: 'connect', err: String(e.message).slice(0, 200) })
+      await sleep(500)
+    }
+  }
   say({ ev: 'start', w: name })
   for (;;) {
     const key = pick(keys)

@@ -62,9 +62,15 @@ def main() -> None:
     pool = os.environ.get("CHAOS_POOL")
     rng = random.Random(os.environ.get("CHAOS_SEED", name))
     writer = Writer(os.environ["CHAOS_WRITER_URL"], name)
-    client = accord.Client.connect(
-        url, namespace=os.environ["CHAOS_NAMESPACE"], owner=name, ttl=ttl
-    )
+    while True:  # the server may be restarting or failing over when a worker starts
+        try:
+            client = accord.Client.connect(
+                url, namespace=os.environ["CHAOS_NAMESPACE"], owner=name, ttl=ttl
+            )
+            break
+        except accord.AccordError as e:
+            say(ev="error", op="connect", err=str(e)[:200])
+            time.sleep(0.5)
     say(ev="start", w=name)
     round_ = 0
     while True:

@@ -56,12 +56,17 @@ async fn main() {
     let keys: Vec<String> = env("CHAOS_KEYS").split(',').map(str::to_owned).collect();
     let ttl = Duration::from_millis(env("CHAOS_TTL_MS").parse().expect("CHAOS_TTL_MS"));
     let mut writer = Writer { url: env("CHAOS_WRITER_URL"), db: None };
-    let client = Client::connect(
-        &env("CHAOS_URL"),
-        ClientOptions::new().namespace(env("CHAOS_NAMESPACE")).owner(&name).ttl(ttl),
-    )
-    .await
-    .expect("connect");
+    // The server may be restarting or failing over when a worker starts.
+    let client = loop {
+        let options = ClientOptions::new().namespace(env("CHAOS_NAMESPACE")).owner(&name).ttl(ttl);
+        match Client::connect(&env("CHAOS_URL"), options).await {
+            Ok(client) => break client,
+            Err(e) => {
+                say(json!({"ev": "error", "op": "connect", "err": e.to_string()}));
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    };
     say(json!({"ev": "start", "w": name}));
     loop {
         let key = keys[rand::random_range(0..keys.len())].clone();
@@ -81,7 +86,7 @@ async fn main() {
         let signal = lease.lost_signal();
         let watched = key.clone();
         tokio::spawn(async move {
-            if signal.ended().await == accord::LeaseStatus::Lost {
+            if matches!(signal.ended().await, accord::LeaseStatus::Lost(_)) {
                 say(json!({"ev": "lost", "key": watched, "fence": fence, "how": "signal"}));
             }
         });
