@@ -9,10 +9,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use accord::{AcquireOptions, Client, ClientOptions, ErrorKind};
 use serde_json::{json, Value};
 
-const WRITE: &str = "UPDATE chaos_resource SET fence = $1, writer = $2 WHERE key = $3 AND fence < $1";
+const WRITE: &str =
+    "UPDATE chaos_resource SET fence = $1, writer = $2 WHERE key = $3 AND fence < $1";
 
 fn say(mut event: Value) {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
     event["t"] = json!(now.as_secs_f64());
     println!("{event}");
 }
@@ -30,8 +33,11 @@ struct Writer {
 impl Writer {
     async fn write(&mut self, key: &str, fence: i64, name: &str) -> Result<bool, String> {
         if self.db.as_ref().is_none_or(|db| db.is_closed()) {
-            let mut config: tokio_postgres::Config = self.url.parse().map_err(|e| format!("{e}"))?;
-            config.application_name("chaos-writer").connect_timeout(Duration::from_secs(3));
+            let mut config: tokio_postgres::Config =
+                self.url.parse().map_err(|e| format!("{e}"))?;
+            config
+                .application_name("chaos-writer")
+                .connect_timeout(Duration::from_secs(3));
             let (db, connection) = config
                 .connect(tokio_postgres::NoTls)
                 .await
@@ -55,10 +61,16 @@ async fn main() {
     let name = env("CHAOS_NAME");
     let keys: Vec<String> = env("CHAOS_KEYS").split(',').map(str::to_owned).collect();
     let ttl = Duration::from_millis(env("CHAOS_TTL_MS").parse().expect("CHAOS_TTL_MS"));
-    let mut writer = Writer { url: env("CHAOS_WRITER_URL"), db: None };
+    let mut writer = Writer {
+        url: env("CHAOS_WRITER_URL"),
+        db: None,
+    };
     // The server may be restarting or failing over when a worker starts.
     let client = loop {
-        let options = ClientOptions::new().namespace(env("CHAOS_NAMESPACE")).owner(&name).ttl(ttl);
+        let options = ClientOptions::new()
+            .namespace(env("CHAOS_NAMESPACE"))
+            .owner(&name)
+            .ttl(ttl);
         match Client::connect(&env("CHAOS_URL"), options).await {
             Ok(client) => break client,
             Err(e) => {
@@ -71,7 +83,9 @@ async fn main() {
     loop {
         let key = keys[rand::random_range(0..keys.len())].clone();
         let (pause, rest) = (rand::random_range(20..150), rand::random_range(10..50));
-        let options = AcquireOptions::new().ttl(ttl).timeout(Duration::from_secs(3));
+        let options = AcquireOptions::new()
+            .ttl(ttl)
+            .timeout(Duration::from_secs(3));
         let lease = match client.acquire(&key, options).await {
             Ok(lease) => lease,
             Err(e) if e.kind() == ErrorKind::Timeout => continue,
