@@ -197,6 +197,8 @@ class Worker:
     incarnation: int = 0
     process: subprocess.Popen[str] | None = None
     holding: tuple[str, int] | None = None
+    #: True between a grant and the worker's write with it: a fault then makes a stale writer.
+    before_write: bool = False
     stopped: bool = False
 
     @property
@@ -224,6 +226,9 @@ class Run:
                 if process is worker.process:
                     if event["ev"] == "granted":
                         worker.holding = (event["key"], event["fence"])
+                        worker.before_write = True
+                    elif event["ev"] in ("write", "write_error"):
+                        worker.before_write = False
                     elif (
                         event["ev"] in ("released", "lost")
                         and worker.holding
@@ -241,6 +246,7 @@ def start(worker: Worker, run: Run, logs: Path) -> None:
     )
     stderr.close()
     worker.process, worker.holding, worker.stopped = process, None, False
+    worker.before_write = False
     threading.Thread(target=run.reader, args=(worker, process, worker.name), daemon=True).start()
 
 
@@ -405,10 +411,18 @@ class Nemesis:
         log(f"{kind} {json.dumps({k: v for k, v in detail.items() if k not in ('kind', 't')})}")
 
     def pick_holder(self) -> Worker | None:
-        """A worker that holds a lease now (by its own report), else any: seeded choice."""
-        with self.run.lock:
-            holding = [w for w in self.workers if w.holding and w.slot != "proxied"]
-        candidates = holding or [w for w in self.workers if w.slot != "proxied"]
+        """A worker that was granted a lease and has not written with it yet (waiting up to
+        1 s for one), else one that holds a lease, else any (by their own reports): seeded
+        choice among them."""
+        end = time.monotonic() + 1
+        while True:
+            with self.run.lock:
+                fresh = [w for w in self.workers if w.before_write and w.slot != "proxied"]
+                holding = [w for w in self.workers if w.holding and w.slot != "proxied"]
+            if fresh or time.monotonic() > end:
+                break
+            time.sleep(0.005)
+        candidates = fresh or holding or [w for w in self.workers if w.slot != "proxied"]
         ordered = sorted(candidates, key=lambda w: w.slot)
         return self.rng.choice(ordered) if ordered else None
 
@@ -704,7 +718,7 @@ def selftest() -> None:
         raise SystemExit(f"the checker's self-test failed: {got}, {r['violations']}, {clean}")
 
 
-def measure(result: dict[str, Any], run: Run) -> dict[str, list[float]]:
+def measure(result: dict[str, Any], run: Run) -> dict[str, list[Any]]:
     """Takeover after kill -9 and the lost signal of SIGSTOPped workers, from the audit."""
     by_key: dict[str, list[dict[str, Any]]] = {}
     for g in result["grant_rows"]:
@@ -716,6 +730,7 @@ def measure(result: dict[str, Any], run: Run) -> dict[str, list[float]]:
     takeover: list[float] = []
     after_expiry: list[float] = []
     lost_after_resume: list[float] = []
+    lost_langs: list[str] = []
     lost_after_expiry: list[float] = []
     events = result["events"]
     for fault in run.faults:
@@ -740,12 +755,16 @@ def measure(result: dict[str, Any], run: Run) -> dict[str, list[float]]:
             ]
             if lost and expiry < fault["resumed"]:
                 lost_after_resume.append(lost[0]["t"] - fault["resumed"])
+                lost_langs.append(
+                    f"{lost[0]['lang']} {(lost[0]['t'] - fault['resumed']) * 1000:.0f}"
+                )
                 lost_after_expiry.append(lost[0]["t"] - expiry)
     return {
         "takeover": takeover,
         "after_expiry": after_expiry,
         "lost_after_resume": lost_after_resume,
         "lost_after_expiry": lost_after_expiry,
+        "lost_langs": lost_langs,
     }
 
 
@@ -756,7 +775,7 @@ def measure(result: dict[str, Any], run: Run) -> dict[str, list[float]]:
 def report(
     args: Any,
     result: dict[str, Any],
-    latencies: dict[str, list[float]],
+    latencies: dict[str, list[Any]],
     run: Run,
     workers: list[Worker],
     missing: list[str],
@@ -819,8 +838,14 @@ def report(
         "| --- | --- | ---: |",
     ]
     what = {
-        "kill9": "SIGKILL of a worker holding a lease (restarted under a new owner)",
-        "sigstop": "SIGSTOP of a worker holding a lease for 1.5 ttl + 0.2-1 s, then SIGCONT",
+        "kill9": (
+            "SIGKILL of a worker, one granted a lease and not yet written with it if any "
+            "(restarted under a new owner)"
+        ),
+        "sigstop": (
+            "SIGSTOP of a worker (chosen alike) for 1.5 ttl + 0.2-1 s, then SIGCONT: it wakes "
+            "up a stale holder"
+        ),
         "terminate": "pg_terminate_backend of every accord connection",
         "restart_fast": "pg_ctl stop -m fast of the primary, start again",
         "restart_immediate": "pg_ctl stop -m immediate (a crash) of the primary, start again",
@@ -902,7 +927,8 @@ def report(
         ),
         (
             f"- Lost signal of SIGSTOPped workers, from SIGCONT to the worker's `lost` report: "
-            f"{summary(latencies['lost_after_resume'])}; from the server-side expiry of its lease "
+            f"{summary(latencies['lost_after_resume'])} (each, language and ms: "
+            f"{', '.join(latencies['lost_langs']) or 'none'}); from the server-side expiry of its lease "
             f"to that report: {summary(latencies['lost_after_expiry'])}. A stopped process cannot "
             "report anything, so the second figure is bounded below by how long the nemesis kept "
             "it stopped past its expiry; the first is how quickly a resumed worker learns it lost "
