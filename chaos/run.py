@@ -534,6 +534,19 @@ class Nemesis:
     def loop(self, until: float) -> None:
         """Every kind once in a seeded order (the first round always whole), then again in
         another order, until the time is up."""
+        self.rounds(until)
+        # An injection that failed in its round (say, a standby rebuild on a very loaded
+        # machine) is tried once more, so that every kind is injected whenever it can be.
+        for kind in KINDS:
+            if not any(f["kind"] == kind for f in self.run.faults):
+                time.sleep(self.rng.uniform(*self.args.gap))
+                try:
+                    self.inject(kind)
+                except Exception as e:  # noqa: BLE001
+                    log(f"{kind} failed again: {e}")
+                    self.run.faults.append({"kind": f"{kind}_failed", "error": str(e)})
+
+    def rounds(self, until: float) -> None:
         first = True
         while first or time.time() < until:
             kinds = list(KINDS)
