@@ -642,6 +642,15 @@ def judge(
             top[key] = max(top.get(key, 0), fence)
         prev[key] = row
     granted = {(g["key"], g["fence"]): g for g in grants}
+    # Both audits take their seq from one sequence: the grant's record as of each write.
+    history: dict[tuple[str, int], list[tuple[Any, ...]]] = {}
+    for row in leases:
+        history.setdefault((row[3], row[5]), []).append(row)
+    late = 0
+    for seq, at, key, fence, _old, _writer in writes:
+        record = [row for row in history.get((key, fence), []) if row[0] < seq]
+        if record and (record[-1][6] is None or record[-1][6] < at):
+            late += 1
     stale = unknown = 0
     accepted_top: dict[str, int] = {}
     for _seq, _at, key, fence, _old, writer in writes:
@@ -686,6 +695,7 @@ def judge(
         "accepted": len(writes),
         "refused": len(refused),
         "stale": stale,
+        "late": late,
         "unknown_writer": unknown,
         "lost_grants": len(lost_grants),
         "lost_writes": len(lost_writes),
@@ -911,6 +921,10 @@ def report(
         ),
         f"| superseded grants delivered or written with | {r['used_superseded']} |",
         f"| accepted writes with no matching grant to the writer | {r['unknown_writer']} |",
+        (
+            f"| accepted writes made after the writer's lease had ended on the server "
+            f"(expired or released; no newer holder had written yet) | {r['late']} |"
+        ),
         f"| grants reported to a worker but not on record | {r['lost_grants']} |",
         f"| writes acknowledged to a worker but not on record | {r['lost_writes']} |",
         "",
@@ -928,7 +942,10 @@ def report(
             "than the `expires_at` of the previous grant of the key, which was neither released nor "
             "done. A stale write is an accepted write whose fence is not larger than an earlier "
             "accepted one of the key. The refused count comes from the workers (PostgreSQL "
-            "records no row for an UPDATE that matched none)."
+            "records no row for an UPDATE that matched none). A write accepted after its "
+            "lease ended is no violation: no newer holder had written, so the resource was "
+            "still consistent, which is what a fence promises; it shows what the lost signal "
+            "is for (the workers here do not consult it before writing)."
         ),
         "",
         "## Latencies",
