@@ -4,6 +4,7 @@
 #   scripts/failover-pair.sh run CMD...      start the pair, run CMD, remove the pair
 #   scripts/failover-pair.sh primary         which node (a or b) is the primary now
 #   scripts/failover-pair.sh stop NODE MODE  pg_ctl stop -m MODE (fast, immediate)
+#   scripts/failover-pair.sh start NODE      pg_ctl start of a stopped NODE (as it was)
 #   scripts/failover-pair.sh promote NODE    the standby NODE becomes the primary
 #   scripts/failover-pair.sh standby NODE    NODE (stopped) is made afresh a synchronous standby
 #                                            of the primary (pg_basebackup), and started
@@ -14,6 +15,8 @@
 # ACCORD_TEST_FAILOVER_CTL, this script's path. The primary lists the standby in
 # synchronous_standby_names (with synchronous_commit on): a commit is acknowledged only once the
 # standby has it, so a promoted standby has every grant any client was told of.
+# ACCORD_PAIR_FSYNC=on makes the pair durable (fsync and full_page_writes on; the chaos run,
+# chaos/run.py, restarts and crashes the primary); off by default.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -60,7 +63,7 @@ standby() {
   rm -rf "${dir:?}/$node"
   "${as_pg[@]}" env PGPASSWORD="$(cat "$dir/password")" \
     "$bindir/pg_basebackup" -h 127.0.0.1 -p "$(cat "$dir/$from.port")" -U postgres \
-    -D "$dir/$node" -X stream -R --no-sync >"$dir/$node.basebackup.log" 2>&1 \
+    -D "$dir/$node" -X stream -R --no-sync --checkpoint=fast >"$dir/$node.basebackup.log" 2>&1 \
     || { cat "$dir/$node.basebackup.log" >&2; exit 1; }
   cat >>"$dir/$node/postgresql.conf" <<CONF
 port = $(cat "$dir/$node.port")
@@ -68,6 +71,7 @@ CONF
   cat >>"$dir/$node/postgresql.auto.conf" <<CONF
 primary_conninfo = 'host=127.0.0.1 port=$(cat "$dir/$from.port") user=postgres password=$(cat "$dir/password") application_name=$node'
 synchronous_standby_names = ''
+wal_retrieve_retry_interval = '500ms'
 CONF
   "${as_pg[@]}" "$bindir/pg_ctl" -D "$dir/$node" -l "$dir/$node.log" -w -t 60 start >/dev/null \
     || { cat "$dir/$node.log" >&2; exit 1; }
@@ -103,13 +107,14 @@ case "${1:-}" in
       --auth-local=trust --auth-host=scram-sha-256 -E UTF8 --no-sync >"$dir/initdb.log" 2>&1 \
       || { cat "$dir/initdb.log" >&2; exit 1; }
     # fsync off keeps the suite fast; what the tests judge is replication, which a stopped
-    # (never restarted) primary does not need fsync for.
+    # (never restarted) primary does not need fsync for. The chaos run turns it on.
+    fsync=${ACCORD_PAIR_FSYNC:-off}
     cat >>"$dir/a/postgresql.conf" <<CONF
 listen_addresses = '127.0.0.1'
 port = $(cat "$dir/a.port")
 unix_socket_directories = '$dir'
-fsync = off
-full_page_writes = off
+fsync = $fsync
+full_page_writes = $fsync
 synchronous_commit = on
 wal_level = replica
 max_wal_senders = 10
@@ -130,19 +135,21 @@ CONF
     set -e
     exit $status
     ;;
-  primary | stop | promote | standby)
+  primary | stop | start | promote | standby)
     dir=${ACCORD_TEST_FAILOVER_DIR:?"run under scripts/failover-pair.sh run"}
     case "$1" in
       primary) primary ;;
       stop)
         "${as_pg[@]}" "$bindir/pg_ctl" -D "$dir/$2" -m "${3:-fast}" -w -t 60 stop >/dev/null ;;
+      start)
+        "${as_pg[@]}" "$bindir/pg_ctl" -D "$dir/$2" -l "$dir/$2.log" -w -t 60 start >/dev/null ;;
       promote)
         "${as_pg[@]}" "$bindir/pg_ctl" -D "$dir/$2" -w -t 60 promote >/dev/null ;;
       standby) standby "$2" ;;
     esac
     ;;
   *)
-    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

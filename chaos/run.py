@@ -1,0 +1,1066 @@
+"""The chaos run (`make chaos`, `make test-chaos`): workers in every language hold leases and make
+fenced writes on a durable PostgreSQL primary with a synchronous standby while a seeded nemesis
+kills, stops, cuts, restarts and fails over; then a checker judges from the server's own record.
+
+    ACCORD_PAIR_FSYNC=on scripts/failover-pair.sh run .venv/bin/python chaos/run.py \\
+        --seed 1 --duration 300 --report docs/reliability.md
+
+Runs under scripts/failover-pair.sh (which exports ACCORD_TEST_FAILOVER_URL, _DIR and _CTL).
+Workers (each loops acquire → a little work → fenced write through a plain SQL connection of its
+own → a little work → release, and prints JSON lines):
+
+    rust    target/debug/examples/chaos_worker      (cargo build -p accord --example chaos_worker)
+    python  chaos/workers/worker.py                 (the package installed in the venv)
+    node    chaos/workers/worker.js                 (the addon built in node/)
+    c       target/chaos/worker_c                   (libaccord + libpq)
+    go      target/chaos/worker_go                  (bindings/go + libpq)
+    run     chaos/workers/run_worker.sh             (`accord run KEY -- psql …$ACCORD_FENCE`)
+
+A worker whose program is missing is left out (and the report says so). The checker reads two
+audit tables that triggers fill inside the transactions that change the rows, so it trusts no
+worker: `chaos_lease_audit` (every INSERT or UPDATE of accord.leases in the run's namespace:
+key, owner, fence, expires_at, done, the server's clock and a sequence value taken while the row
+is locked, so per key in row-lock order) and `chaos_write_audit` (every accepted fenced write).
+Exit status 1 on any violation, or (with --require-all) when a fault kind was never injected or
+no lease was granted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import psycopg
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+NAMESPACE = "chaos"
+KEYS = [f"k{i}" for i in range(4)]
+POOL = "pool/"
+POOL_SIZE = 400
+KINDS = [
+    "kill9",
+    "sigstop",
+    "terminate",
+    "restart_fast",
+    "restart_immediate",
+    "failover",
+    "proxy_freeze",
+    "proxy_cut",
+]
+
+
+def log(message: str) -> None:
+    print(f"[chaos {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# The pair (scripts/failover-pair.sh)
+
+
+class Pair:
+    def __init__(self) -> None:
+        self.dir = Path(os.environ["ACCORD_TEST_FAILOVER_DIR"])
+        self.ctl = os.environ["ACCORD_TEST_FAILOVER_CTL"]
+        self.password = (self.dir / "password").read_text().strip()
+        self.ports = {n: int((self.dir / f"{n}.port").read_text()) for n in "ab"}
+
+    def url(self, ports: list[int], **params: str) -> str:
+        hosts = ",".join(f"127.0.0.1:{p}" for p in ports)
+        query = "&".join(
+            [f"{k}={quote(v)}" for k, v in {"target_session_attrs": "read-write", **params}.items()]
+        )
+        return f"postgres://postgres:{quote(self.password)}@{hosts}/postgres?{query}"
+
+    def ctl_run(self, *args: str) -> None:
+        subprocess.run([self.ctl, *args], check=True, stdout=subprocess.DEVNULL)
+
+    def primary(self) -> str:
+        out = subprocess.run([self.ctl, "primary"], capture_output=True, text=True, check=True)
+        return out.stdout.strip()
+
+    def connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(
+            self.url(list(self.ports.values()), application_name="chaos", connect_timeout="5"),
+            autocommit=True,
+        )
+
+    def wait_primary(self, deadline: float = 60) -> psycopg.Connection[Any]:
+        end = time.monotonic() + deadline
+        while True:
+            try:
+                return self.connect()
+            except psycopg.OperationalError:
+                if time.monotonic() > end:
+                    raise
+                time.sleep(0.2)
+
+
+# --------------------------------------------------------------------------------------------
+# The TCP proxy between one worker and the server: freezes (stops moving bytes, connections
+# open) or cuts (closes) that worker's connections.
+
+
+class Proxy:
+    def __init__(self, targets: list[int]) -> None:
+        self.targets = targets
+        self.ports: list[int] = []
+        self.loop = asyncio.new_event_loop()
+        self.flowing = asyncio.Event()
+        self.writers: set[asyncio.StreamWriter] = set()
+        ready = threading.Event()
+        threading.Thread(target=self._run, args=(ready,), daemon=True).start()
+        ready.wait()
+
+    def _run(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.flowing.set()
+
+        async def start() -> None:
+            for target in self.targets:
+                serve = functools.partial(self._serve, target=target)
+                server = await asyncio.start_server(serve, "127.0.0.1", 0)
+                self.ports.append(server.sockets[0].getsockname()[1])
+
+        self.loop.run_until_complete(start())
+        ready.set()
+        self.loop.run_forever()
+
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, target: int
+    ) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", target)
+        except OSError:
+            writer.close()
+            return
+        self.writers |= {writer, up_writer}
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    await self.flowing.wait()
+                    dst.write(data)
+                    await dst.drain()
+            except (OSError, asyncio.CancelledError):
+                pass
+            finally:
+                dst.close()
+                self.writers.discard(dst)
+
+        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
+
+    def freeze(self, frozen: bool) -> None:
+        self.loop.call_soon_threadsafe(self.flowing.clear if frozen else self.flowing.set)
+
+    def cut(self) -> int:
+        done = threading.Event()
+        count = [0]
+
+        def close_all() -> None:
+            count[0] = len(self.writers)
+            for w in list(self.writers):
+                w.transport.abort()
+            self.writers.clear()
+            done.set()
+
+        self.loop.call_soon_threadsafe(close_all)
+        done.wait(5)
+        return count[0] // 2
+
+
+# --------------------------------------------------------------------------------------------
+# Workers
+
+
+@dataclass
+class Worker:
+    slot: str
+    lang: str
+    command: list[str]
+    env: dict[str, str]
+    incarnation: int = 0
+    process: subprocess.Popen[str] | None = None
+    holding: tuple[str, int] | None = None
+    #: True between a grant and the worker's write with it: a fault then makes a stale writer.
+    before_write: bool = False
+    stopped: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.slot}.{self.incarnation}"
+
+
+@dataclass
+class Run:
+    events: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    faults: list[dict[str, Any]] = field(default_factory=list)
+
+    def reader(self, worker: Worker, process: subprocess.Popen[str], name: str) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            event["w"] = name
+            event["lang"] = worker.lang
+            with self.lock:
+                self.events.append(event)
+                if process is worker.process:
+                    if event["ev"] == "granted":
+                        worker.holding = (event["key"], event["fence"])
+                        worker.before_write = True
+                    elif event["ev"] in ("write", "write_error"):
+                        worker.before_write = False
+                    elif (
+                        event["ev"] in ("released", "lost")
+                        and worker.holding
+                        and event.get("fence") in (None, worker.holding[1])
+                    ):
+                        worker.holding = None
+
+
+def start(worker: Worker, run: Run, logs: Path) -> None:
+    worker.incarnation += 1
+    env = {**os.environ, **worker.env, "CHAOS_NAME": worker.name}
+    stderr = open(logs / f"{worker.name}.err", "w")  # noqa: SIM115 (the child keeps it)
+    process = subprocess.Popen(
+        worker.command, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True
+    )
+    stderr.close()
+    worker.process, worker.holding, worker.stopped = process, None, False
+    worker.before_write = False
+    threading.Thread(target=run.reader, args=(worker, process, worker.name), daemon=True).start()
+
+
+def target_pid(worker: Worker) -> int | None:
+    """The process that holds the lease: the worker, or for `accord run` its accord child."""
+    assert worker.process is not None
+    pid = worker.process.pid
+    if worker.lang != "run":
+        return pid
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return None
+    for child in children:
+        try:
+            if Path(f"/proc/{child}/comm").read_text().strip() == "accord":
+                return int(child)
+        except OSError:
+            continue
+    return None
+
+
+def build_workers(pair: Pair, proxy: Proxy, ttl_ms: int) -> tuple[list[Worker], list[str]]:
+    direct = list(pair.ports.values())
+    url = pair.url(direct)
+    writer_url = pair.url(direct, application_name="chaos-writer", connect_timeout="3")
+    proxied = pair.url(proxy.ports)
+    common = {
+        "CHAOS_URL": url,
+        "CHAOS_WRITER_URL": writer_url,
+        "CHAOS_NAMESPACE": NAMESPACE,
+        "CHAOS_KEYS": ",".join(KEYS),
+        "CHAOS_TTL_MS": str(ttl_ms),
+        "CHAOS_WRITER_HOSTS": ",".join(f"127.0.0.1:{p}" for p in direct),
+        "CHAOS_PGUSER": "postgres",
+        "CHAOS_PGPASSWORD": pair.password,
+        "CHAOS_PGDATABASE": "postgres",
+    }
+    py = sys.executable
+    bindir = subprocess.run(
+        ["pg_config", "--bindir"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    psql = str(Path(bindir) / "psql") if bindir else (shutil.which("psql") or "psql")
+    programs = {
+        "rust": [str(REPO / "target/debug/examples/chaos_worker")],
+        "python": [py, str(HERE / "workers/worker.py")],
+        "node": ["node", str(HERE / "workers/worker.js")],
+        "c": [str(REPO / "target/chaos/worker_c")],
+        "go": [str(REPO / "target/chaos/worker_go")],
+        "run": ["bash", str(HERE / "workers/run_worker.sh")],
+    }
+    available = {
+        "rust": Path(programs["rust"][0]).exists(),
+        "python": True,
+        "node": any((REPO / "node").glob("accord.*.node")) and shutil.which("node") is not None,
+        "c": Path(programs["c"][0]).exists(),
+        "go": Path(programs["go"][0]).exists(),
+        "run": (REPO / "target/debug/accord").exists(),
+    }
+    plan = [
+        ("rust", 2),
+        ("python", 2),
+        ("node", 2),
+        ("c", 1),
+        ("go", 1),
+        ("run", 1),
+    ]
+    workers = []
+    for lang, count in plan:
+        if not available[lang]:
+            continue
+        for i in range(count):
+            env = dict(common)
+            if lang == "python" and i == 1:
+                env["CHAOS_POOL"] = POOL
+            if lang == "run":
+                env |= {"CHAOS_ACCORD": str(REPO / "target/debug/accord"), "CHAOS_PSQL": psql}
+            workers.append(Worker(f"{lang}{i}", lang, programs[lang], env))
+    # The proxied worker: Python, its coordinator and writer connections through the proxy.
+    proxied_env = dict(common) | {
+        "CHAOS_URL": proxied,
+        "CHAOS_WRITER_URL": pair.url(
+            proxy.ports, application_name="chaos-writer", connect_timeout="3"
+        ),
+    }
+    workers.append(Worker("proxied", "python", programs["python"], proxied_env))
+    missing = [lang for lang, ok in available.items() if not ok]
+    return workers, missing
+
+
+# --------------------------------------------------------------------------------------------
+# Schema and audit
+
+
+SETUP = f"""
+DROP TRIGGER IF EXISTS chaos_lease_audit ON accord.leases;
+DROP TABLE IF EXISTS chaos_resource, chaos_lease_audit, chaos_write_audit;
+DROP FUNCTION IF EXISTS chaos_lease_audit(), chaos_write_audit();
+DROP SEQUENCE IF EXISTS chaos_audit_seq;
+DELETE FROM accord.leases WHERE namespace = '{NAMESPACE}';
+DELETE FROM accord.tickets WHERE namespace = '{NAMESPACE}';
+CREATE TABLE chaos_resource (key text PRIMARY KEY, fence bigint NOT NULL, writer text);
+CREATE SEQUENCE chaos_audit_seq;
+CREATE TABLE chaos_lease_audit (
+  seq bigint NOT NULL, at timestamptz NOT NULL, op text NOT NULL, key text NOT NULL,
+  owner text, fence bigint NOT NULL, expires_at timestamptz, done boolean NOT NULL,
+  granted_at timestamptz, attempt bigint);
+CREATE FUNCTION chaos_lease_audit() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+  INSERT INTO chaos_lease_audit
+    VALUES (nextval('chaos_audit_seq'), clock_timestamp(), TG_OP, NEW.key, NEW.owner, NEW.fence,
+            NEW.expires_at, NEW.done, NEW.granted_at, NEW.attempt);
+  RETURN NULL;
+END $f$;
+CREATE TRIGGER chaos_lease_audit AFTER INSERT OR UPDATE ON accord.leases FOR EACH ROW
+  WHEN (NEW.namespace = '{NAMESPACE}') EXECUTE FUNCTION chaos_lease_audit();
+CREATE TABLE chaos_write_audit (
+  seq bigint NOT NULL, at timestamptz NOT NULL, key text NOT NULL, fence bigint NOT NULL,
+  old_fence bigint NOT NULL, writer text);
+CREATE FUNCTION chaos_write_audit() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+  INSERT INTO chaos_write_audit
+    VALUES (nextval('chaos_audit_seq'), clock_timestamp(), NEW.key, NEW.fence, OLD.fence,
+            NEW.writer);
+  RETURN NULL;
+END $f$;
+CREATE TRIGGER chaos_write_audit AFTER UPDATE ON chaos_resource FOR EACH ROW
+  EXECUTE FUNCTION chaos_write_audit();
+"""
+
+
+def setup(pair: Pair) -> None:
+    url = pair.url(list(pair.ports.values()))
+    # The client migrates the schema (before the trigger goes on its table), then offers the
+    # work pool. Objects of an earlier run on the same server are dropped first.
+    import accord
+
+    with accord.Client.connect(url, namespace=NAMESPACE) as client:
+        with pair.connect() as db:
+            db.execute(SETUP)
+            for key in KEYS:
+                db.execute("INSERT INTO chaos_resource VALUES (%s, 0, NULL)", (key,))
+        client.offer(POOL, [f"{POOL}{i:04}" for i in range(POOL_SIZE)])
+
+
+# --------------------------------------------------------------------------------------------
+# The nemesis
+
+
+class Nemesis:
+    def __init__(
+        self, pair: Pair, proxy: Proxy, workers: list[Worker], run: Run, logs: Path, args: Any
+    ) -> None:
+        self.pair, self.proxy, self.workers, self.run, self.logs = pair, proxy, workers, run, logs
+        self.rng = random.Random(args.seed)
+        self.ttl = args.ttl_ms / 1000
+        self.args = args
+
+    def record(self, kind: str, **detail: Any) -> None:
+        detail |= {"kind": kind, "t": time.time()}
+        self.run.faults.append(detail)
+        log(f"{kind} {json.dumps({k: v for k, v in detail.items() if k not in ('kind', 't')})}")
+
+    def pick_holder(self) -> Worker | None:
+        """A worker that was granted a lease and has not written with it yet (waiting up to
+        1 s for one), else one that holds a lease, else any (by their own reports): seeded
+        choice among them."""
+        end = time.monotonic() + 1
+        while True:
+            with self.run.lock:
+                fresh = [w for w in self.workers if w.before_write and w.slot != "proxied"]
+                holding = [w for w in self.workers if w.holding and w.slot != "proxied"]
+            if fresh or time.monotonic() > end:
+                break
+            time.sleep(0.005)
+        candidates = fresh or holding or [w for w in self.workers if w.slot != "proxied"]
+        ordered = sorted(candidates, key=lambda w: w.slot)
+        return self.rng.choice(ordered) if ordered else None
+
+    def inject(self, kind: str) -> None:
+        getattr(self, kind)()
+        # A worker that exited by itself (not one of our kills) is counted and restarted.
+        for worker in self.workers:
+            if worker.process and worker.process.poll() is not None:
+                self.run.faults.append(
+                    {"kind": "worker_exit", "worker": worker.name, "t": time.time()}
+                )
+                log(f"{worker.name} exited with {worker.process.returncode}; restarted")
+                start(worker, self.run, self.logs)
+
+    def kill9(self) -> None:
+        for _ in range(20):
+            worker = self.pick_holder()
+            if worker is None:
+                return
+            pid = target_pid(worker)
+            if pid is not None:
+                break
+            time.sleep(0.05)
+        else:
+            return
+        with self.run.lock:
+            held = worker.holding
+            name = worker.name
+        os.kill(pid, signal.SIGKILL)
+        self.record("kill9", worker=name, held=held)
+        if worker.lang != "run":  # the run worker's loop starts the next `accord run` itself
+            assert worker.process is not None
+            worker.process.wait()
+            time.sleep(0.3)
+            start(worker, self.run, self.logs)
+
+    def sigstop(self) -> None:
+        for _ in range(20):
+            worker = self.pick_holder()
+            if worker is None:
+                return
+            pid = target_pid(worker)
+            if pid is not None:
+                break
+            time.sleep(0.05)
+        else:
+            return
+        with self.run.lock:
+            held = worker.holding
+            name = worker.name
+        os.kill(pid, signal.SIGSTOP)
+        worker.stopped = True
+        stopped = time.time()
+        time.sleep(self.ttl * 1.5 + self.rng.uniform(0.2, 1.0))
+        resumed = time.time()
+        os.kill(pid, signal.SIGCONT)
+        worker.stopped = False
+        self.record("sigstop", worker=name, held=held, stopped=stopped, resumed=resumed)
+
+    def terminate(self) -> None:
+        with self.pair.wait_primary() as db:
+            row = db.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = 'accord' AND pid <> pg_backend_pid()"
+            ).fetchone()
+        self.record("terminate", backends=row[0] if row else 0)
+
+    def _restart(self, kind: str, mode: str) -> None:
+        node = self.pair.primary()
+        began = time.time()
+        self.pair.ctl_run("stop", node, mode)
+        time.sleep(self.rng.uniform(0.2, 1.0))
+        self.pair.ctl_run("start", node)
+        self.record(kind, node=node, down=round(time.time() - began, 2))
+
+    def restart_fast(self) -> None:
+        self._restart("restart_fast", "fast")
+
+    def restart_immediate(self) -> None:
+        self._restart("restart_immediate", "immediate")
+
+    def failover(self) -> None:
+        old = self.pair.primary()
+        new = "b" if old == "a" else "a"
+        began = time.time()
+        self.pair.ctl_run("stop", old, self.rng.choice(["fast", "immediate"]))
+        self.pair.ctl_run("promote", new)
+        promoted = time.time() - began
+        # The old primary comes back as a synchronous standby of the new one (pg_basebackup).
+        self.pair.ctl_run("standby", old)
+        self.record(
+            "failover",
+            old=old,
+            new=new,
+            promoted_in=round(promoted, 2),
+            rebuilt_in=round(time.time() - began, 2),
+        )
+
+    def proxy_freeze(self) -> None:
+        self.proxy.freeze(True)
+        hold = self.ttl * 1.5 + self.rng.uniform(0.2, 1.0)
+        time.sleep(hold)
+        self.proxy.freeze(False)
+        self.record("proxy_freeze", seconds=round(hold, 2))
+
+    def proxy_cut(self) -> None:
+        self.record("proxy_cut", connections=self.proxy.cut())
+
+    def loop(self, until: float) -> None:
+        """Every kind once in a seeded order (the first round always whole), then again in
+        another order, until the time is up."""
+        self.rounds(until)
+        # An injection that failed in its round (say, a standby rebuild on a very loaded
+        # machine) is tried once more, so that every kind is injected whenever it can be.
+        for kind in KINDS:
+            if not any(f["kind"] == kind for f in self.run.faults):
+                time.sleep(self.rng.uniform(*self.args.gap))
+                try:
+                    self.inject(kind)
+                except Exception as e:  # noqa: BLE001
+                    log(f"{kind} failed again: {e}")
+                    self.run.faults.append({"kind": f"{kind}_failed", "error": str(e)})
+
+    def rounds(self, until: float) -> None:
+        first = True
+        while first or time.time() < until:
+            kinds = list(KINDS)
+            self.rng.shuffle(kinds)
+            for kind in kinds:
+                time.sleep(self.rng.uniform(*self.args.gap))
+                if time.time() >= until and not first:
+                    return
+                try:
+                    self.inject(kind)
+                except Exception as e:  # noqa: BLE001 (a failed injection is reported, not fatal)
+                    log(f"{kind} failed: {e}")
+                    self.run.faults.append({"kind": f"{kind}_failed", "error": str(e)})
+            first = False
+
+
+# --------------------------------------------------------------------------------------------
+# The checker
+
+
+def summary(values: list[float], unit: str = "ms") -> str:
+    if not values:
+        return "n/a (none measured)"
+    if unit == "s":
+        return f"p50 {statistics.median(values):.1f} s, max {max(values):.1f} s (n={len(values)})"
+    return (
+        f"p50 {statistics.median(values) * 1000:.0f} ms, max {max(values) * 1000:.0f} ms "
+        f"(n={len(values)})"
+    )
+
+
+def check(db: psycopg.Connection[Any], run: Run) -> dict[str, Any]:
+    """Reads both audits and judges them (with the workers' reports for what they were told)."""
+    leases = db.execute(
+        "SELECT seq, extract(epoch FROM at)::float8, op, key, owner, fence,"
+        " extract(epoch FROM expires_at)::float8, done, extract(epoch FROM granted_at)::float8,"
+        " attempt FROM chaos_lease_audit ORDER BY key, seq"
+    ).fetchall()
+    writes = db.execute(
+        "SELECT seq, extract(epoch FROM at)::float8, key, fence, old_fence, writer"
+        " FROM chaos_write_audit ORDER BY key, seq"
+    ).fetchall()
+    with run.lock:
+        events = list(run.events)
+    return judge(leases, writes, events)
+
+
+def judge(
+    leases: list[tuple[Any, ...]], writes: list[tuple[Any, ...]], events: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """`leases`: the lease audit's rows (seq, at, op, key, owner, fence, expires_at, done,
+    granted_at, attempt; times as epoch seconds) ordered by key then seq; `writes`: the write
+    audit's (seq, at, key, fence, old_fence, writer) in the same order.
+
+    A grant while the previous one was live is a double grant, unless both are grants of one
+    acquire call (the same `attempt`): a client retries a grant whose answer it lost (a cut
+    connection) with the same attempt, and the server grants it again under a new fence, so the
+    first fence was never delivered. Those are counted as superseded, and a superseded fence
+    that a worker reported or wrote with is a violation."""
+    violations: list[str] = []
+    grants: list[dict[str, Any]] = []  # in row-lock order per key
+    prev: dict[str, tuple[Any, ...]] = {}
+    top: dict[str, int] = {}
+    double = backwards = regranted_done = 0
+    superseded: set[tuple[str, int]] = set()
+    for row in leases:
+        seq, at, _op, key, owner, fence, expires, _done, granted_at, attempt = row
+        before = prev.get(key)
+        is_grant = expires is not None and (before is None or before[5] != fence)
+        if is_grant:
+            when = granted_at if granted_at is not None else at
+            grants.append({"key": key, "owner": owner, "fence": fence, "at": when, "seq": seq})
+            if before is not None:
+                if before[7]:
+                    regranted_done += 1
+                    violations.append(f"done key {key} granted again (fence {fence})")
+                elif (
+                    before[6] is not None
+                    and before[6] > when
+                    and attempt is not None
+                    and (before[9] == attempt and before[4] == owner)
+                ):
+                    superseded.add((key, before[5]))
+                elif before[6] is not None and before[6] > when:
+                    double += 1
+                    violations.append(
+                        f"double grant of {key}: fence {fence} to {owner} at {when:.3f} while "
+                        f"fence {before[5]} of {before[4]} was live until {before[6]:.3f}"
+                    )
+            if fence <= top.get(key, 0):
+                backwards += 1
+                violations.append(f"fence of {key} did not increase: {fence} after {top[key]}")
+            top[key] = max(top.get(key, 0), fence)
+        prev[key] = row
+    granted = {(g["key"], g["fence"]): g for g in grants}
+    # Both audits take their seq from one sequence: the grant's record as of each write.
+    history: dict[tuple[str, int], list[tuple[Any, ...]]] = {}
+    for row in leases:
+        history.setdefault((row[3], row[5]), []).append(row)
+    late = 0
+    for seq, at, key, fence, _old, _writer in writes:
+        record = [row for row in history.get((key, fence), []) if row[0] < seq]
+        if record and (record[-1][6] is None or record[-1][6] < at):
+            late += 1
+    stale = unknown = 0
+    accepted_top: dict[str, int] = {}
+    for _seq, _at, key, fence, _old, writer in writes:
+        if fence <= accepted_top.get(key, 0):
+            stale += 1
+            violations.append(f"stale write accepted on {key}: fence {fence}")
+        accepted_top[key] = max(accepted_top.get(key, 0), fence)
+        grant = granted.get((key, fence))
+        if grant is None or grant["owner"] != writer:
+            unknown += 1
+            violations.append(f"write on {key} with fence {fence} by {writer}: no such grant")
+    # What workers were told must be in the server's record (synchronous standby, fsync on).
+    told_grants = {(e["key"], e["fence"]) for e in events if e["ev"] in ("granted", "claimed")}
+    told_writes = {(e["key"], e["fence"]) for e in events if e["ev"] == "write" and e["accepted"]}
+    audited_writes = {(w[2], w[3]) for w in writes}
+    lost_grants = told_grants - granted.keys()
+    used_superseded = (told_grants | {(w[2], w[3]) for w in writes}) & superseded
+    for key, fence in sorted(used_superseded):
+        violations.append(f"superseded grant of {key} fence {fence} was delivered or written with")
+    lost_writes = told_writes - audited_writes
+    for key, fence in sorted(lost_grants):
+        violations.append(f"grant of {key} fence {fence} reported to a worker, not on record")
+    for key, fence in sorted(lost_writes):
+        violations.append(f"write to {key} fence {fence} acknowledged, not on record")
+    refused = [e for e in events if e["ev"] == "write" and not e["accepted"]]
+    by_lang: dict[str, dict[str, int]] = {}
+    for e in events:
+        counts = by_lang.setdefault(e["lang"], {"granted": 0, "accepted": 0, "refused": 0})
+        if e["ev"] == "granted":
+            counts["granted"] += 1
+        elif e["ev"] == "write":
+            counts["accepted" if e["accepted"] else "refused"] += 1
+    return {
+        "violations": violations,
+        "grants": len(grants),
+        "keys": sorted(top),
+        "double": double,
+        "backwards": backwards,
+        "regranted_done": regranted_done,
+        "superseded": len(superseded),
+        "used_superseded": len(used_superseded),
+        "accepted": len(writes),
+        "refused": len(refused),
+        "stale": stale,
+        "late": late,
+        "unknown_writer": unknown,
+        "lost_grants": len(lost_grants),
+        "lost_writes": len(lost_writes),
+        "pool_done": sum(1 for e in events if e["ev"] == "done"),
+        "by_lang": by_lang,
+        "grant_rows": grants,
+        "lease_rows": leases,
+        "events": events,
+    }
+
+
+def selftest() -> None:
+    """The checker must see what it is meant to catch: a made-up history with one double
+    grant, one fence going backwards, one regrant of a done key and one stale write."""
+    leases = [
+        # k: granted to a until 10.0, released, granted to b (fine)
+        (1, 1.0, "INSERT", "k", "a", 5, 10.0, False, 1.0, 100),
+        (2, 2.0, "UPDATE", "k", None, 5, None, False, 1.0, None),
+        (3, 3.0, "UPDATE", "k", "b", 7, 13.0, False, 3.0, 101),
+        # ... then granted to c at 4.0 while b's grant runs until 13.0: a double grant
+        (4, 4.0, "UPDATE", "k", "c", 9, 14.0, False, 4.0, 102),
+        # ... expired, granted to d with a smaller fence: backwards
+        (5, 20.0, "UPDATE", "k", "d", 8, 30.0, False, 20.0, 103),
+        # j: done, then granted again
+        (6, 1.0, "INSERT", "j", "a", 11, 10.0, False, 1.0, 104),
+        (7, 2.0, "UPDATE", "j", "a", 11, None, True, 1.0, None),
+        (8, 3.0, "UPDATE", "j", "b", 12, 13.0, False, 3.0, 105),
+        # i: one acquire's retry granted again under a new fence (not a double grant)
+        (12, 1.0, "INSERT", "i", "a", 13, 10.0, False, 1.0, 106),
+        (13, 2.0, "UPDATE", "i", "a", 14, 11.0, False, 2.0, 106),
+    ]
+    writes = [
+        (9, 3.5, "k", 7, 0, "b"),
+        (10, 4.5, "k", 9, 7, "c"),
+        (11, 21.0, "k", 8, 9, "d"),  # stale: 8 after 9
+    ]
+    events = [{"ev": "granted", "key": "k", "fence": 7, "lang": "x", "w": "b"}]
+    r = judge(leases, writes, events)
+    got = tuple(r[k] for k in ("double", "backwards", "regranted_done", "stale", "grants"))
+    got += (r["superseded"],)
+    clean = judge(leases[:3] + leases[-2:], writes[:1], events)["violations"]
+    if got != (1, 1, 1, 1, 8, 1) or clean:
+        raise SystemExit(f"the checker's self-test failed: {got}, {r['violations']}, {clean}")
+
+
+def measure(result: dict[str, Any], run: Run) -> dict[str, list[Any]]:
+    """Takeover after kill -9 and the lost signal of SIGSTOPped workers, from the audit."""
+    by_key: dict[str, list[dict[str, Any]]] = {}
+    for g in result["grant_rows"]:
+        by_key.setdefault(g["key"], []).append(g)
+    # The server's last record of each grant (its expiry, or its release: expires_at NULL).
+    last: dict[tuple[str, int], tuple[Any, ...]] = {}
+    for row in result["lease_rows"]:
+        last[(row[3], row[5])] = row
+    takeover: list[float] = []
+    after_expiry: list[float] = []
+    lost_after_resume: list[float] = []
+    lost_langs: list[str] = []
+    lost_after_expiry: list[float] = []
+    events = result["events"]
+    for fault in run.faults:
+        held = fault.get("held")
+        if fault["kind"] not in ("kill9", "sigstop") or not held:
+            continue
+        key, fence = held
+        record = last.get((key, fence))
+        if record is None or record[6] is None:
+            continue  # released (or never recorded) before the fault: nothing was left held
+        expiry = record[6]
+        if fault["kind"] == "kill9":
+            later = [g for g in by_key.get(key, []) if g["fence"] > fence]
+            if later:
+                takeover.append(later[0]["at"] - fault["t"])
+                after_expiry.append(later[0]["at"] - expiry)
+        else:
+            lost = [
+                e
+                for e in events
+                if e["w"] == fault["worker"] and e["ev"] == "lost" and e.get("fence") == fence
+            ]
+            if lost and expiry < fault["resumed"]:
+                lost_after_resume.append(lost[0]["t"] - fault["resumed"])
+                lost_langs.append(
+                    f"{lost[0]['lang']} {(lost[0]['t'] - fault['resumed']) * 1000:.0f}"
+                )
+                lost_after_expiry.append(lost[0]["t"] - expiry)
+    return {
+        "takeover": takeover,
+        "after_expiry": after_expiry,
+        "lost_after_resume": lost_after_resume,
+        "lost_after_expiry": lost_after_expiry,
+        "lost_langs": lost_langs,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# The report
+
+
+def report(
+    args: Any,
+    result: dict[str, Any],
+    latencies: dict[str, list[Any]],
+    run: Run,
+    workers: list[Worker],
+    missing: list[str],
+    wall: float,
+) -> str:
+    counts = {kind: 0 for kind in KINDS}
+    failed: dict[str, int] = {}
+    for fault in run.faults:
+        if fault["kind"] in counts:
+            counts[fault["kind"]] += 1
+        elif fault["kind"] != "worker_exit":
+            failed[fault["kind"]] = failed.get(fault["kind"], 0) + 1
+    langs = sorted({w.lang for w in workers})
+    verdict = "PASS" if not result["violations"] else "FAIL"
+    lines = [
+        "# Reliability: the chaos run",
+        "",
+        (
+            "Generated by `make chaos` (chaos/run.py); do not edit by hand. "
+            f"Verdict: **{verdict}** ({len(result['violations'])} violations)."
+        ),
+        "",
+        "## Setup",
+        "",
+        (
+            "- PostgreSQL: a primary with a synchronous streaming standby "
+            "(`scripts/failover-pair.sh`, `ACCORD_PAIR_FSYNC=on`: fsync, full_page_writes and "
+            "synchronous_commit on). Clients get both nodes in one URL with "
+            "`target_session_attrs=read-write`."
+        ),
+        (
+            f"- Workers: {len(workers)} ({', '.join(f'`{w.slot}`' for w in workers)}) in "
+            f"{', '.join(langs)}"
+            + (f"; left out (not built): {', '.join(missing)}" if missing else "")
+            + f". Each loops over {len(KEYS)} keys with a ttl of {args.ttl_ms} ms: acquire "
+            "(waiting up to 3 s), 20-150 ms of work, a fenced write through a plain SQL "
+            "connection of its own (`UPDATE chaos_resource SET fence = $f, writer = $w WHERE key "
+            "= $k AND fence < $f`, accepted iff a row changed), 10-50 ms more, release. The "
+            "workers write without consulting the lost signal first, on purpose: the fence alone "
+            "stands between a stale holder and the resource. `python1` also claims from a "
+            f"work pool of {POOL_SIZE} keys and marks each done; `run0` is "
+            "`accord run KEY -- bash -c '… psql … $ACCORD_FENCE'`; `proxied` (Python) reaches the "
+            "server through the run's TCP proxy."
+        ),
+        (
+            "- The checker trusts no worker: triggers write every INSERT/UPDATE of `accord.leases` "
+            "(key, owner, fence, expires_at, done, granted_at, `clock_timestamp()` and a sequence "
+            "value taken while the row is locked, so per key in row-lock order) and every accepted "
+            "write of the resource into audit tables, in the same transactions."
+        ),
+        (
+            f"- Seed {args.seed}, nemesis for {args.duration} s (a fault every "
+            f"{args.gap[0]}-{args.gap[1]} s, each kind once per seeded round); wall time "
+            f"{wall:.0f} s including startup."
+        ),
+        "",
+        "## Faults injected",
+        "",
+        "| kind | what | injected |",
+        "| --- | --- | ---: |",
+    ]
+    what = {
+        "kill9": (
+            "SIGKILL of a worker, one granted a lease and not yet written with it if any "
+            "(restarted under a new owner)"
+        ),
+        "sigstop": (
+            "SIGSTOP of a worker (chosen alike) for 1.5 ttl + 0.2-1 s, then SIGCONT: it wakes "
+            "up a stale holder"
+        ),
+        "terminate": "pg_terminate_backend of every accord connection",
+        "restart_fast": "pg_ctl stop -m fast of the primary, start again",
+        "restart_immediate": "pg_ctl stop -m immediate (a crash) of the primary, start again",
+        "failover": (
+            "the primary stopped, the standby promoted, the old primary rebuilt as "
+            "its synchronous standby"
+        ),
+        "proxy_freeze": "the proxy stops moving bytes for 1.5 ttl + 0.2-1 s (connections open)",
+        "proxy_cut": "the proxy closes the proxied worker's connections",
+    }
+    for kind in KINDS:
+        lines.append(f"| {kind} | {what[kind]} | {counts[kind]} |")
+    if failed:
+        lines += ["", f"Injections that failed: {failed}."]
+    downs = [f["down"] for f in run.faults if f["kind"].startswith("restart_")]
+    promotions = [f["promoted_in"] for f in run.faults if f["kind"] == "failover"]
+    rebuilds = [f["rebuilt_in"] for f in run.faults if f["kind"] == "failover"]
+    exits = sum(1 for f in run.faults if f["kind"] == "worker_exit")
+    killed = sum(1 for f in run.faults if f["kind"] == "kill9" and f.get("held"))
+    stopped = sum(1 for f in run.faults if f["kind"] == "sigstop" and f.get("held"))
+    lines += [
+        "",
+        (
+            f"Of the kills, {killed} hit a worker that had reported a grant and not yet its "
+            f"release; of the stops, {stopped}. Restarts kept the primary down "
+            f"{summary(downs, 's')}; failovers promoted the standby in {summary(promotions, 's')} "
+            f"and had the old primary back as a synchronous standby after "
+            f"{summary(rebuilds, 's')}. Workers that exited by themselves (and were "
+            f"restarted): {exits}."
+        ),
+    ]
+    r = result
+    lines += [
+        "",
+        "## Results",
+        "",
+        "| check | value |",
+        "| --- | ---: |",
+        f"| grants (server record) | {r['grants']} |",
+        f"| fenced writes accepted (server record) | {r['accepted']} |",
+        f"| fenced writes refused (stale writers caught; workers' reports) | {r['refused']} |",
+        f"| work-pool keys done | {r['pool_done']} |",
+        f"| **double grants** (a grant while the previous one was live) | **{r['double']}** |",
+        f"| **stale writes accepted** | **{r['stale']}** |",
+        f"| fences not increasing per key | {r['backwards']} |",
+        f"| done keys granted again | {r['regranted_done']} |",
+        (
+            f"| grants superseded by a retry of the same acquire (never delivered) | "
+            f"{r['superseded']} |"
+        ),
+        f"| superseded grants delivered or written with | {r['used_superseded']} |",
+        f"| accepted writes with no matching grant to the writer | {r['unknown_writer']} |",
+        (
+            f"| accepted writes made after the writer's lease had ended on the server "
+            f"(expired or released; no newer holder had written yet) | {r['late']} |"
+        ),
+        f"| grants reported to a worker but not on record | {r['lost_grants']} |",
+        f"| writes acknowledged to a worker but not on record | {r['lost_writes']} |",
+        "",
+        (
+            "Per language (workers' own reports): "
+            + "; ".join(
+                f"{lang}: {c['granted']} grants, {c['accepted']} accepted, {c['refused']} refused"
+                for lang, c in sorted(r["by_lang"].items())
+            )
+            + "."
+        ),
+        "",
+        (
+            "A double grant is judged on the server's clock: the grant's `granted_at` is earlier "
+            "than the `expires_at` of the previous grant of the key, which was neither released nor "
+            "done. A stale write is an accepted write whose fence is not larger than an earlier "
+            "accepted one of the key. The refused count comes from the workers (PostgreSQL "
+            "records no row for an UPDATE that matched none). A write accepted after its "
+            "lease ended is no violation: no newer holder had written, so the resource was "
+            "still consistent, which is what a fence promises; it shows what the lost signal "
+            "is for (the workers here do not consult it before writing)."
+        ),
+        "",
+        "## Latencies",
+        "",
+        (
+            f"- Takeover after kill -9 (the kill to the next grant of the key the killed worker "
+            f"held, from the audit): {summary(latencies['takeover'])}. The same measured from the "
+            f"server-side expiry of the killed worker's lease: {summary(latencies['after_expiry'])}."
+        ),
+        (
+            f"- Lost signal of SIGSTOPped workers, from SIGCONT to the worker's `lost` report: "
+            f"{summary(latencies['lost_after_resume'])} (each, language and ms: "
+            f"{', '.join(latencies['lost_langs']) or 'none'}); from the server-side expiry of its lease "
+            f"to that report: {summary(latencies['lost_after_expiry'])}. A stopped process cannot "
+            "report anything, so the second figure is bounded below by how long the nemesis kept "
+            "it stopped past its expiry; the first is how quickly a resumed worker learns it lost "
+            "(the C worker reads `accord_lease_is_lost` after its write, and `accord run` reports "
+            "through its exit status, so theirs include their loop's own delay)."
+        ),
+        "",
+        "## Reproduce",
+        "",
+        "```sh",
+        f"make chaos CHAOS_SEED={args.seed} CHAOS_DURATION={args.duration}",
+        "```",
+        "",
+        (
+            "The seed fixes the order, timing and targets of the faults; what the workers do "
+            "between them, and so the counts, vary from run to run. `make test-chaos` is a short "
+            "run (every fault kind at least once) that `make test` includes."
+        ),
+    ]
+    if r["violations"]:
+        lines += ["", "## Violations", ""] + [f"- {v}" for v in r["violations"][:50]]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--duration", type=int, default=300, help="seconds of nemesis")
+    parser.add_argument("--ttl-ms", type=int, default=1500)
+    parser.add_argument("--gap", type=float, nargs=2, default=(1.0, 3.0))
+    parser.add_argument("--report", type=Path, help="write the markdown report here")
+    parser.add_argument(
+        "--require-all", action="store_true", help="fail unless every kind was injected"
+    )
+    args = parser.parse_args()
+    selftest()
+    began = time.time()
+    pair = Pair()
+    logs = Path(os.environ.get("CHAOS_LOGS", REPO / "target/chaos/logs"))
+    shutil.rmtree(logs, ignore_errors=True)
+    logs.mkdir(parents=True)
+    setup(pair)
+    proxy = Proxy(list(pair.ports.values()))
+    workers, missing = build_workers(pair, proxy, args.ttl_ms)
+    log(f"workers: {', '.join(w.slot for w in workers)}; not built: {missing or 'none'}")
+    run = Run()
+    for worker in workers:
+        start(worker, run, logs)
+    # The nemesis starts once every worker has connected (or after 30 s).
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        with run.lock:
+            started = {e["w"] for e in run.events if e["ev"] == "start"}
+        if all(w.name in started for w in workers):
+            break
+        time.sleep(0.1)
+    time.sleep(1)
+    nemesis = Nemesis(pair, proxy, workers, run, logs, args)
+    try:
+        nemesis.loop(time.time() + args.duration)
+        time.sleep(2)
+    finally:
+        proxy.freeze(False)
+        for worker in workers:
+            if worker.process and worker.process.poll() is None:
+                if worker.lang == "run":
+                    pid = target_pid(worker)
+                    if pid:
+                        os.kill(pid, signal.SIGCONT)
+                os.kill(worker.process.pid, signal.SIGCONT)
+                worker.process.kill()
+        for worker in workers:
+            if worker.process:
+                worker.process.wait()
+    time.sleep(0.5)  # the readers drain the pipes
+    with pair.wait_primary() as db:
+        result = check(db, run)
+    latencies = measure(result, run)
+    wall = time.time() - began
+    text = report(args, result, latencies, run, workers, missing, wall)
+    if args.report:
+        args.report.write_text(text)
+        log(f"report written to {args.report}")
+    print(text)
+    counts = {kind: sum(1 for f in run.faults if f["kind"] == kind) for kind in KINDS}
+    problems = list(result["violations"])
+    if args.require_all:
+        problems += [f"{kind} never injected" for kind, n in counts.items() if n == 0]
+        if result["grants"] == 0:
+            problems.append("no grant at all")
+    for problem in problems[:50]:
+        print(f"✗ {problem}")
+    print(
+        f"chaos: {result['grants']} grants, {result['accepted']} writes accepted, "
+        f"{result['refused']} refused, faults {counts}, violations {len(result['violations'])}, "
+        f"{wall:.0f} s"
+    )
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

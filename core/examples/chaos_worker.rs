@@ -1,0 +1,123 @@
+//! The chaos run's Rust worker (`chaos/run.py` starts it; see `chaos/workers/worker.py` for the
+//! loop and `docs/reliability.md`). Configured by the environment: CHAOS_URL, CHAOS_WRITER_URL,
+//! CHAOS_NAMESPACE, CHAOS_NAME, CHAOS_KEYS (comma-separated), CHAOS_TTL_MS. Loops until killed:
+//! acquire a key, a little work, a fenced write to `chaos_resource` through a tokio-postgres
+//! connection of its own, a little more work, release; a JSON line per step on stdout.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use accord::{AcquireOptions, Client, ClientOptions, ErrorKind};
+use serde_json::{json, Value};
+
+const WRITE: &str =
+    "UPDATE chaos_resource SET fence = $1, writer = $2 WHERE key = $3 AND fence < $1";
+
+fn say(mut event: Value) {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    event["t"] = json!(now.as_secs_f64());
+    println!("{event}");
+}
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set"))
+}
+
+/// The worker's own connection to the resource, made again after an error.
+struct Writer {
+    url: String,
+    db: Option<tokio_postgres::Client>,
+}
+
+impl Writer {
+    async fn write(&mut self, key: &str, fence: i64, name: &str) -> Result<bool, String> {
+        if self.db.as_ref().is_none_or(|db| db.is_closed()) {
+            let mut config: tokio_postgres::Config =
+                self.url.parse().map_err(|e| format!("{e}"))?;
+            config
+                .application_name("chaos-writer")
+                .connect_timeout(Duration::from_secs(3));
+            let (db, connection) = config
+                .connect(tokio_postgres::NoTls)
+                .await
+                .map_err(|e| format!("connect: {e}"))?;
+            tokio::spawn(connection);
+            self.db = Some(db);
+        }
+        let db = self.db.as_ref().expect("connected");
+        match db.execute(WRITE, &[&fence, &name, &key]).await {
+            Ok(n) => Ok(n == 1),
+            Err(e) => {
+                self.db = None;
+                Err(format!("{e}"))
+            }
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let name = env("CHAOS_NAME");
+    let keys: Vec<String> = env("CHAOS_KEYS").split(',').map(str::to_owned).collect();
+    let ttl = Duration::from_millis(env("CHAOS_TTL_MS").parse().expect("CHAOS_TTL_MS"));
+    let mut writer = Writer {
+        url: env("CHAOS_WRITER_URL"),
+        db: None,
+    };
+    // The server may be restarting or failing over when a worker starts.
+    let client = loop {
+        let options = ClientOptions::new()
+            .namespace(env("CHAOS_NAMESPACE"))
+            .owner(&name)
+            .ttl(ttl);
+        match Client::connect(&env("CHAOS_URL"), options).await {
+            Ok(client) => break client,
+            Err(e) => {
+                say(json!({"ev": "error", "op": "connect", "err": e.to_string()}));
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    };
+    say(json!({"ev": "start", "w": name}));
+    loop {
+        let key = keys[rand::random_range(0..keys.len())].clone();
+        let (pause, rest) = (rand::random_range(20..150), rand::random_range(10..50));
+        let options = AcquireOptions::new()
+            .ttl(ttl)
+            .timeout(Duration::from_secs(3));
+        let lease = match client.acquire(&key, options).await {
+            Ok(lease) => lease,
+            Err(e) if e.kind() == ErrorKind::Timeout => continue,
+            Err(e) => {
+                say(json!({"ev": "error", "op": "acquire", "err": e.to_string()}));
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        let fence = lease.fence();
+        say(json!({"ev": "granted", "key": key, "fence": fence}));
+        let signal = lease.lost_signal();
+        let watched = key.clone();
+        tokio::spawn(async move {
+            if matches!(signal.ended().await, accord::LeaseStatus::Lost(_)) {
+                say(json!({"ev": "lost", "key": watched, "fence": fence, "how": "signal"}));
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        match writer.write(&key, fence, &name).await {
+            Ok(accepted) => {
+                say(json!({"ev": "write", "key": key, "fence": fence, "accepted": accepted}))
+            }
+            Err(e) => say(json!({"ev": "write_error", "key": key, "fence": fence, "err": e})),
+        }
+        tokio::time::sleep(Duration::from_millis(rest)).await;
+        match lease.release().await {
+            Ok(()) => say(json!({"ev": "released", "key": key, "fence": fence})),
+            Err(e) if e.kind() == ErrorKind::LeaseLost => {
+                say(json!({"ev": "lost", "key": key, "fence": fence, "how": "release"}))
+            }
+            Err(e) => say(json!({"ev": "error", "op": "release", "err": e.to_string()})),
+        }
+    }
+}
