@@ -16,7 +16,8 @@
  *   freed; strings returned as `char *` belong to the caller, who frees them with
  *   accord_string_free().
  * - Times are milliseconds: durations as int64_t, instants since the Unix epoch (UTC, the
- *   coordinator's clock). A negative timeout waits without limit.
+ *   coordinator's clock). A negative timeout waits without limit. The one exception: the
+ *   latency histograms of accord_stats are in microseconds (uint64_t, fields named `_us`).
  * - NULL where a value is required, invalid UTF-8, and out-of-range values give
  *   ACCORD_INVALID_ARGUMENT with a message naming the argument. A panic inside accord never
  *   crosses into C: it is reported as ACCORD_INTERNAL.
@@ -550,6 +551,101 @@ typedef struct {
    */
   uint64_t done;
 } accord_pool_counts;
+
+/**
+ * One latency distribution (see accord_stats). Durations in microseconds.
+ */
+typedef struct {
+  /**
+   * Values recorded.
+   */
+  uint64_t count;
+  /**
+   * Their sum, in µs (the mean is `sum_us / count`).
+   */
+  uint64_t sum_us;
+  /**
+   * The largest, in µs.
+   */
+  uint64_t max_us;
+  /**
+   * The median, in µs: the upper edge of its logarithmic bucket (at most about 9% above the
+   * true value, never below it).
+   */
+  uint64_t p50_us;
+  /**
+   * The 99th percentile, in µs, the same way.
+   */
+  uint64_t p99_us;
+} accord_histogram;
+
+/**
+ * What a client did since it connected (accord_client_stats()): counters of calls and events
+ * of this client only, and latency histograms. A plain struct: the caller owns it, nothing to
+ * free.
+ */
+typedef struct {
+  /**
+   * Calls to acquire, try_acquire, claim and semaphore acquires.
+   */
+  uint64_t acquires;
+  /**
+   * Leases granted (a claim of 50 counts 50).
+   */
+  uint64_t grants;
+  /**
+   * Tries that found the key held, and claims that found nothing.
+   */
+  uint64_t refusals;
+  /**
+   * Waiting acquires and claims that timed out.
+   */
+  uint64_t timeouts;
+  /**
+   * Waiting acquires and claims cancelled.
+   */
+  uint64_t cancellations;
+  /**
+   * Leases lost (the lost signal fired).
+   */
+  uint64_t lost;
+  /**
+   * Leases released (by the holder, a give-back, or close).
+   */
+  uint64_t releases;
+  /**
+   * Leases marked done.
+   */
+  uint64_t done;
+  /**
+   * Notifications delivered to this client's subscriptions.
+   */
+  uint64_t notifications;
+  /**
+   * Connections to the coordinator opened again after one broke.
+   */
+  uint64_t reconnects;
+  /**
+   * Statements sent to the coordinator, keepalive included.
+   */
+  uint64_t statements;
+  /**
+   * From the call to the grant, for acquires and claims that got one.
+   */
+  accord_histogram acquire_wait;
+  /**
+   * From the grant to its release, done or loss.
+   */
+  accord_histogram hold_time;
+  /**
+   * One statement's round trip, as the client saw it.
+   */
+  accord_histogram statement_time;
+  /**
+   * One keepalive tick's renew statement.
+   */
+  accord_histogram keepalive_tick;
+} accord_stats;
 
 /**
  * One event of a stream. Free with accord_stream_event_free().
@@ -1705,6 +1801,15 @@ accord_status accord_semaphore_try_acquire(const accord_semaphore *semaphore,
  * may use the handle during or after this call. NULL is accepted.
  */
 void accord_semaphore_free(accord_semaphore *semaphore);
+
+/**
+ * Fills `*out_stats` with what `client` did since it connected (docs/semantics.md, "Stats").
+ * Never blocks (it reads counters), and works on a closed client too. NULL `client` or
+ * `out_stats`: ACCORD_INVALID_ARGUMENT, and `*out_stats` is left as it was.
+ */
+accord_status accord_client_stats(const accord_client *client,
+                                  accord_stats *out_stats,
+                                  accord_error **err);
 
 /**
  * Appends `payload[0..payload_len]` (any UTF-8, NUL included, up to 64 KiB; NULL with length 0

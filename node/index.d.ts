@@ -91,6 +91,12 @@ export declare class Client {
    */
   election(name: string): Election
   /**
+   * What this client did since it connected: counters (numbers) and latency histograms
+   * (`{ count, sumMs, maxMs, p50Ms, p99Ms }`, milliseconds). Synchronous: it reads counters,
+   * and answers after `close()` too.
+   */
+  stats(): Stats
+  /**
    * How many times this client's waiting acquires (and campaigns) were woken by another
    * client's release: a release wakes the head of its key's line only. For tests and
    * diagnostics.
@@ -734,6 +740,23 @@ export interface FleetOptions {
   metadata?: Record<string, unknown>
 }
 
+/**
+ * One latency distribution of `Stats`, in milliseconds (float). A percentile is the upper
+ * edge of its logarithmic bucket: at most about 9% above the true value, never below it.
+ */
+export interface Histogram {
+  /** Values recorded. */
+  count: number
+  /** Their sum in ms (the mean is `sumMs / count`). */
+  sumMs: number
+  /** The largest, in ms. */
+  maxMs: number
+  /** The median, in ms. */
+  p50Ms: number
+  /** The 99th percentile, in ms. */
+  p99Ms: number
+}
+
 /** Options of `client.join()`. */
 export interface JoinOptions {
   /**
@@ -846,6 +869,43 @@ export interface PoolCounts {
   held: number
   /** Marked done. */
   done: number
+}
+
+/**
+ * What a client did since it connected (`client.stats()`): counters of this client's calls
+ * and events, and latency histograms.
+ */
+export interface Stats {
+  /** Calls to acquire, tryAcquire, claim and semaphore acquires. */
+  acquires: number
+  /** Leases granted (a claim of 50 counts 50). */
+  grants: number
+  /** Tries that found the key held; claims that found nothing. */
+  refusals: number
+  /** Waiting acquires and claims that timed out. */
+  timeouts: number
+  /** Waiting acquires and claims cancelled (aborted). */
+  cancellations: number
+  /** Leases lost (their `lost` resolved). */
+  lost: number
+  /** Leases released (by the holder, a give-back, or close). */
+  releases: number
+  /** Leases marked done. */
+  done: number
+  /** Notifications delivered to this client's subscriptions. */
+  notifications: number
+  /** Connections to the coordinator opened again after one broke. */
+  reconnects: number
+  /** Statements sent to the coordinator, keepalive included. */
+  statements: number
+  /** From the call to the grant, for acquires and claims that got one. */
+  acquireWait: Histogram
+  /** From the grant to its release, done or loss. */
+  holdTime: Histogram
+  /** One statement's round trip, as the client saw it. */
+  statementTime: Histogram
+  /** One keepalive tick's renew statement. */
+  keepaliveTick: Histogram
 }
 
 /** One event of a stream. */

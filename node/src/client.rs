@@ -16,6 +16,7 @@ use crate::fleet::{parse_fleet, Fleet};
 use crate::lease::Lease;
 use crate::membership::{member_infos, Member, MemberInfo, MemberWatch};
 use crate::semaphore::Semaphore;
+use crate::stats::Stats;
 use crate::stream::{parse_retention, parse_subscribe, StreamInfo, StreamSubscription};
 use crate::subscription::Subscription;
 
@@ -703,6 +704,14 @@ impl Client {
             Ok(self.inner.election(&name)?)
         })();
         opened.map(Election::new).map_err(|f| f.into_napi(env))
+    }
+
+    /// What this client did since it connected: counters (numbers) and latency histograms
+    /// (`{ count, sumMs, maxMs, p50Ms, p99Ms }`, milliseconds). Synchronous: it reads counters,
+    /// and answers after `close()` too.
+    #[napi]
+    pub fn stats(&self) -> Stats {
+        self.inner.stats().into()
     }
 
     /// How many times this client's waiting acquires (and campaigns) were woken by another

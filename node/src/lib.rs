@@ -17,6 +17,7 @@ mod fleet;
 mod lease;
 mod membership;
 mod semaphore;
+mod stats;
 mod stream;
 mod subscription;
 

@@ -35,6 +35,10 @@ database: they take leases on named keys, mark units of work done, and notify ea
   once and in order, across reconnects; ``stream_info`` (a ``StreamInfo``) and
   ``set_stream_retention(stream, max_len=, max_age=)``. Reading events retention deleted raises
   ``Trimmed``.
+- Stats: ``stats()`` (sync on ``Client`` and ``AsyncClient``: it reads counters) returns a
+  ``Stats`` of what the client did since it connected: int counters (``acquires``, ``grants``,
+  ``refusals``, ``releases``, ``statements``, …) and ``Histogram`` latencies (``count``,
+  ``sum``, ``max``, ``p50``, ``p99``, in float seconds).
 - Errors are subclasses of ``AccordError``, one per kind (``ERROR_CODES`` lists their codes).
 
 Durations (``ttl``, ``timeout``) are in seconds.
@@ -77,6 +81,7 @@ from ._accord import (
     Client,
     Election,
     Fleet,
+    Histogram,
     Joined,
     Leader,
     Leadership,
@@ -96,6 +101,7 @@ from ._accord import (
     Revoked,
     Semaphore,
     ShardLease,
+    Stats,
     StreamEvent,
     StreamInfo,
     StreamSubscription,
@@ -171,6 +177,7 @@ __all__ = [
     "Fleet",
     "FleetEvent",
     "Held",
+    "Histogram",
     "Internal",
     "InvalidArgument",
     "Joined",
@@ -195,6 +202,7 @@ __all__ = [
     "Revoked",
     "Semaphore",
     "ShardLease",
+    "Stats",
     "StreamEvent",
     "StreamInfo",
     "StreamSubscription",

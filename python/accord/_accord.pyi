@@ -66,6 +66,7 @@ __all__ = [
     "Completer",
     "Election",
     "Fleet",
+    "Histogram",
     "Joined",
     "Leader",
     "Leadership",
@@ -85,6 +86,7 @@ __all__ = [
     "Revoked",
     "Semaphore",
     "ShardLease",
+    "Stats",
     "StreamEvent",
     "StreamInfo",
     "StreamSubscription",
@@ -851,6 +853,73 @@ class StreamInfo:
     def __eq__(self, other: object, /) -> bool: ...
 
 @final
+class Histogram:
+    """One latency distribution of ``Stats``: how many values, their sum, the largest, and two
+    percentiles. Durations are float seconds. A percentile is the upper edge of its logarithmic
+    bucket: at most about 9% above the true value, never below it."""
+
+    @property
+    def count(self) -> int: ...
+    @property
+    def sum(self) -> float:
+        """Seconds (the mean is ``sum / count``)."""
+    @property
+    def max(self) -> float:
+        """Seconds."""
+    @property
+    def p50(self) -> float:
+        """Seconds."""
+    @property
+    def p99(self) -> float:
+        """Seconds."""
+    def __eq__(self, other: object, /) -> bool: ...
+
+@final
+class Stats:
+    """What a client did since it connected (``Client.stats()``): counters of this client's
+    calls and events, and latency histograms (seconds)."""
+
+    @property
+    def acquires(self) -> int:
+        """Calls to acquire, try_acquire, claim and semaphore acquires."""
+    @property
+    def grants(self) -> int:
+        """Leases granted (a claim of 50 counts 50)."""
+    @property
+    def refusals(self) -> int:
+        """Tries that found the key held; claims that found nothing."""
+    @property
+    def timeouts(self) -> int: ...
+    @property
+    def cancellations(self) -> int: ...
+    @property
+    def lost(self) -> int: ...
+    @property
+    def releases(self) -> int: ...
+    @property
+    def done(self) -> int: ...
+    @property
+    def notifications(self) -> int: ...
+    @property
+    def reconnects(self) -> int: ...
+    @property
+    def statements(self) -> int:
+        """Statements sent to the coordinator, keepalive included."""
+    @property
+    def acquire_wait(self) -> Histogram:
+        """From the call to the grant, for calls that got one."""
+    @property
+    def hold_time(self) -> Histogram:
+        """From the grant to its release, done or loss."""
+    @property
+    def statement_time(self) -> Histogram:
+        """One statement's round trip, as the client saw it."""
+    @property
+    def keepalive_tick(self) -> Histogram:
+        """One keepalive tick's renew statement."""
+    def __eq__(self, other: object, /) -> bool: ...
+
+@final
 class StreamSubscription:
     """The events of one stream (sync API), each once and in seq order; iteration ends once
     closed."""
@@ -932,6 +1001,8 @@ class Client:
     def closed(self) -> bool: ...
     @property
     def held_count(self) -> int: ...
+    def stats(self) -> Stats:
+        """What this client did since it connected (durations in seconds); never blocks."""
     def waiter_wakeups(self) -> int:
         """How many times this client's waiting acquires were woken by a release (diagnostics)."""
     def queued_count(self) -> int:
@@ -1055,6 +1126,8 @@ class AsyncClient:
     def closed(self) -> bool: ...
     @property
     def held_count(self) -> int: ...
+    def stats(self) -> Stats:
+        """What this client did since it connected (not awaited: it reads counters)."""
     def waiter_wakeups(self) -> int: ...
     def queued_count(self) -> int: ...
     def election(self, name: str) -> AsyncElection:

@@ -12,6 +12,7 @@ use crate::lease::{AsyncLease, Lease};
 use crate::membership::{self, AsyncMember, AsyncMemberWatch, Member, MemberInfo, MemberWatch};
 use crate::pool::{self, AsyncSemaphore, PoolCounts, Semaphore};
 use crate::runtime::{self, aio, block_on, block_on_settled};
+use crate::stats::Stats;
 use crate::stream::{
     self, After, AsyncStreamSubscription, StreamInfo, StreamSubscription, DEFAULT_PAGE_SIZE,
 };
@@ -152,6 +153,12 @@ impl Client {
     #[getter]
     fn held_count(&self) -> usize {
         self.inner.held_count()
+    }
+
+    /// What this client did since it connected: counters and latency histograms (durations
+    /// in seconds). Reads counters: never blocks, and answers after `close` too.
+    fn stats(&self) -> Stats {
+        self.inner.stats().into()
     }
 
     /// How many times this client's waiting acquires were woken by another client's release
@@ -539,6 +546,12 @@ impl AsyncClient {
     #[getter]
     fn held_count(&self) -> usize {
         self.inner.held_count()
+    }
+
+    /// What this client did since it connected: counters and latency histograms (durations
+    /// in seconds). Reads counters: never blocks, and answers after `close` too.
+    fn stats(&self) -> Stats {
+        self.inner.stats().into()
     }
 
     /// How many times this client's waiting acquires were woken by another client's release

@@ -13,6 +13,7 @@ mod lease;
 mod membership;
 mod pool;
 mod runtime;
+mod stats;
 mod stream;
 mod subscription;
 mod types;
@@ -66,6 +67,8 @@ fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<election::AsyncLeadership>()?;
     m.add_class::<election::Observer>()?;
     m.add_class::<election::AsyncObserver>()?;
+    m.add_class::<stats::Stats>()?;
+    m.add_class::<stats::Histogram>()?;
     m.add_class::<stream::StreamEvent>()?;
     m.add_class::<stream::StreamInfo>()?;
     m.add_class::<stream::StreamSubscription>()?;

@@ -21,6 +21,7 @@ mod options;
 mod pool;
 mod runtime;
 mod semaphore;
+mod stats;
 mod stream;
 mod subscription;
 
@@ -37,6 +38,7 @@ pub use membership::*;
 pub use options::*;
 pub use pool::*;
 pub use semaphore::*;
+pub use stats::*;
 pub use stream::*;
 pub use subscription::*;
 

@@ -1,6 +1,6 @@
 /*
  * The scenarios of docs/semantics.md that reach C (L1-L9, N1-N6, P1, P3, P4, P6, M1, F2, F4,
- * X1, X2, E1-E3), durable streams, bad input, the client event queue, fork detection, the client options'
+ * X1, X2, E1-E3), durable streams, bad input, the client event queue, stats, fork detection, the client options'
  * timeouts and every status code, through the installed header and library, against the
  * PostgreSQL named by ACCORD_TEST_DATABASE_URL. Exit status 0 when every check passed, and when
  * every status but ACCORD_INTERNAL was returned by some check (see seen[] and
@@ -1978,6 +1978,54 @@ static void test_embedded_stores(void) {
 
 /* Every status has a name, the enumerator's, which is also the error kind's code in every other
  * language; no two share one; values outside the enum have none. */
+/* Stats: a known sequence, then the counters exactly (docs/semantics.md, "Stats"). */
+static void test_stats(void) {
+  accord_client *o1 = client("stats", "o1"), *o2 = client("stats", "o2");
+  accord_stats s;
+  memset(&s, 0xff, sizeof s);
+  MUST(accord_client_stats(o1, &s, &err));
+  CHECK(s.acquires == 0 && s.grants == 0 && s.refusals == 0 && s.releases == 0);
+  CHECK(s.acquire_wait.count == 0 && s.hold_time.count == 0 && s.hold_time.max_us == 0);
+
+  accord_acquire_options *o = acquire_opts(60000, 5000, NULL);
+  accord_lease *lease = NULL, *other = NULL;
+  MUST(accord_client_try_acquire(o1, "a", o, &lease, &err));
+  EXPECT(ACCORD_HELD, accord_client_try_acquire(o2, "a", o, &other, &err));
+  CHECK(other == NULL);
+  sleep_ms(20);
+  MUST(accord_lease_release(lease, &err));
+  accord_lease_free(lease);
+  accord_acquire_options_free(o);
+
+  MUST(accord_client_stats(o1, &s, &err));
+  CHECK(s.acquires == 1 && s.grants == 1 && s.refusals == 0 && s.releases == 1);
+  CHECK(s.timeouts == 0 && s.cancellations == 0 && s.lost == 0 && s.done == 0);
+  CHECK(s.notifications == 0);
+  CHECK(s.acquire_wait.count == 1 && s.hold_time.count == 1);
+  /* Held for at least the 20 ms slept; the percentiles never exceed the largest value. */
+  CHECK(s.hold_time.max_us >= 20000 && s.hold_time.sum_us == s.hold_time.max_us);
+  CHECK(s.hold_time.p50_us <= s.hold_time.max_us && s.hold_time.p99_us <= s.hold_time.max_us);
+  CHECK(s.statements >= 2 && s.statement_time.count == s.statements);
+  CHECK(s.statement_time.sum_us >= s.statement_time.max_us && s.statement_time.max_us > 0);
+
+  accord_stats s2;
+  MUST(accord_client_stats(o2, &s2, &err));
+  CHECK(s2.acquires == 1 && s2.grants == 0 && s2.refusals == 1 && s2.releases == 0);
+  CHECK(s2.acquire_wait.count == 0 && s2.hold_time.count == 0);
+  CHECK(s2.statement_time.count == s2.statements);
+
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "client", accord_client_stats(NULL, &s, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "out_stats", accord_client_stats(o1, NULL, &err));
+
+  /* A closed client still answers, with what it did. */
+  accord_client_close(o2);
+  MUST(accord_client_stats(o2, &s2, &err));
+  CHECK(s2.acquires == 1 && s2.refusals == 1);
+  accord_client_free(o2);
+  accord_client_close(o1);
+  accord_client_free(o1);
+}
+
 static void test_status_names(void) {
 #define STATUS(s) {s, #s}
   static const struct {
@@ -2175,6 +2223,7 @@ int main(int argc, char **argv) {
   test_migration_sql();
   test_l1_l2_l4();
   test_l5_done();
+  test_stats();
   test_l7_list();
   test_l8_l9_waiting();
   test_l3_stalled_holder(argv[0]);
