@@ -1449,6 +1449,17 @@ accord_status accord_client_options_set_application_name(accord_client_options *
                                                          accord_error **err);
 
 /**
+ * Where the listening connection goes (PostgreSQL only; default: the client's URL): a direct
+ * or session-pooled URL of the same database, when commands go through a PgBouncer in
+ * transaction mode, where LISTEN cannot receive. Without it there, accord_client_listen()
+ * fails with ACCORD_CONNECTION naming listen_url. Refused at connect (ACCORD_INVALID_ARGUMENT)
+ * on the embedded store, or when it does not parse.
+ */
+accord_status accord_client_options_set_listen_url(accord_client_options *options,
+                                                   const char *url,
+                                                   accord_error **err);
+
+/**
  * New acquire options with the client's defaults. Free with accord_acquire_options_free().
  */
 accord_acquire_options *accord_acquire_options_new(void);

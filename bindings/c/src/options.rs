@@ -276,6 +276,23 @@ pub extern "C" fn accord_client_options_set_application_name(
     })
 }
 
+/// Where the listening connection goes (PostgreSQL only; default: the client's URL): a direct
+/// or session-pooled URL of the same database, when commands go through a PgBouncer in
+/// transaction mode, where LISTEN cannot receive. Without it there, accord_client_listen()
+/// fails with ACCORD_CONNECTION naming listen_url. Refused at connect (ACCORD_INVALID_ARGUMENT)
+/// on the embedded store, or when it does not parse.
+#[no_mangle]
+pub extern "C" fn accord_client_options_set_listen_url(
+    options: *mut accord_client_options,
+    url: *const c_char,
+    err: *mut *mut accord_error,
+) -> accord_status {
+    set(options, err, |o| {
+        o.0 = o.0.clone().listen_url(text("listen_url", url)?);
+        Ok(())
+    })
+}
+
 /// New acquire options with the client's defaults. Free with accord_acquire_options_free().
 #[no_mangle]
 pub extern "C" fn accord_acquire_options_new() -> *mut accord_acquire_options {
