@@ -97,7 +97,12 @@ type ClientOptions struct {
 	PoolSize  int
 	// ApplicationName is shown in pg_stat_activity.
 	ApplicationName string
-	ConnectTimeout  time.Duration
+	// ListenURL is where the listening connection goes (PostgreSQL only; default: url): a
+	// direct or session-pooled URL of the same database, when commands go through a PgBouncer
+	// in transaction mode, where LISTEN cannot receive. Without it there, Listen fails with
+	// ErrConnection naming listen_url. Refused (ErrInvalidArgument) on the embedded store.
+	ListenURL      string
+	ConnectTimeout time.Duration
 	// StatementTimeout bounds each statement: one that gets no answer in time breaks its
 	// connection, and the call fails with ErrConnection. PostgreSQL only.
 	StatementTimeout  time.Duration
@@ -146,7 +151,7 @@ func Connect(ctx context.Context, url string, opts *ClientOptions) (*Client, err
 	}
 	for _, o := range []struct{ field, value string }{
 		{"namespace", opts.Namespace}, {"owner", opts.Owner}, {"schema", opts.Schema},
-		{"application_name", opts.ApplicationName},
+		{"application_name", opts.ApplicationName}, {"listen_url", opts.ListenURL},
 	} {
 		if err := noNUL(o.field, o.value); err != nil {
 			return nil, err
@@ -164,6 +169,7 @@ func Connect(ctx context.Context, url string, opts *ClientOptions) (*Client, err
 		{opts.Owner, func(s *C.char) C.accord_status { return C.accord_client_options_set_owner(o, s, &cerr) }},
 		{opts.Schema, func(s *C.char) C.accord_status { return C.accord_client_options_set_schema(o, s, &cerr) }},
 		{opts.ApplicationName, func(s *C.char) C.accord_status { return C.accord_client_options_set_application_name(o, s, &cerr) }},
+		{opts.ListenURL, func(s *C.char) C.accord_status { return C.accord_client_options_set_listen_url(o, s, &cerr) }},
 	}
 	for _, s := range strs {
 		if s.value == "" {

@@ -41,11 +41,17 @@ func connect(t *testing.T, ns, owner string) *Client {
 
 func psql(t *testing.T, sql string) {
 	t.Helper()
+	psqlAt(t, databaseURL(t), sql)
+}
+
+// psqlAt runs sql through psql on the server at url.
+func psqlAt(t *testing.T, url, sql string) {
+	t.Helper()
 	bin := "psql"
 	if dir := os.Getenv("ACCORD_TEST_PG_BINDIR"); dir != "" {
 		bin = filepath.Join(dir, "psql")
 	}
-	out, err := exec.Command(bin, "-X", "-q", "-v", "ON_ERROR_STOP=1", databaseURL(t), "-c", sql).CombinedOutput()
+	out, err := exec.Command(bin, "-X", "-q", "-v", "ON_ERROR_STOP=1", url, "-c", sql).CombinedOutput()
 	if err != nil {
 		t.Fatalf("psql: %v: %s", err, out)
 	}
