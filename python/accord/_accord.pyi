@@ -923,6 +923,7 @@ class Client:
         statement_timeout: Optional[float] = None,
         migrate: bool = True,
         application_name: Optional[str] = None,
+        listen_url: Optional[str] = None,
     ) -> Client: ...
     @property
     def owner(self) -> str: ...
@@ -1046,6 +1047,7 @@ class AsyncClient:
         statement_timeout: Optional[float] = None,
         migrate: bool = True,
         application_name: Optional[str] = None,
+        listen_url: Optional[str] = None,
     ) -> Opening[AsyncClient]: ...
     @property
     def owner(self) -> str: ...

@@ -29,6 +29,7 @@ fn client_options(
     statement_timeout: Option<f64>,
     migrate: bool,
     application_name: Option<String>,
+    listen_url: Option<String>,
 ) -> PyResult<ClientOptions> {
     let mut options = ClientOptions::new().migrate(migrate);
     if let Some(namespace) = namespace {
@@ -54,6 +55,9 @@ fn client_options(
     }
     if let Some(name) = application_name {
         options = options.application_name(name);
+    }
+    if let Some(url) = listen_url {
+        options = options.listen_url(url);
     }
     Ok(options)
 }
@@ -100,7 +104,7 @@ impl Client {
     #[staticmethod]
     #[pyo3(signature = (url, *, namespace=None, owner=None, ttl=None, schema=None,
         pool_size=None, connect_timeout=None, statement_timeout=None, migrate=true,
-        application_name=None))]
+        application_name=None, listen_url=None))]
     #[allow(clippy::too_many_arguments)]
     fn connect(
         py: Python<'_>,
@@ -114,6 +118,7 @@ impl Client {
         statement_timeout: Option<f64>,
         migrate: bool,
         application_name: Option<String>,
+        listen_url: Option<String>,
     ) -> PyResult<Client> {
         let options = client_options(
             namespace,
@@ -125,6 +130,7 @@ impl Client {
             statement_timeout,
             migrate,
             application_name,
+            listen_url,
         )?;
         let inner = block_on(py, accord::Client::connect(url, options))?.py()?;
         Ok(Client { inner })
@@ -481,7 +487,7 @@ impl AsyncClient {
     #[staticmethod]
     #[pyo3(signature = (url, *, namespace=None, owner=None, ttl=None, schema=None,
         pool_size=None, connect_timeout=None, statement_timeout=None, migrate=true,
-        application_name=None))]
+        application_name=None, listen_url=None))]
     #[allow(clippy::too_many_arguments)]
     fn connect<'py>(
         py: Python<'py>,
@@ -495,6 +501,7 @@ impl AsyncClient {
         statement_timeout: Option<f64>,
         migrate: bool,
         application_name: Option<String>,
+        listen_url: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let options = client_options(
             namespace,
@@ -506,6 +513,7 @@ impl AsyncClient {
             statement_timeout,
             migrate,
             application_name,
+            listen_url,
         )?;
         opening(py, move |py| {
             let (url, options) = (url.clone(), options.clone());
