@@ -671,6 +671,14 @@ export interface ClientOptions {
   migrate?: boolean
   /** `application_name` shown in `pg_stat_activity` (default `"accord"`). */
   applicationName?: string
+  /**
+   * Where the listening connection goes (PostgreSQL only; default: the client's URL): a
+   * direct or session-pooled URL of the same database, when commands go through a PgBouncer
+   * in transaction mode, where LISTEN cannot receive. Without it there, `listen` fails with
+   * `ACCORD_CONNECTION` naming `listen_url`. Refused (`ACCORD_INVALID_ARGUMENT`) on the
+   * embedded store.
+   */
+  listenUrl?: string
 }
 
 /**

@@ -45,6 +45,12 @@ pub struct ClientOptions {
     pub migrate: Option<bool>,
     /// `application_name` shown in `pg_stat_activity` (default `"accord"`).
     pub application_name: Option<String>,
+    /// Where the listening connection goes (PostgreSQL only; default: the client's URL): a
+    /// direct or session-pooled URL of the same database, when commands go through a PgBouncer
+    /// in transaction mode, where LISTEN cannot receive. Without it there, `listen` fails with
+    /// `ACCORD_CONNECTION` naming `listen_url`. Refused (`ACCORD_INVALID_ARGUMENT`) on the
+    /// embedded store.
+    pub listen_url: Option<String>,
 }
 
 /// Options of `client.acquire()`. Durations are in milliseconds.
@@ -248,6 +254,9 @@ fn parse_connect(
         }
         if let Some(v) = opt_string("options.applicationName", &property(&o, "applicationName")?)? {
             parsed = parsed.application_name(v);
+        }
+        if let Some(v) = opt_string("options.listenUrl", &property(&o, "listenUrl")?)? {
+            parsed = parsed.listen_url(v);
         }
     }
     Ok((url, parsed))
