@@ -1460,6 +1460,17 @@ accord_status accord_client_options_set_listen_url(accord_client_options *option
                                                    accord_error **err);
 
 /**
+ * Whether each command connection prepares accord's statements once (default true). false
+ * sends each statement with its text instead (still one round trip, planned at every call):
+ * needed behind a PgBouncer in transaction mode before 1.21 (or with max_prepared_statements
+ * = 0), where a statement prepared on one server connection is missing on the next, and
+ * another process's statement of the same name may be found there.
+ */
+accord_status accord_client_options_set_prepare_statements(accord_client_options *options,
+                                                           bool prepare,
+                                                           accord_error **err);
+
+/**
  * New acquire options with the client's defaults. Free with accord_acquire_options_free().
  */
 accord_acquire_options *accord_acquire_options_new(void);

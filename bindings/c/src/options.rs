@@ -293,6 +293,23 @@ pub extern "C" fn accord_client_options_set_listen_url(
     })
 }
 
+/// Whether each command connection prepares accord's statements once (default true). false
+/// sends each statement with its text instead (still one round trip, planned at every call):
+/// needed behind a PgBouncer in transaction mode before 1.21 (or with max_prepared_statements
+/// = 0), where a statement prepared on one server connection is missing on the next, and
+/// another process's statement of the same name may be found there.
+#[no_mangle]
+pub extern "C" fn accord_client_options_set_prepare_statements(
+    options: *mut accord_client_options,
+    prepare: bool,
+    err: *mut *mut accord_error,
+) -> accord_status {
+    set(options, err, |o| {
+        o.0 = o.0.clone().prepare_statements(prepare);
+        Ok(())
+    })
+}
+
 /// New acquire options with the client's defaults. Free with accord_acquire_options_free().
 #[no_mangle]
 pub extern "C" fn accord_acquire_options_new() -> *mut accord_acquire_options {
