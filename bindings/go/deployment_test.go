@@ -7,11 +7,13 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // O1: accord behind a real PgBouncer (scripts/with-postgres.sh starts one in front of the test
 // database). Transaction pooling carries commands but not LISTEN: Listen there fails naming
-// listen_url, and with ListenURL naming the server directly a client hears again.
+// listen_url, and with ListenURL naming the server directly a client hears again. Clients there
+// send their statements unprepared (DisablePreparedStatements).
 
 // bouncer is the URL of the PgBouncer pool of this mode. The test cluster of `make test` always
 // has one: there, a missing one fails the test rather than skipping it.
@@ -27,11 +29,14 @@ func bouncer(t *testing.T, mode string) string {
 	return url
 }
 
-// connectAt connects a client of ns to url, its listening connection to listenURL ("": url).
-func connectAt(t *testing.T, url, listenURL, ns, owner string) *Client {
+// connectAt connects a client of ns to the transaction pool at url, in schema, with its
+// statements unprepared (PgBouncer before 1.21 cannot carry prepared ones in this mode), its
+// listening connection to listenURL ("": url).
+func connectAt(t *testing.T, url, schema, listenURL, ns, owner string) *Client {
 	t.Helper()
 	c, err := Connect(context.Background(), url, &ClientOptions{
-		Namespace: ns, Owner: owner, ApplicationName: ns + ":" + owner, ListenURL: listenURL,
+		Namespace: ns, Owner: owner, ApplicationName: ns + ":" + owner, Schema: schema,
+		ListenURL: listenURL, DisablePreparedStatements: true,
 	})
 	if err != nil {
 		t.Fatalf("connect: %v", err)
@@ -45,17 +50,18 @@ func TestListenURLBehindTransactionPooling(t *testing.T) { // O1
 	pooler := bouncer(t, "TRANSACTION")
 	ns := namespace(t)
 	ch := fmt.Sprintf("ch_%d", os.Getpid())
-	// PgBouncer before 1.21 leaves every statement prepared through this pool on its one
-	// server connection, and the names (s1, s2, …) start over in every process: what an
-	// earlier process left there ("prepared statement s8 already exists") is cleared first.
-	psqlAt(t, pooler, "DEALLOCATE ALL")
-	deaf := connectAt(t, pooler, "", ns, "deaf")
+	// A schema of this test's own: accord's statements name it, so that any of them left
+	// prepared on the pool's server connection can be told from others'. Dropped last, after
+	// the clients' cleanups.
+	schema := fmt.Sprintf("go_o1_%d", time.Now().UnixNano())
+	t.Cleanup(func() { psql(t, "DROP SCHEMA IF EXISTS "+schema+" CASCADE") })
+	deaf := connectAt(t, pooler, schema, "", ns, "deaf")
 	if sub, err := deaf.Listen(ctx, ch); !errors.Is(err, ErrConnection) || !strings.Contains(err.Error(), "listen_url") {
 		t.Fatalf("listen through transaction pooling: %v %v", sub, err)
 	}
 	// Commands through the pooler, LISTEN straight to the server.
-	listener := connectAt(t, pooler, databaseURL(t), ns, "listener")
-	sender := connectAt(t, pooler, "", ns, "sender")
+	listener := connectAt(t, pooler, schema, databaseURL(t), ns, "listener")
+	sender := connectAt(t, pooler, schema, "", ns, "sender")
 	sub := must(listener.Listen(ctx, ch))
 	defer sub.Close()
 	if err := sender.Notify(ctx, ch, "through the pooler"); err != nil {
@@ -63,6 +69,13 @@ func TestListenURLBehindTransactionPooling(t *testing.T) { // O1
 	}
 	if e := next(t, sub); e != (Event{Message, ch, "through the pooler"}) {
 		t.Fatalf("got %+v", e)
+	}
+	// DisablePreparedStatements reached the core: while the clients are open, nothing of their
+	// schema is prepared on the pool's one server connection (a session through the pool sees
+	// what every client left there).
+	left := psqlAt(t, pooler, "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%"+schema+"%'")
+	if left != "0" {
+		t.Fatalf("%s statements of schema %s left prepared on the pool's server connection", left, schema)
 	}
 }
 
