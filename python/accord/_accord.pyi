@@ -924,6 +924,7 @@ class Client:
         migrate: bool = True,
         application_name: Optional[str] = None,
         listen_url: Optional[str] = None,
+        prepare_statements: bool = True,
     ) -> Client: ...
     @property
     def owner(self) -> str: ...
@@ -1048,6 +1049,7 @@ class AsyncClient:
         migrate: bool = True,
         application_name: Optional[str] = None,
         listen_url: Optional[str] = None,
+        prepare_statements: bool = True,
     ) -> Opening[AsyncClient]: ...
     @property
     def owner(self) -> str: ...

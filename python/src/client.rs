@@ -30,8 +30,11 @@ fn client_options(
     migrate: bool,
     application_name: Option<String>,
     listen_url: Option<String>,
+    prepare_statements: bool,
 ) -> PyResult<ClientOptions> {
-    let mut options = ClientOptions::new().migrate(migrate);
+    let mut options = ClientOptions::new()
+        .migrate(migrate)
+        .prepare_statements(prepare_statements);
     if let Some(namespace) = namespace {
         options = options.namespace(namespace);
     }
@@ -104,7 +107,7 @@ impl Client {
     #[staticmethod]
     #[pyo3(signature = (url, *, namespace=None, owner=None, ttl=None, schema=None,
         pool_size=None, connect_timeout=None, statement_timeout=None, migrate=true,
-        application_name=None, listen_url=None))]
+        application_name=None, listen_url=None, prepare_statements=true))]
     #[allow(clippy::too_many_arguments)]
     fn connect(
         py: Python<'_>,
@@ -119,6 +122,7 @@ impl Client {
         migrate: bool,
         application_name: Option<String>,
         listen_url: Option<String>,
+        prepare_statements: bool,
     ) -> PyResult<Client> {
         let options = client_options(
             namespace,
@@ -131,6 +135,7 @@ impl Client {
             migrate,
             application_name,
             listen_url,
+            prepare_statements,
         )?;
         let inner = block_on(py, accord::Client::connect(url, options))?.py()?;
         Ok(Client { inner })
@@ -487,7 +492,7 @@ impl AsyncClient {
     #[staticmethod]
     #[pyo3(signature = (url, *, namespace=None, owner=None, ttl=None, schema=None,
         pool_size=None, connect_timeout=None, statement_timeout=None, migrate=true,
-        application_name=None, listen_url=None))]
+        application_name=None, listen_url=None, prepare_statements=true))]
     #[allow(clippy::too_many_arguments)]
     fn connect<'py>(
         py: Python<'py>,
@@ -502,6 +507,7 @@ impl AsyncClient {
         migrate: bool,
         application_name: Option<String>,
         listen_url: Option<String>,
+        prepare_statements: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let options = client_options(
             namespace,
@@ -514,6 +520,7 @@ impl AsyncClient {
             migrate,
             application_name,
             listen_url,
+            prepare_statements,
         )?;
         opening(py, move |py| {
             let (url, options) = (url.clone(), options.clone());
