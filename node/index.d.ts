@@ -679,6 +679,14 @@ export interface ClientOptions {
    * embedded store.
    */
   listenUrl?: string
+  /**
+   * Whether each command connection prepares accord's statements once (default true).
+   * `false` sends each statement with its text (still one round trip, planned at every
+   * call): needed behind a PgBouncer in transaction mode before 1.21 (or with
+   * `max_prepared_statements = 0`), where a statement prepared on one server connection is
+   * missing on the next, and another process's statement of the same name may be found.
+   */
+  prepareStatements?: boolean
 }
 
 /**
