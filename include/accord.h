@@ -1545,6 +1545,28 @@ accord_status accord_client_options_set_application_name(accord_client_options *
                                                          accord_error **err);
 
 /**
+ * Where the listening connection goes (PostgreSQL only; default: the client's URL): a direct
+ * or session-pooled URL of the same database, when commands go through a PgBouncer in
+ * transaction mode, where LISTEN cannot receive. Without it there, accord_client_listen()
+ * fails with ACCORD_CONNECTION naming listen_url. Refused at connect (ACCORD_INVALID_ARGUMENT)
+ * on the embedded store, or when it does not parse.
+ */
+accord_status accord_client_options_set_listen_url(accord_client_options *options,
+                                                   const char *url,
+                                                   accord_error **err);
+
+/**
+ * Whether each command connection prepares accord's statements once (default true). false
+ * sends each statement with its text instead (still one round trip, planned at every call):
+ * needed behind a PgBouncer in transaction mode before 1.21 (or with max_prepared_statements
+ * = 0), where a statement prepared on one server connection is missing on the next, and
+ * another process's statement of the same name may be found there.
+ */
+accord_status accord_client_options_set_prepare_statements(accord_client_options *options,
+                                                           bool prepare,
+                                                           accord_error **err);
+
+/**
  * New acquire options with the client's defaults. Free with accord_acquire_options_free().
  */
 accord_acquire_options *accord_acquire_options_new(void);

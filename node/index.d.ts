@@ -677,6 +677,22 @@ export interface ClientOptions {
   migrate?: boolean
   /** `application_name` shown in `pg_stat_activity` (default `"accord"`). */
   applicationName?: string
+  /**
+   * Where the listening connection goes (PostgreSQL only; default: the client's URL): a
+   * direct or session-pooled URL of the same database, when commands go through a PgBouncer
+   * in transaction mode, where LISTEN cannot receive. Without it there, `listen` fails with
+   * `ACCORD_CONNECTION` naming `listen_url`. Refused (`ACCORD_INVALID_ARGUMENT`) on the
+   * embedded store.
+   */
+  listenUrl?: string
+  /**
+   * Whether each command connection prepares accord's statements once (default true).
+   * `false` sends each statement with its text (still one round trip, planned at every
+   * call): needed behind a PgBouncer in transaction mode before 1.21 (or with
+   * `max_prepared_statements = 0`), where a statement prepared on one server connection is
+   * missing on the next, and another process's statement of the same name may be found.
+   */
+  prepareStatements?: boolean
 }
 
 /**

@@ -87,8 +87,8 @@ import (
 // ClientOptions of Connect. The zero value of each field means its default: namespace
 // "default", owner host-pid-random, ttl 30 s, schema "accord", two command connections,
 // connect and statement timeouts 10 s (or less, for the connection, when the context's
-// deadline is sooner), migrations applied. Durations have millisecond resolution; negative
-// ones are refused with ErrInvalidArgument.
+// deadline is sooner), migrations applied, statements prepared. Durations have millisecond
+// resolution; negative ones are refused with ErrInvalidArgument.
 type ClientOptions struct {
 	Namespace string
 	Owner     string
@@ -97,11 +97,23 @@ type ClientOptions struct {
 	PoolSize  int
 	// ApplicationName is shown in pg_stat_activity.
 	ApplicationName string
-	ConnectTimeout  time.Duration
+	// ListenURL is where the listening connection goes (PostgreSQL only; default: url): a
+	// direct or session-pooled URL of the same database, when commands go through a PgBouncer
+	// in transaction mode, where LISTEN cannot receive. Without it there, Listen fails with
+	// ErrConnection naming listen_url. Refused (ErrInvalidArgument) on the embedded store.
+	ListenURL      string
+	ConnectTimeout time.Duration
 	// StatementTimeout bounds each statement: one that gets no answer in time breaks its
 	// connection, and the call fails with ErrConnection. PostgreSQL only.
 	StatementTimeout  time.Duration
 	DisableMigrations bool
+	// DisablePreparedStatements sends every statement with its text (still one round trip,
+	// planned at every call) instead of preparing it once per connection (the default, the
+	// core's prepare_statements = true; inverted: Go's zero value must be the default). Set it
+	// behind a PgBouncer in transaction mode before 1.21 (or with max_prepared_statements = 0),
+	// where a statement prepared on one server connection is missing on the next, and another
+	// process's statement of the same name may be found there.
+	DisablePreparedStatements bool
 }
 
 // Client is a connection to a coordinator. Its methods may be called from any goroutine.
@@ -146,7 +158,7 @@ func Connect(ctx context.Context, url string, opts *ClientOptions) (*Client, err
 	}
 	for _, o := range []struct{ field, value string }{
 		{"namespace", opts.Namespace}, {"owner", opts.Owner}, {"schema", opts.Schema},
-		{"application_name", opts.ApplicationName},
+		{"application_name", opts.ApplicationName}, {"listen_url", opts.ListenURL},
 	} {
 		if err := noNUL(o.field, o.value); err != nil {
 			return nil, err
@@ -164,6 +176,7 @@ func Connect(ctx context.Context, url string, opts *ClientOptions) (*Client, err
 		{opts.Owner, func(s *C.char) C.accord_status { return C.accord_client_options_set_owner(o, s, &cerr) }},
 		{opts.Schema, func(s *C.char) C.accord_status { return C.accord_client_options_set_schema(o, s, &cerr) }},
 		{opts.ApplicationName, func(s *C.char) C.accord_status { return C.accord_client_options_set_application_name(o, s, &cerr) }},
+		{opts.ListenURL, func(s *C.char) C.accord_status { return C.accord_client_options_set_listen_url(o, s, &cerr) }},
 	}
 	for _, s := range strs {
 		if s.value == "" {
@@ -202,6 +215,11 @@ func Connect(ctx context.Context, url string, opts *ClientOptions) (*Client, err
 	}
 	if opts.DisableMigrations {
 		if err := set(C.accord_client_options_set_migrate(o, false, &cerr)); err != nil {
+			return nil, err
+		}
+	}
+	if opts.DisablePreparedStatements {
+		if err := set(C.accord_client_options_set_prepare_statements(o, false, &cerr)); err != nil {
 			return nil, err
 		}
 	}

@@ -41,14 +41,25 @@ func connect(t *testing.T, ns, owner string) *Client {
 
 func psql(t *testing.T, sql string) {
 	t.Helper()
+	psqlAt(t, databaseURL(t), sql)
+}
+
+// psqlAt runs sql through psql on the server at url, and returns what it printed (unaligned,
+// tuples only: a query's one value, as text).
+func psqlAt(t *testing.T, url, sql string) string {
+	t.Helper()
 	bin := "psql"
 	if dir := os.Getenv("ACCORD_TEST_PG_BINDIR"); dir != "" {
 		bin = filepath.Join(dir, "psql")
 	}
-	out, err := exec.Command(bin, "-X", "-q", "-v", "ON_ERROR_STOP=1", databaseURL(t), "-c", sql).CombinedOutput()
+	var stderr strings.Builder
+	cmd := exec.Command(bin, "-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1", url, "-c", sql)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("psql: %v: %s", err, out)
+		t.Fatalf("psql: %v: %s", err, stderr.String())
 	}
+	return strings.TrimSpace(string(out))
 }
 
 // must returns v, failing the test (by panicking, which reports the stack) on an error.

@@ -46,6 +46,18 @@ pub struct ClientOptions {
     pub migrate: Option<bool>,
     /// `application_name` shown in `pg_stat_activity` (default `"accord"`).
     pub application_name: Option<String>,
+    /// Where the listening connection goes (PostgreSQL only; default: the client's URL): a
+    /// direct or session-pooled URL of the same database, when commands go through a PgBouncer
+    /// in transaction mode, where LISTEN cannot receive. Without it there, `listen` fails with
+    /// `ACCORD_CONNECTION` naming `listen_url`. Refused (`ACCORD_INVALID_ARGUMENT`) on the
+    /// embedded store.
+    pub listen_url: Option<String>,
+    /// Whether each command connection prepares accord's statements once (default true).
+    /// `false` sends each statement with its text (still one round trip, planned at every
+    /// call): needed behind a PgBouncer in transaction mode before 1.21 (or with
+    /// `max_prepared_statements = 0`), where a statement prepared on one server connection is
+    /// missing on the next, and another process's statement of the same name may be found.
+    pub prepare_statements: Option<bool>,
 }
 
 /// Options of `client.acquire()`. Durations are in milliseconds.
@@ -249,6 +261,15 @@ fn parse_connect(
         }
         if let Some(v) = opt_string("options.applicationName", &property(&o, "applicationName")?)? {
             parsed = parsed.application_name(v);
+        }
+        if let Some(v) = opt_string("options.listenUrl", &property(&o, "listenUrl")?)? {
+            parsed = parsed.listen_url(v);
+        }
+        if let Some(v) = opt_bool(
+            "options.prepareStatements",
+            &property(&o, "prepareStatements")?,
+        )? {
+            parsed = parsed.prepare_statements(v);
         }
     }
     Ok((url, parsed))

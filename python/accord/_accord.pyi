@@ -992,6 +992,8 @@ class Client:
         statement_timeout: Optional[float] = None,
         migrate: bool = True,
         application_name: Optional[str] = None,
+        listen_url: Optional[str] = None,
+        prepare_statements: bool = True,
     ) -> Client: ...
     @property
     def owner(self) -> str: ...
@@ -1117,6 +1119,8 @@ class AsyncClient:
         statement_timeout: Optional[float] = None,
         migrate: bool = True,
         application_name: Optional[str] = None,
+        listen_url: Optional[str] = None,
+        prepare_statements: bool = True,
     ) -> Opening[AsyncClient]: ...
     @property
     def owner(self) -> str: ...

@@ -30,8 +30,12 @@ fn client_options(
     statement_timeout: Option<f64>,
     migrate: bool,
     application_name: Option<String>,
+    listen_url: Option<String>,
+    prepare_statements: bool,
 ) -> PyResult<ClientOptions> {
-    let mut options = ClientOptions::new().migrate(migrate);
+    let mut options = ClientOptions::new()
+        .migrate(migrate)
+        .prepare_statements(prepare_statements);
     if let Some(namespace) = namespace {
         options = options.namespace(namespace);
     }
@@ -55,6 +59,9 @@ fn client_options(
     }
     if let Some(name) = application_name {
         options = options.application_name(name);
+    }
+    if let Some(url) = listen_url {
+        options = options.listen_url(url);
     }
     Ok(options)
 }
@@ -101,7 +108,7 @@ impl Client {
     #[staticmethod]
     #[pyo3(signature = (url, *, namespace=None, owner=None, ttl=None, schema=None,
         pool_size=None, connect_timeout=None, statement_timeout=None, migrate=true,
-        application_name=None))]
+        application_name=None, listen_url=None, prepare_statements=true))]
     #[allow(clippy::too_many_arguments)]
     fn connect(
         py: Python<'_>,
@@ -115,6 +122,8 @@ impl Client {
         statement_timeout: Option<f64>,
         migrate: bool,
         application_name: Option<String>,
+        listen_url: Option<String>,
+        prepare_statements: bool,
     ) -> PyResult<Client> {
         let options = client_options(
             namespace,
@@ -126,6 +135,8 @@ impl Client {
             statement_timeout,
             migrate,
             application_name,
+            listen_url,
+            prepare_statements,
         )?;
         let inner = block_on(py, accord::Client::connect(url, options))?.py()?;
         Ok(Client { inner })
@@ -488,7 +499,7 @@ impl AsyncClient {
     #[staticmethod]
     #[pyo3(signature = (url, *, namespace=None, owner=None, ttl=None, schema=None,
         pool_size=None, connect_timeout=None, statement_timeout=None, migrate=true,
-        application_name=None))]
+        application_name=None, listen_url=None, prepare_statements=true))]
     #[allow(clippy::too_many_arguments)]
     fn connect<'py>(
         py: Python<'py>,
@@ -502,6 +513,8 @@ impl AsyncClient {
         statement_timeout: Option<f64>,
         migrate: bool,
         application_name: Option<String>,
+        listen_url: Option<String>,
+        prepare_statements: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let options = client_options(
             namespace,
@@ -513,6 +526,8 @@ impl AsyncClient {
             statement_timeout,
             migrate,
             application_name,
+            listen_url,
+            prepare_statements,
         )?;
         opening(py, move |py| {
             let (url, options) = (url.clone(), options.clone());

@@ -276,6 +276,40 @@ pub extern "C" fn accord_client_options_set_application_name(
     })
 }
 
+/// Where the listening connection goes (PostgreSQL only; default: the client's URL): a direct
+/// or session-pooled URL of the same database, when commands go through a PgBouncer in
+/// transaction mode, where LISTEN cannot receive. Without it there, accord_client_listen()
+/// fails with ACCORD_CONNECTION naming listen_url. Refused at connect (ACCORD_INVALID_ARGUMENT)
+/// on the embedded store, or when it does not parse.
+#[no_mangle]
+pub extern "C" fn accord_client_options_set_listen_url(
+    options: *mut accord_client_options,
+    url: *const c_char,
+    err: *mut *mut accord_error,
+) -> accord_status {
+    set(options, err, |o| {
+        o.0 = o.0.clone().listen_url(text("listen_url", url)?);
+        Ok(())
+    })
+}
+
+/// Whether each command connection prepares accord's statements once (default true). false
+/// sends each statement with its text instead (still one round trip, planned at every call):
+/// needed behind a PgBouncer in transaction mode before 1.21 (or with max_prepared_statements
+/// = 0), where a statement prepared on one server connection is missing on the next, and
+/// another process's statement of the same name may be found there.
+#[no_mangle]
+pub extern "C" fn accord_client_options_set_prepare_statements(
+    options: *mut accord_client_options,
+    prepare: bool,
+    err: *mut *mut accord_error,
+) -> accord_status {
+    set(options, err, |o| {
+        o.0 = o.0.clone().prepare_statements(prepare);
+        Ok(())
+    })
+}
+
 /// New acquire options with the client's defaults. Free with accord_acquire_options_free().
 #[no_mangle]
 pub extern "C" fn accord_acquire_options_new() -> *mut accord_acquire_options {

@@ -1,10 +1,10 @@
 /*
  * The scenarios of docs/semantics.md that reach C (L1-L9, N1-N6, P1, P3, P4, P6, M1, F2, F4,
- * X1, X2, E1-E3), durable streams, bad input, the client event queue, stats, fork detection, the client options'
- * timeouts and every status code, through the installed header and library, against the
- * PostgreSQL named by ACCORD_TEST_DATABASE_URL. Exit status 0 when every check passed, and when
- * every status but ACCORD_INTERNAL was returned by some check (see seen[] and
- * check_every_status_seen()).
+ * X1, X2, E1-E3), durable streams, bad input, the client event queue, stats, fork detection, the
+ * client options' timeouts, listen_url behind a PgBouncer (O1) and every status code, through the
+ * installed header and library, against the PostgreSQL named by ACCORD_TEST_DATABASE_URL. Exit
+ * status 0 when every check passed, and when every status but ACCORD_INTERNAL was returned by
+ * some check (see seen[] and check_every_status_seen()).
  *
  * Run as `test_accord stall-child <url> <namespace>` it is the child of the L3 check; as
  * `test_accord hold <url> <namespace> <key>` it holds a key for other languages' tests: it
@@ -106,8 +106,11 @@ static void fmt(char *buf, size_t size, const char *format, ...) {
   va_end(ap);
 }
 
-/* A client of namespace "<prefix>-<test>" with the given owner. */
-static accord_client *client(const char *test, const char *owner) {
+/* A client of namespace "<prefix>-<test>" with the given owner, connected to `at`. With a
+ * `schema` (a client of PgBouncer's transaction pool): in that schema, its statements
+ * unprepared, its listening connection to `listen_url` unless that is NULL. */
+static accord_client *client_at(const char *at, const char *schema, const char *listen_url,
+                                const char *test, const char *owner) {
   char ns[128], app[160];
   fmt(ns, sizeof ns, "%s-%s", ns_prefix, test);
   fmt(app, sizeof app, "%s:%s", ns, owner);
@@ -115,13 +118,23 @@ static accord_client *client(const char *test, const char *owner) {
   MUST(accord_client_options_set_namespace(o, ns, &err));
   MUST(accord_client_options_set_owner(o, owner, &err));
   MUST(accord_client_options_set_application_name(o, app, &err));
+  if (schema) {
+    MUST(accord_client_options_set_schema(o, schema, &err));
+    MUST(accord_client_options_set_prepare_statements(o, false, &err));
+  }
+  if (listen_url) MUST(accord_client_options_set_listen_url(o, listen_url, &err));
   /* SCRAM's key derivation alone takes seconds under valgrind on a busy machine. */
   MUST(accord_client_options_set_connect_timeout_ms(o, 10000 * slow, &err));
   accord_client *c = NULL;
-  MUST(accord_client_connect(url, o, &c, &err));
+  MUST(accord_client_connect(at, o, &c, &err));
   accord_client_options_free(o);
   CHECK(c != NULL);
   return c;
+}
+
+/* A client of the test database (ACCORD_TEST_DATABASE_URL). */
+static accord_client *client(const char *test, const char *owner) {
+  return client_at(url, NULL, NULL, test, owner);
 }
 
 static accord_acquire_options *acquire_opts(int64_t ttl_ms, int64_t timeout_ms, const char *meta) {
@@ -140,13 +153,29 @@ static accord_lease *acquire(accord_client *c, const char *key, int64_t ttl_ms) 
   return lease;
 }
 
-/* Runs SQL through psql (for faults and for notifications from a non-accord source). */
-static void psql(const char *sql) {
+/* Runs SQL through psql on the server at `at`. */
+static void psql_at(const char *at, const char *sql) {
   const char *bindir = getenv("ACCORD_TEST_PG_BINDIR");
   char cmd[4096];
   fmt(cmd, sizeof cmd, "%s%spsql -X -q -v ON_ERROR_STOP=1 \"%s\" -c \"%s\" >/dev/null",
-      bindir ? bindir : "", bindir ? "/" : "", url, sql);
+      bindir ? bindir : "", bindir ? "/" : "", at, sql);
   if (system(cmd) != 0) FAIL("psql failed: %s", sql);
+}
+
+/* Runs SQL through psql (for faults and for notifications from a non-accord source). */
+static void psql(const char *sql) { psql_at(url, sql); }
+
+/* The one value that `sql` (a query of one row and one column) returns on the server at `at`. */
+static long long psql_number_at(const char *at, const char *sql) {
+  const char *bindir = getenv("ACCORD_TEST_PG_BINDIR");
+  char cmd[4096], out[64] = "";
+  fmt(cmd, sizeof cmd, "%s%spsql -X -q -t -A -v ON_ERROR_STOP=1 \"%s\" -c \"%s\"",
+      bindir ? bindir : "", bindir ? "/" : "", at, sql);
+  FILE *p = popen(cmd, "r");
+  if (!p) FAIL("psql failed: %s", sql);
+  char *line = fgets(out, sizeof out, p);
+  if (pclose(p) != 0 || !line) FAIL("psql failed: %s", sql);
+  return strtoll(out, NULL, 10);
 }
 
 /* The list entries of a client's namespace with key `key` and owner `owner` that are held. */
@@ -1976,6 +2005,63 @@ static void test_embedded_stores(void) {
   unlink(path);
 }
 
+/* O1 behind PgBouncer's transaction pool (ACCORD_TEST_PGBOUNCER_TRANSACTION_URL, started by
+ * scripts/with-postgres.sh): LISTEN there cannot hear, and listen says so naming listen_url;
+ * with listen_url naming the server, a notification sent through the pooler arrives. The
+ * clients there send their statements unprepared (PgBouncer before 1.21 cannot carry prepared
+ * ones in this mode). On the embedded store listen_url is refused at connect. */
+static void test_listen_url(void) {
+  accord_client *c = NULL;
+  accord_client_options *o = accord_client_options_new();
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "listen_url", accord_client_options_set_listen_url(o, NULL, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "options", accord_client_options_set_prepare_statements(NULL, false, &err));
+  MUST(accord_client_options_set_listen_url(o, url, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "listen_url", accord_client_connect("memory:c-listen-url", o, &c, &err));
+  CHECK(c == NULL);
+  accord_client_options_free(o);
+
+  const char *pooler = getenv("ACCORD_TEST_PGBOUNCER_TRANSACTION_URL");
+  if (!pooler) {
+    /* The test cluster of `make test` always has one: there a missing one is a failure. */
+    if (getenv("ACCORD_TEST_PGDATA"))
+      FAIL("the test cluster has no PgBouncer: install it (apt-get install pgbouncer)");
+    fprintf(stderr, "skipped the listen_url check: ACCORD_TEST_PGBOUNCER_TRANSACTION_URL is not set\n");
+    return;
+  }
+  /* A schema of this test's own: accord's statements name it, so that any of them left
+   * prepared on the pool's server connection can be told from others'. */
+  char schema[64];
+  fmt(schema, sizeof schema, "c_o1_%d_%lld", getpid(), (long long)now_ms());
+  char ch[64];
+  fmt(ch, sizeof ch, "ch_%d", getpid());
+  const char *channels[] = {ch};
+  accord_subscription *sub = NULL;
+  accord_client *deaf = client_at(pooler, schema, NULL, "listen-url", "deaf");
+  EXPECT_NAMING(ACCORD_CONNECTION, "listen_url", accord_client_listen(deaf, channels, 1, &sub, &err));
+  CHECK(sub == NULL);
+  /* Commands through the pooler, LISTEN straight to the server. */
+  accord_client *listener = client_at(pooler, schema, url, "listen-url", "listener");
+  accord_client *sender = client_at(pooler, schema, NULL, "listen-url", "sender");
+  MUST(accord_client_listen(listener, channels, 1, &sub, &err));
+  MUST(accord_client_notify(sender, ch, "through the pooler", &err));
+  expect_message(sub, ch, "through the pooler");
+  accord_subscription_free(sub);
+  /* prepare_statements reached the core: while the clients are open, nothing of their schema
+   * is prepared on the pool's one server connection (which a session through the pool sees). */
+  char sql[256];
+  fmt(sql, sizeof sql, "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%%%s%%'",
+      schema);
+  long long left = psql_number_at(pooler, sql);
+  CHECK(left == 0);
+  accord_client *all[] = {deaf, listener, sender};
+  for (int i = 0; i < 3; i++) {
+    accord_client_close(all[i]);
+    accord_client_free(all[i]);
+  }
+  fmt(sql, sizeof sql, "SET client_min_messages = warning; DROP SCHEMA %s CASCADE", schema);
+  psql(sql);
+}
+
 /* Every status has a name, the enumerator's, which is also the error kind's code in every other
  * language; no two share one; values outside the enum have none. */
 /* Stats: a known sequence, then the counters exactly (docs/semantics.md, "Stats"). */
@@ -2247,6 +2333,7 @@ int main(int argc, char **argv) {
   test_streams();
   test_stream_payloads_retention_bad_input();
   test_embedded_stores();
+  test_listen_url();
   test_statement_timeout();
   check_every_status_seen();
 
