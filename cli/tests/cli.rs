@@ -320,6 +320,61 @@ fn unreachable_coordinator_is_an_error_not_a_panic() {
     );
 }
 
+/// The write end of a pipe whose read end is already closed: every write to it fails with
+/// EPIPE, as `accord … 2>&1 | head -1` does once `head` has exited. Close-on-exec, so that no
+/// other test's child inherits either end.
+fn closed_pipe() -> Stdio {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two descriptors that this function then owns.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both are fresh descriptors of ours; the read end is closed once, here.
+    unsafe {
+        libc::close(fds[0]);
+        Stdio::from(OwnedFd::from_raw_fd(fds[1]))
+    }
+}
+
+/// A closed stderr drops accord's messages and log lines (ACCORD_LOG=debug writes some on
+/// every run); a closed stdout ends accord quietly with 0. Neither is a panic (exit 101).
+#[test]
+fn closed_pipes_end_accord_quietly_not_with_a_panic() {
+    let env = Env::sqlite("closed-pipes");
+    let run = |args: &[&str], stdout: Stdio, stderr: Stdio| {
+        env.cmd(args)
+            .env("ACCORD_LOG", "debug")
+            .stdout(stdout)
+            .stderr(stderr)
+            .output()
+            .unwrap()
+    };
+    // Messages on stderr: "not known", the log's "connected".
+    let out = run(&["reset", "nothing"], Stdio::piped(), closed_pipe());
+    assert_eq!(code(&out), 0);
+    let out = run(&["run", "k", "--", "true"], Stdio::piped(), closed_pipe());
+    assert_eq!(code(&out), 0);
+    // An error's message: the exit code is still the error's.
+    let out = env
+        .cmd(&["ls"])
+        .env("ACCORD_URL", "sqlite:relative/path.db")
+        .stderr(closed_pipe())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2);
+    // Output nobody reads: quiet, 0, whatever stderr is.
+    for args in [&["ls"][..], &["ls", "--json"], &["migrate", "--print-sql"]] {
+        let out = run(args, closed_pipe(), Stdio::piped());
+        assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+        assert!(
+            !stderr(&out).contains("accord: error") && !stderr(&out).contains("panicked"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        let out = run(args, closed_pipe(), closed_pipe());
+        assert_eq!(code(&out), 0, "{args:?}");
+    }
+}
+
 // ---------------------------------------------------------------------------- PostgreSQL
 
 #[test]
