@@ -47,7 +47,8 @@ Examples:
   accord run --timeout 0 --done import/2026-11-22 -- ./import.sh
   accord acquire maintenance --ttl 1m            # hold until Ctrl-C, then release
   accord reset import/2026-11-22                 # make a done key acquirable again
-  accord listen jobs events                      # print channel<TAB>payload lines
+  accord listen jobs events                      # channel<TAB>payload lines (escaped); says
+                                                 # \"listening on\" on stderr once listening
   accord notify jobs 'batch 7 finished'
   seq -f 'img/%04g' 1 500 | accord offer img/   # a work pool: keys on stdin, one a line
   accord work img/ -j 8 -- ./resize.sh {}        # like xargs -P, across machines
@@ -252,10 +253,20 @@ enum Command {
         keep_all: bool,
     },
     /// Print notifications on the channels as they arrive (channel<TAB>payload), until Ctrl-C.
+    #[command(
+        long_about = "Print notifications on the channels as they arrive, one line each \
+                      (channel<TAB>payload), until Ctrl-C or SIGTERM. Once it is listening it says \
+                      `accord: listening on CHANNELS` on stderr: every notification sent after that \
+                      line is printed, one sent before it may not be (wait for it before notifying). \
+                      Backslashes and control characters in channels and payloads are escaped (\\\\, \\n, \\r, \\t, \
+                      \\xHH, \\uHHHH; `printf '%b'` undoes it), so that each line is one notification; \
+                      --json prints them as they are, in JSON strings. Channels are not namespaced: \
+                      a notification reaches the listeners of its channel in every namespace."
+    )]
     Listen {
         #[arg(required = true, value_parser = non_empty)]
         channels: Vec<String>,
-        /// One JSON object per line: {"channel": …, "payload": …}.
+        /// One JSON object per line: {"channel": …, "payload": …} (nothing escaped).
         #[arg(long)]
         json: bool,
     },
@@ -734,14 +745,17 @@ async fn ls(
                 serde_json::Value::Object(i.metadata.clone()).to_string()
             };
             [
-                i.key.clone(),
+                // Escaped as `listen` does: a key or owner holding a newline is one row.
+                output::escape(&i.key).into_owned(),
                 // A key held shared is listed once per holder.
                 if i.shared {
                     "shared".to_string()
                 } else {
                     i.state.as_str().to_string()
                 },
-                i.owner.clone().unwrap_or_else(|| "-".into()),
+                i.owner
+                    .as_deref()
+                    .map_or_else(|| "-".into(), |o| output::escape(o).into_owned()),
                 i.fence.to_string(),
                 left,
                 meta,
@@ -877,7 +891,9 @@ async fn listen(client: &Client, channels: Vec<String>, json: bool) -> Outcome {
                     let line = if json {
                         serde_json::json!({"channel": m.channel, "payload": m.payload}).to_string()
                     } else {
-                        format!("{}\t{}", m.channel, m.payload)
+                        // Escaped: a payload holding a newline (or a tab, or a terminal escape)
+                        // stays one line, and cannot forge another notification.
+                        format!("{}\t{}", output::escape(&m.channel), output::escape(&m.payload))
                     };
                     if let Err(failure) = output::print(&mut out, &format!("{line}\n")) {
                         sub.close().await;

@@ -44,3 +44,46 @@ pub(crate) fn print(out: &mut impl Write, text: &str) -> Result<(), Failure> {
             }
         })
 }
+
+/// `text` for a line of text output: backslashes and control characters escaped (`\\`, `\n`,
+/// `\r`, `\t`, `\xHH` for the other ASCII ones, `\uHHHH` for the others and for U+2028 and
+/// U+2029, which some readers take as line ends), so that a value prints as one line and cannot
+/// forge another, nor send escape sequences to a terminal. `printf '%b'` undoes it.
+pub(crate) fn escape(text: &str) -> std::borrow::Cow<'_, str> {
+    let needs = |c: char| c == '\\' || c.is_control() || c == '\u{2028}' || c == '\u{2029}';
+    if !text.chars().any(needs) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\\' => escaped.push_str("\\\\"),
+            '\n' => escaped.push_str("\\n"),
+            '\r' => escaped.push_str("\\r"),
+            '\t' => escaped.push_str("\\t"),
+            c if c.is_ascii() && needs(c) => escaped.push_str(&format!("\\x{:02x}", c as u32)),
+            c if needs(c) => escaped.push_str(&format!("\\u{:04x}", c as u32)),
+            c => escaped.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(escaped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape;
+
+    #[test]
+    fn escapes_what_could_forge_a_line_or_drive_a_terminal() {
+        assert_eq!(escape("plain text, ünïcødé ✓"), "plain text, ünïcødé ✓");
+        assert_eq!(
+            escape("a\nb\rc\td\x1b[31me\\f"),
+            "a\\nb\\rc\\td\\x1b[31me\\\\f"
+        );
+        assert_eq!(escape("\x7f\u{85}\u{9b}"), "\\x7f\\u0085\\u009b");
+        assert_eq!(escape("x\u{2028}y\u{2029}"), "x\\u2028y\\u2029");
+        // Every escaped text is one line of printable characters.
+        let all: String = (0u32..0x3000).filter_map(char::from_u32).collect();
+        assert!(!escape(&all).chars().any(|c| c.is_control()));
+    }
+}

@@ -626,6 +626,98 @@ fn notify_reaches_listen() {
     assert_eq!(out.status.code(), Some(0));
 }
 
+/// Text lines escape what could forge a line or drive a terminal; the next notification is
+/// the next line.
+#[test]
+fn listen_escapes_control_characters() {
+    let env = Env::new("escape");
+    let channel = format!("cli-escape-{}", nanos());
+    let mut listener = env
+        .cmd(&["listen", &channel])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out_lines = lines_of(listener.stdout.take().unwrap());
+    let err_lines = lines_of(listener.stderr.take().unwrap());
+    expect_line(&err_lines, "listening on", Duration::from_secs(20));
+    let forged = format!("a\nb\rc\td\x1b[31me\\f\n{channel}\tforged");
+    for payload in [forged.as_str(), "next"] {
+        let out = env.run(&["notify", &channel, payload]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+    }
+    let first = out_lines.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        first,
+        format!("{channel}\ta\\nb\\rc\\td\\x1b[31me\\\\f\\n{channel}\\tforged")
+    );
+    let second = out_lines.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(second, format!("{channel}\tnext"));
+    signal(&listener, libc::SIGTERM);
+    let out = wait_within(listener, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(0));
+}
+
+/// README's `accord listen` example, run as written by bash: the listener in the background,
+/// the wait for its "listening on" line, the notify, which the listener then prints.
+#[test]
+fn readme_listen_example_is_heard() {
+    let env = Env::new("readme-listen");
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let start = readme
+        .find("accord listen jobs 2>listen.log &")
+        .expect("README's listen example");
+    let end = start
+        + readme[start..]
+            .find("accord notify jobs 'batch 7 finished'")
+            .expect("README's notify after the listen example");
+    let snippet = &readme[start..end + readme[end..].find('\n').unwrap()];
+    let dir = temp_file("readme-listen");
+    std::fs::create_dir(&dir).unwrap();
+    let bin_dir = Path::new(BIN).parent().unwrap();
+    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap());
+    let mut shell = Command::new("bash")
+        .arg("-c")
+        .arg(format!("{snippet}\necho $! > listener.pid\n"))
+        .current_dir(&dir)
+        .env("PATH", path)
+        .env("ACCORD_URL", &env.url)
+        .env("ACCORD_NAMESPACE", &env.namespace)
+        .env_remove("ACCORD_OWNER")
+        .env_remove("ACCORD_SCHEMA")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out_lines = lines_of(shell.stdout.take().unwrap());
+    let status = shell.wait().unwrap();
+    let pid: i32 = std::fs::read_to_string(dir.join("listener.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // Other tests may notify `jobs` too (channels are not namespaced): look for ours.
+    let heard = (|| loop {
+        match out_lines.recv_timeout(Duration::from_secs(20)) {
+            Ok(line) if line == "jobs\tbatch 7 finished" => return true,
+            Ok(_) => continue,
+            Err(_) => return false,
+        }
+    })();
+    // SAFETY: kill(2) on the listener the snippet started.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let log = std::fs::read_to_string(dir.join("listen.log")).unwrap_or_default();
+    assert!(
+        status.success(),
+        "the snippet failed: {status}; listen.log: {log}"
+    );
+    assert!(
+        heard,
+        "the listener did not print the notification; listen.log: {log}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// O1 from the shell: through a PgBouncer in transaction mode `listen` says it cannot hear and
 /// names the way out; with ACCORD_LISTEN_URL naming the server directly it hears.
 #[test]
