@@ -258,7 +258,9 @@ impl Client {
     }
 
     /// Starts receiving notifications on `channels`. Returns once every notification sent
-    /// from then on will be delivered.
+    /// from then on will be delivered. Channels are not namespaced: a notification reaches the
+    /// listeners of its channel in every namespace. Channels starting with `accord_` are
+    /// accord's own and refused (`InvalidArgument`).
     pub async fn listen<I, S>(&self, channels: I) -> Result<Subscription>
     where
         I: IntoIterator<Item = S>,

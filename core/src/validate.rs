@@ -122,8 +122,28 @@ pub(crate) fn name(field: &str, value: &str) -> Result<()> {
     bounded_text(field, value, MAX_NAME_BYTES)
 }
 
+/// The start of every channel accord notifies on for itself: the wake-ups of waiting acquires
+/// (`accord_wakeup_<schema>`, or `accord_wakeup` on the embedded store), the announcements of
+/// streams, groups, fleets and elections (`accord_stream_<hash>`, …) and the listening
+/// connection's probe (`accord_probe_<random>`). `notify` and `listen` refuse channels that
+/// start with it: a forged wake-up or announcement would mislead clients, and a subscription
+/// of a client's own channel would share its LISTEN.
+pub const RESERVED_CHANNEL_PREFIX: &str = "accord_";
+
+/// A channel of `notify` or `listen`: a bounded name that is not one of accord's own.
 pub(crate) fn channel(value: &str) -> Result<()> {
-    bounded_text("channel", value, MAX_CHANNEL_BYTES)
+    bounded_text("channel", value, MAX_CHANNEL_BYTES)?;
+    if value.starts_with(RESERVED_CHANNEL_PREFIX) {
+        return Err(Error::invalid(
+            "channel",
+            format!(
+                "{value:?} starts with {RESERVED_CHANNEL_PREFIX:?}, which is reserved for accord's \
+                 own notifications (wake-ups of waiting acquires, streams, groups, fleets, \
+                 elections)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn bounded_text(field: &str, value: &str, max: usize) -> Result<()> {
@@ -298,5 +318,24 @@ mod tests {
         assert!(channel(&"c".repeat(63)).is_ok());
         assert!(channel(&"c".repeat(64)).is_err());
         assert!(channel("with \"quotes\"; and spaces ✓").is_ok());
+        for own in [
+            "accord_wakeup_accord",
+            "accord_wakeup",
+            "accord_stream_0a",
+            "accord_",
+        ] {
+            let err = channel(own).unwrap_err();
+            assert!(err.message().contains(own), "{err}");
+            assert!(err.message().contains("reserved"), "{err}");
+        }
+        for fine in [
+            "accord",
+            "accordion",
+            "Accord_x",
+            "ACCORD_WAKEUP",
+            "jobs_accord_x",
+        ] {
+            assert!(channel(fine).is_ok(), "{fine}");
+        }
     }
 }
