@@ -255,6 +255,27 @@ fn out_of_ttl_range(field: &str, given: &str, unit: TimeUnit) -> Error {
     )
 }
 
+/// What a binding reports when a string it was given holds an unpaired UTF-16 surrogate
+/// (JavaScript strings can). Text in accord (keys, namespaces, owners, channels, payloads,
+/// names) is Unicode: a sequence of Unicode scalar values, which a lone surrogate is not.
+/// Replacing it (with U+FFFD, as a lossy conversion does) would make two different strings the
+/// same key, so it is refused.
+pub fn unpaired_surrogate(field: &str) -> Error {
+    Error::invalid(
+        field,
+        "holds an unpaired UTF-16 surrogate, which is not Unicode text (replacing it would make \
+         different strings the same)",
+    )
+}
+
+/// What a binding reports when metadata it was given holds a value JSON cannot hold (NaN or
+/// ±Infinity, a Map, a Set, a function, …): `at` says where (`metadata.rows`), `what` what it
+/// is. Metadata is a JSON object (G11); a value a serializer would turn silently into `null` or
+/// `{}` is refused instead.
+pub fn not_json(field: &str, at: &str, what: &str) -> Error {
+    Error::invalid(field, format!("{at} is {what}, which JSON cannot hold"))
+}
+
 pub(crate) fn ttl(field: &str, ttl: Duration) -> Result<()> {
     if ttl < MIN_TTL || ttl > MAX_TTL {
         return Err(Error::invalid(

@@ -8,7 +8,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
-use crate::errors::{invalid, IntoPyResult};
+use crate::errors::{self, invalid, IntoPyResult};
 
 /// Deepest metadata nesting accepted (deeper is refused, not overflowed).
 const MAX_DEPTH: usize = 64;
@@ -160,10 +160,11 @@ fn json(path: Path<'_>, v: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
         return Number::from_f64(f.value())
             .map(Value::Number)
             .ok_or_else(|| {
-                invalid(
+                errors::to_py(accord::limits::not_json(
                     "metadata",
-                    format!("{} is {}, which JSON cannot hold", path(), f.value()),
-                )
+                    &path(),
+                    &f.value().to_string(),
+                ))
             });
     }
     if let Ok(s) = v.cast::<PyString>() {
