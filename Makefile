@@ -54,9 +54,13 @@ test: lint ## lint, then every test suite against a throwaway PostgreSQL (what C
 
 test-suites: $(TEST_SUITES) ## every test suite, without the lints (db)
 
-test-rust: ## the core's tests and doc tests (db)
+test-rust: ## the core's tests and doc tests, and README's quick start run twice (db)
 	$(CARGO) test -p accord --all-targets
 	$(CARGO) test -p accord --doc
+	@# README's Rust quick start (core/examples/quickstart.rs), twice in a row: it must run again.
+	$(CARGO) build -p accord --example quickstart
+	ACCORD_URL="$$ACCORD_TEST_DATABASE_URL" target/debug/examples/quickstart
+	ACCORD_URL="$$ACCORD_TEST_DATABASE_URL" target/debug/examples/quickstart
 
 lint: $(LINTS) ## every lint: rustfmt, clippy, ruff, mypy, tsc, gofmt (no database)
 

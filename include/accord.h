@@ -893,8 +893,9 @@ accord_campaign_options *accord_campaign_options_new(void);
 void accord_campaign_options_free(accord_campaign_options *object);
 
 /**
- * The leadership lease's ttl in milliseconds (100 ..= 86400000, checked by the campaign): a
- * leader whose process dies is replaced this long after its last renewal.
+ * The leadership lease's ttl in milliseconds (100 ..= 86400000; refused here otherwise, with
+ * ACCORD_INVALID_ARGUMENT naming ttl and the value given): a leader whose process dies is
+ * replaced this long after its last renewal.
  */
 accord_status accord_campaign_options_set_ttl_ms(accord_campaign_options *options,
                                                  int64_t ttl_ms,
@@ -1084,7 +1085,8 @@ accord_status accord_fleet_options_set_keys(accord_fleet_options *options,
 
 /**
  * The ttl of the member and shard leases in milliseconds (default: the client's; 100 ..=
- * 86400000). A member that dies loses its shards this long after its last renewal.
+ * 86400000; refused here otherwise, naming ttl and the value given). A member that dies loses
+ * its shards this long after its last renewal.
  */
 accord_status accord_fleet_options_set_ttl_ms(accord_fleet_options *options,
                                               int64_t ttl_ms,
@@ -1493,7 +1495,8 @@ accord_status accord_client_options_set_owner(accord_client_options *options,
                                               accord_error **err);
 
 /**
- * The default lease ttl in milliseconds (100 ..= 86400000).
+ * The default lease ttl in milliseconds (100 ..= 86400000; refused here otherwise, with
+ * ACCORD_INVALID_ARGUMENT naming ttl and the value given).
  */
 accord_status accord_client_options_set_ttl_ms(accord_client_options *options,
                                                int64_t ttl_ms,
@@ -1577,7 +1580,8 @@ accord_acquire_options *accord_acquire_options_new(void);
 void accord_acquire_options_free(accord_acquire_options *object);
 
 /**
- * The lease ttl in milliseconds (100 ..= 86400000).
+ * The lease ttl in milliseconds (100 ..= 86400000; refused here otherwise, with
+ * ACCORD_INVALID_ARGUMENT naming ttl and the value given).
  */
 accord_status accord_acquire_options_set_ttl_ms(accord_acquire_options *options,
                                                 int64_t ttl_ms,
@@ -1695,7 +1699,8 @@ accord_status accord_claim_options_set_limit(accord_claim_options *options,
                                              accord_error **err);
 
 /**
- * The ttl of the claimed leases in milliseconds (default: the client's; 100 ..= 86400000).
+ * The ttl of the claimed leases in milliseconds (default: the client's; 100 ..= 86400000;
+ * refused here otherwise, with ACCORD_INVALID_ARGUMENT naming ttl and the value given).
  */
 accord_status accord_claim_options_set_ttl_ms(accord_claim_options *options,
                                               int64_t ttl_ms,

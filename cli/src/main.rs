@@ -5,8 +5,11 @@
 //! command's own exit code through (128 + N when the command died of signal N), also when only
 //! the final release failed (with a warning on stderr); `work` exits with 123 when some command
 //! failed.
+//!
+//! Output never panics: a closed stdout ends accord quietly, a closed stderr drops its messages
+//! (see `output`).
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 
-use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -14,6 +17,8 @@ use accord::{AcquireOptions, Client, ClientOptions, ErrorKind, KeyState, ListQue
 use clap::{Parser, Subcommand, ValueEnum};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
+#[macro_use]
+mod output;
 mod metrics;
 mod pool;
 mod stream;
@@ -44,7 +49,8 @@ Examples:
   accord run --timeout 0 --done import/2026-11-22 -- ./import.sh
   accord acquire maintenance --ttl 1m            # hold until Ctrl-C, then release
   accord reset import/2026-11-22                 # make a done key acquirable again
-  accord listen jobs events                      # print channel<TAB>payload lines
+  accord listen jobs events                      # channel<TAB>payload lines (escaped); says
+                                                 # \"listening on\" on stderr once listening
   accord notify jobs 'batch 7 finished'
   seq -f 'img/%04g' 1 500 | accord offer img/   # a work pool: keys on stdin, one a line
   accord work img/ -j 8 -- ./resize.sh {}        # like xargs -P, across machines
@@ -67,6 +73,8 @@ Exit codes:
   run passes its command's exit code through (128+N if it died of signal N), also when
   only the final release failed (with a warning)
   123 work: some command failed (its key was released)
+  A closed stdout (accord ls | head -1) ends accord quietly with 0; a closed stderr only drops
+  its messages.
 
 Environment: ACCORD_URL, ACCORD_NAMESPACE, ACCORD_SCHEMA, ACCORD_OWNER, ACCORD_LISTEN_URL,
 ACCORD_PREPARE_STATEMENTS; ACCORD_LOG sets the log filter (default: warn).";
@@ -250,10 +258,20 @@ enum Command {
         keep_all: bool,
     },
     /// Print notifications on the channels as they arrive (channel<TAB>payload), until Ctrl-C.
+    #[command(
+        long_about = "Print notifications on the channels as they arrive, one line each \
+                      (channel<TAB>payload), until Ctrl-C or SIGTERM. Once it is listening it says \
+                      `accord: listening on CHANNELS` on stderr: every notification sent after that \
+                      line is printed, one sent before it may not be (wait for it before notifying). \
+                      Backslashes and control characters in channels and payloads are escaped (\\\\, \\n, \\r, \\t, \
+                      \\xHH, \\uHHHH; `printf '%b'` undoes it), so that each line is one notification; \
+                      --json prints them as they are, in JSON strings. Channels are not namespaced: \
+                      a notification reaches the listeners of its channel in every namespace."
+    )]
     Listen {
         #[arg(required = true, value_parser = non_empty)]
         channels: Vec<String>,
-        /// One JSON object per line: {"channel": …, "payload": …}.
+        /// One JSON object per line: {"channel": …, "payload": …} (nothing escaped).
         #[arg(long)]
         json: bool,
     },
@@ -410,17 +428,26 @@ fn non_empty(s: &str) -> Result<String, String> {
     }
 }
 
-/// An error on its way out: a message for stderr and an exit code.
+/// An error on its way out: a message for stderr (none: end quietly) and an exit code.
 struct Failure {
     code: u8,
-    message: String,
+    message: Option<String>,
 }
 
 impl Failure {
     fn new(code: u8, message: impl Into<String>) -> Self {
         Failure {
             code,
-            message: message.into(),
+            message: Some(message.into()),
+        }
+    }
+
+    /// The reader of stdout went away (a closed pipe: `accord ls | head -1`): it wants no more,
+    /// so accord stops without a word and exits 0.
+    fn reader_gone() -> Self {
+        Failure {
+            code: exit::OK,
+            message: None,
         }
     }
 }
@@ -462,7 +489,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("accord: error: cannot start the async runtime: {e}");
+            note!("accord: error: cannot start the async runtime: {e}");
             return ExitCode::from(exit::ERROR);
         }
     };
@@ -472,7 +499,9 @@ fn main() -> ExitCode {
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
-            eprintln!("accord: error: {}", f.message);
+            if let Some(message) = f.message {
+                note!("accord: error: {message}");
+            }
             ExitCode::from(f.code)
         }
     }
@@ -484,7 +513,7 @@ fn init_logging() {
     let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("warn"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| output::LogWriter)
         .with_target(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
@@ -492,7 +521,7 @@ fn init_logging() {
 
 async fn dispatch(cli: Cli) -> Outcome {
     if let Command::Migrate { print_sql: true } = cli.command {
-        print!("{}", accord::migration_sql(&cli.schema)?);
+        output::print(&mut std::io::stdout(), &accord::migration_sql(&cli.schema)?)?;
         return Ok(exit::OK);
     }
     if let Command::Release { key } = &cli.command {
@@ -526,7 +555,7 @@ async fn dispatch(cli: Cli) -> Outcome {
     let client = Client::connect(&url, options).await?;
     let outcome = match cli.command {
         Command::Migrate { .. } => {
-            eprintln!("accord: schema {:?} is up to date", cli.schema);
+            note!("accord: schema {:?} is up to date", cli.schema);
             Ok(exit::OK)
         }
         Command::Ls {
@@ -558,11 +587,11 @@ async fn dispatch(cli: Cli) -> Outcome {
         Command::Release { .. } => unreachable!("handled before connecting"),
         Command::Reset { key } => match client.reset(&key).await? {
             true => {
-                eprintln!("accord: reset {key:?}");
+                note!("accord: reset {key:?}");
                 Ok(exit::OK)
             }
             false => {
-                eprintln!("accord: {key:?} was not known (nothing to reset)");
+                note!("accord: {key:?} was not known (nothing to reset)");
                 Ok(exit::OK)
             }
         },
@@ -733,9 +762,6 @@ async fn ls(
     }
     let now = chrono::Utc::now();
     let mut out = std::io::stdout().lock();
-    let write = |r: std::io::Result<()>| {
-        r.map_err(|e| Failure::new(exit::ERROR, format!("cannot write output: {e}")))
-    };
     if json {
         for i in &items {
             let left_ms = i
@@ -754,7 +780,7 @@ async fn ls(
                 "updated_at": i.updated_at.to_rfc3339(),
                 "shared": i.shared,
             });
-            write(writeln!(out, "{line}"))?;
+            output::print(&mut out, &format!("{line}\n"))?;
         }
         return Ok(exit::OK);
     }
@@ -774,14 +800,17 @@ async fn ls(
                 serde_json::Value::Object(i.metadata.clone()).to_string()
             };
             [
-                i.key.clone(),
+                // Escaped as `listen` does: a key or owner holding a newline is one row.
+                output::escape(&i.key).into_owned(),
                 // A key held shared is listed once per holder.
                 if i.shared {
                     "shared".to_string()
                 } else {
                     i.state.as_str().to_string()
                 },
-                i.owner.clone().unwrap_or_else(|| "-".into()),
+                i.owner
+                    .as_deref()
+                    .map_or_else(|| "-".into(), |o| output::escape(o).into_owned()),
                 i.fence.to_string(),
                 left,
                 meta,
@@ -806,14 +835,12 @@ async fn ls(
         }
         s.trim_end().to_string()
     };
-    write(writeln!(out, "{}", line(header)))?;
+    let mut table = format!("{}\n", line(header));
     for r in &rows {
-        write(writeln!(
-            out,
-            "{}",
-            line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5]])
-        ))?;
+        table.push_str(&line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5]]));
+        table.push('\n');
     }
+    output::print(&mut out, &table)?;
     Ok(exit::OK)
 }
 
@@ -884,8 +911,10 @@ async fn acquire(
     let mut signals = signals()?;
     let lease = take(client, key, options, Some(timeout), &mut signals).await?;
     let (int, term) = &mut signals;
-    println!("{}", lease.fence());
-    eprintln!(
+    // The fence is for whoever reads stdout; if nobody does (a closed pipe), the lease is
+    // still held, as asked, until Ctrl-C.
+    let _ = output::print(&mut std::io::stdout(), &format!("{}\n", lease.fence()));
+    note!(
         "accord: holding {key:?} (fence {}, owner {}); Ctrl-C or SIGTERM releases it",
         lease.fence(),
         lease.owner()
@@ -899,7 +928,7 @@ async fn acquire(
         _ = term.recv() => {}
     }
     lease.release().await?;
-    eprintln!("accord: released {key:?}");
+    note!("accord: released {key:?}");
     Ok(exit::OK)
 }
 
@@ -908,7 +937,7 @@ async fn acquire(
 async fn listen(client: &Client, channels: Vec<String>, json: bool) -> Outcome {
     let (mut int, mut term) = signals()?;
     let sub = client.listen(&channels).await?;
-    eprintln!("accord: listening on {}", channels.join(", "));
+    note!("accord: listening on {}", channels.join(", "));
     let mut out = std::io::stdout();
     loop {
         tokio::select! {
@@ -917,15 +946,17 @@ async fn listen(client: &Client, channels: Vec<String>, json: bool) -> Outcome {
                     let line = if json {
                         serde_json::json!({"channel": m.channel, "payload": m.payload}).to_string()
                     } else {
-                        format!("{}\t{}", m.channel, m.payload)
+                        // Escaped: a payload holding a newline (or a tab, or a terminal escape)
+                        // stays one line, and cannot forge another notification.
+                        format!("{}\t{}", output::escape(&m.channel), output::escape(&m.payload))
                     };
-                    if writeln!(out, "{line}").and_then(|_| out.flush()).is_err() {
-                        // The reader went away (a closed pipe): nothing left to do.
-                        return Ok(exit::OK);
+                    if let Err(failure) = output::print(&mut out, &format!("{line}\n")) {
+                        sub.close().await;
+                        return Err(failure);
                     }
                 }
                 Some(accord::Event::Reconnected) => {
-                    eprintln!("accord: the listening connection was re-established; messages sent while it was down were missed");
+                    note!("accord: the listening connection was re-established; messages sent while it was down were missed");
                 }
                 None => return Err(Failure::new(exit::ERROR, "the subscription ended")),
             },
@@ -1013,7 +1044,7 @@ async fn run(client: &Client, args: RunArgs) -> Outcome {
         tokio::select! {
             status = child.wait() => break status,
             _ = &mut lost => {
-                eprintln!(
+                note!(
                     "accord: lost the lease on {key:?} (fence {fence}); stopping the command (SIGTERM, SIGKILL after {})",
                     humantime::format_duration(args.kill_after)
                 );
@@ -1067,7 +1098,7 @@ async fn run(client: &Client, args: RunArgs) -> Outcome {
             } else {
                 format!("releasing {key:?}")
             };
-            eprintln!(
+            note!(
                 "accord: warning: the command exited with {code}, but {what} (fence {fence}) failed: {}; {}the lease lapses within its ttl ({})",
                 e.message(),
                 if mark_done { "the key may not be marked done, and " } else { "" },

@@ -2,7 +2,7 @@
 //! machines).
 
 use std::collections::HashSet;
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, IsTerminal};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -73,8 +73,8 @@ pub async fn offer(client: &Client, prefix: &str, metadata: Option<Metadata>) ->
             break;
         }
     }
-    println!("{joined}");
-    eprintln!(
+    crate::output::print(&mut std::io::stdout(), &format!("{joined}\n"))?;
+    note!(
         "accord: offered {read} key{} to {prefix:?}: {joined} joined, {} already known",
         if read == 1 { "" } else { "s" },
         read - joined
@@ -117,11 +117,7 @@ fn progress_bar(c: &PoolCounts, width: usize) -> String {
 /// progress bar redrawn in place on a terminal, a line each time otherwise).
 pub async fn counts(client: &Client, prefix: &str, json: bool, watch: bool) -> Outcome {
     let mut out = std::io::stdout();
-    let write = |out: &mut std::io::Stdout, s: &str| {
-        out.write_all(s.as_bytes())
-            .and_then(|_| out.flush())
-            .map_err(|e| Failure::new(exit::ERROR, format!("cannot write output: {e}")))
-    };
+    let write = |out: &mut std::io::Stdout, s: &str| crate::output::print(out, s);
     if !watch {
         let c = client.counts(prefix).await?;
         let line = if json {
@@ -228,7 +224,7 @@ pub async fn work(client: &Client, args: WorkArgs) -> Outcome {
     };
     drop(workers);
     let tally = shared.tally.into_inner().unwrap();
-    eprintln!(
+    note!(
         "accord: work {:?}: {} done, {} failed, {} lost{}",
         args.prefix,
         tally.done,
@@ -334,7 +330,7 @@ async fn give_back_failed(claimed: Vec<Lease>, shared: &Shared) -> Result<Vec<Le
 async fn release_quietly(lease: &Lease) {
     if let Err(e) = lease.release().await {
         if e.kind() != ErrorKind::LeaseLost {
-            eprintln!(
+            note!(
                 "accord: warning: releasing {:?} failed: {}; it lapses within its ttl",
                 lease.key(),
                 e.message()
@@ -358,7 +354,7 @@ async fn run_batch(
             break;
         }
         if lease.is_lost() {
-            eprintln!(
+            note!(
                 "accord: lost the lease on {:?} (fence {}) before its command started",
                 lease.key(),
                 lease.fence()
@@ -395,7 +391,7 @@ async fn run_one(client: &Client, args: &WorkArgs, shared: &Shared, lease: &Leas
             } else {
                 126
             };
-            eprintln!("accord: error: cannot run {:?}: {e}", argv[0]);
+            note!("accord: error: cannot run {:?}: {e}", argv[0]);
             shared.tally.lock().unwrap().unstartable.get_or_insert(code);
             shared.stop.cancel();
             return;
@@ -409,7 +405,7 @@ async fn run_one(client: &Client, args: &WorkArgs, shared: &Shared, lease: &Leas
         tokio::select! {
             status = child.wait() => break status,
             _ = &mut lost => {
-                eprintln!(
+                note!(
                     "accord: lost the lease on {key:?} (fence {fence}); stopping its command (SIGTERM, SIGKILL after {})",
                     humantime::format_duration(args.kill_after)
                 );
@@ -430,12 +426,12 @@ async fn run_one(client: &Client, args: &WorkArgs, shared: &Shared, lease: &Leas
     let code = match status {
         Ok(status) => exit_code_of(status),
         Err(e) => {
-            eprintln!("accord: error: cannot wait for the command of {key:?}: {e}");
+            note!("accord: error: cannot wait for the command of {key:?}: {e}");
             exit::ERROR
         }
     };
     if lease.is_lost() {
-        eprintln!(
+        note!(
             "accord: the lease on {key:?} (fence {fence}) was lost before its command ended (exit code {code})"
         );
         shared.tally.lock().unwrap().lost += 1;
@@ -444,7 +440,7 @@ async fn run_one(client: &Client, args: &WorkArgs, shared: &Shared, lease: &Leas
     let finished = if code == 0 {
         lease.done(None).await
     } else {
-        eprintln!("accord: the command for {key:?} exited with {code}; releasing it");
+        note!("accord: the command for {key:?} exited with {code}; releasing it");
         shared.failed.lock().unwrap().insert(key.to_string());
         lease.release().await
     };
@@ -453,11 +449,11 @@ async fn run_one(client: &Client, args: &WorkArgs, shared: &Shared, lease: &Leas
         Ok(()) if code == 0 => tally.done += 1,
         Ok(()) => tally.failed += 1,
         Err(e) if e.kind() == ErrorKind::LeaseLost => {
-            eprintln!("accord: the lease on {key:?} (fence {fence}) was lost as its command ended");
+            note!("accord: the lease on {key:?} (fence {fence}) was lost as its command ended");
             tally.lost += 1;
         }
         Err(e) => {
-            eprintln!(
+            note!(
                 "accord: warning: {} {key:?} (fence {fence}) failed: {}; the lease lapses within its ttl",
                 if code == 0 { "marking done" } else { "releasing" },
                 e.message()

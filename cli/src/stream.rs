@@ -47,7 +47,7 @@ pub async fn publish(client: &Client, stream: &str, payload: Option<String>) -> 
             break;
         }
     }
-    eprintln!(
+    note!(
         "accord: published {published} event{} to {stream:?}",
         if published == 1 { "" } else { "s" }
     );
@@ -85,7 +85,7 @@ pub async fn subscribe(client: &Client, args: SubscribeArgs) -> Outcome {
         options = options.consumer(consumer.clone());
     }
     let sub = client.subscribe(&args.stream, options).await?;
-    eprintln!(
+    note!(
         "accord: reading {:?} after seq {}",
         args.stream,
         sub.position()
@@ -145,12 +145,12 @@ pub async fn stream(client: &Client, args: StreamArgs) -> Outcome {
             max_age: args.max_age,
         };
         let trimmed = client.set_stream_retention(&args.stream, retention).await?;
-        eprintln!(
+        note!(
             "accord: retention of {:?} set; {trimmed} events trimmed",
             args.stream
         );
     }
     let info = client.stream_info(&args.stream).await?;
-    println!("{}", info_json(&info));
+    crate::output::print(&mut std::io::stdout(), &format!("{}\n", info_json(&info)))?;
     Ok(exit::OK)
 }

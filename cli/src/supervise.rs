@@ -74,7 +74,7 @@ pub async fn spawn(
     // it execs); else the command leads a group of its own.
     let watchdog = if own_group {
         start_watchdog(grace).unwrap_or_else(|e| {
-            eprintln!(
+            note!(
                 "accord: warning: cannot start the watchdog of the command's process group \
                  ({e}); if accord is killed outright, processes the command started may run on"
             );
@@ -235,7 +235,7 @@ impl Supervised {
         if let (true, Some(pgid)) = (announce, self.pgid) {
             let left = members(pgid, watchdog_pid);
             if left > 0 {
-                eprintln!(
+                note!(
                     "accord: the command left {left} process{} running in its group; stopping \
                      {} (SIGTERM, SIGKILL after {})",
                     if left == 1 { "" } else { "es" },

@@ -320,6 +320,61 @@ fn unreachable_coordinator_is_an_error_not_a_panic() {
     );
 }
 
+/// The write end of a pipe whose read end is already closed: every write to it fails with
+/// EPIPE, as `accord … 2>&1 | head -1` does once `head` has exited. Close-on-exec, so that no
+/// other test's child inherits either end.
+fn closed_pipe() -> Stdio {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two descriptors that this function then owns.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both are fresh descriptors of ours; the read end is closed once, here.
+    unsafe {
+        libc::close(fds[0]);
+        Stdio::from(OwnedFd::from_raw_fd(fds[1]))
+    }
+}
+
+/// A closed stderr drops accord's messages and log lines (ACCORD_LOG=debug writes some on
+/// every run); a closed stdout ends accord quietly with 0. Neither is a panic (exit 101).
+#[test]
+fn closed_pipes_end_accord_quietly_not_with_a_panic() {
+    let env = Env::sqlite("closed-pipes");
+    let run = |args: &[&str], stdout: Stdio, stderr: Stdio| {
+        env.cmd(args)
+            .env("ACCORD_LOG", "debug")
+            .stdout(stdout)
+            .stderr(stderr)
+            .output()
+            .unwrap()
+    };
+    // Messages on stderr: "not known", the log's "connected".
+    let out = run(&["reset", "nothing"], Stdio::piped(), closed_pipe());
+    assert_eq!(code(&out), 0);
+    let out = run(&["run", "k", "--", "true"], Stdio::piped(), closed_pipe());
+    assert_eq!(code(&out), 0);
+    // An error's message: the exit code is still the error's.
+    let out = env
+        .cmd(&["ls"])
+        .env("ACCORD_URL", "sqlite:relative/path.db")
+        .stderr(closed_pipe())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2);
+    // Output nobody reads: quiet, 0, whatever stderr is.
+    for args in [&["ls"][..], &["ls", "--json"], &["migrate", "--print-sql"]] {
+        let out = run(args, closed_pipe(), Stdio::piped());
+        assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+        assert!(
+            !stderr(&out).contains("accord: error") && !stderr(&out).contains("panicked"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        let out = run(args, closed_pipe(), closed_pipe());
+        assert_eq!(code(&out), 0, "{args:?}");
+    }
+}
+
 // ---------------------------------------------------------------------------- PostgreSQL
 
 #[test]
@@ -569,6 +624,98 @@ fn notify_reaches_listen() {
     signal(&listener, libc::SIGTERM);
     let out = wait_within(listener, Duration::from_secs(10));
     assert_eq!(out.status.code(), Some(0));
+}
+
+/// Text lines escape what could forge a line or drive a terminal; the next notification is
+/// the next line.
+#[test]
+fn listen_escapes_control_characters() {
+    let env = Env::new("escape");
+    let channel = format!("cli-escape-{}", nanos());
+    let mut listener = env
+        .cmd(&["listen", &channel])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out_lines = lines_of(listener.stdout.take().unwrap());
+    let err_lines = lines_of(listener.stderr.take().unwrap());
+    expect_line(&err_lines, "listening on", Duration::from_secs(20));
+    let forged = format!("a\nb\rc\td\x1b[31me\\f\n{channel}\tforged");
+    for payload in [forged.as_str(), "next"] {
+        let out = env.run(&["notify", &channel, payload]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+    }
+    let first = out_lines.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        first,
+        format!("{channel}\ta\\nb\\rc\\td\\x1b[31me\\\\f\\n{channel}\\tforged")
+    );
+    let second = out_lines.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(second, format!("{channel}\tnext"));
+    signal(&listener, libc::SIGTERM);
+    let out = wait_within(listener, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(0));
+}
+
+/// README's `accord listen` example, run as written by bash: the listener in the background,
+/// the wait for its "listening on" line, the notify, which the listener then prints.
+#[test]
+fn readme_listen_example_is_heard() {
+    let env = Env::new("readme-listen");
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let start = readme
+        .find("accord listen jobs 2>listen.log &")
+        .expect("README's listen example");
+    let end = start
+        + readme[start..]
+            .find("accord notify jobs 'batch 7 finished'")
+            .expect("README's notify after the listen example");
+    let snippet = &readme[start..end + readme[end..].find('\n').unwrap()];
+    let dir = temp_file("readme-listen");
+    std::fs::create_dir(&dir).unwrap();
+    let bin_dir = Path::new(BIN).parent().unwrap();
+    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap());
+    let mut shell = Command::new("bash")
+        .arg("-c")
+        .arg(format!("{snippet}\necho $! > listener.pid\n"))
+        .current_dir(&dir)
+        .env("PATH", path)
+        .env("ACCORD_URL", &env.url)
+        .env("ACCORD_NAMESPACE", &env.namespace)
+        .env_remove("ACCORD_OWNER")
+        .env_remove("ACCORD_SCHEMA")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out_lines = lines_of(shell.stdout.take().unwrap());
+    let status = shell.wait().unwrap();
+    let pid: i32 = std::fs::read_to_string(dir.join("listener.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // Other tests may notify `jobs` too (channels are not namespaced): look for ours.
+    let heard = (|| loop {
+        match out_lines.recv_timeout(Duration::from_secs(20)) {
+            Ok(line) if line == "jobs\tbatch 7 finished" => return true,
+            Ok(_) => continue,
+            Err(_) => return false,
+        }
+    })();
+    // SAFETY: kill(2) on the listener the snippet started.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let log = std::fs::read_to_string(dir.join("listen.log")).unwrap_or_default();
+    assert!(
+        status.success(),
+        "the snippet failed: {status}; listen.log: {log}"
+    );
+    assert!(
+        heard,
+        "the listener did not print the notification; listen.log: {log}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// O1 from the shell: through a PgBouncer in transaction mode `listen` says it cannot hear and

@@ -56,8 +56,9 @@ impl fmt::Debug for Client {
 impl Client {
     /// Connects to the coordinator named by `url`:
     /// `postgres://user:password@host:port/db?sslmode=…` (or `postgresql://`, or a libpq
-    /// `key=value` string), `sqlite:///path/to/file` or `memory:`. Applies pending migrations
-    /// unless disabled.
+    /// `key=value` string), `sqlite:///path/to/file` or `memory:` (`sqlite::memory:` is
+    /// `memory:`; sqlite URLs take no query parameters). Applies pending migrations unless
+    /// disabled.
     pub async fn connect(url: &str, options: ClientOptions) -> Result<Client> {
         Ok(Client {
             session: Session::open(url, &options).await?,
@@ -267,7 +268,9 @@ impl Client {
     }
 
     /// Starts receiving notifications on `channels`. Returns once every notification sent
-    /// from then on will be delivered.
+    /// from then on will be delivered. Channels are not namespaced: a notification reaches the
+    /// listeners of its channel in every namespace. Channels starting with `accord_` are
+    /// accord's own and refused (`InvalidArgument`).
     pub async fn listen<I, S>(&self, channels: I) -> Result<Subscription>
     where
         I: IntoIterator<Item = S>,

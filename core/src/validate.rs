@@ -122,8 +122,28 @@ pub(crate) fn name(field: &str, value: &str) -> Result<()> {
     bounded_text(field, value, MAX_NAME_BYTES)
 }
 
+/// The start of every channel accord notifies on for itself: the wake-ups of waiting acquires
+/// (`accord_wakeup_<schema>`, or `accord_wakeup` on the embedded store), the announcements of
+/// streams, groups, fleets and elections (`accord_stream_<hash>`, …) and the listening
+/// connection's probe (`accord_probe_<random>`). `notify` and `listen` refuse channels that
+/// start with it: a forged wake-up or announcement would mislead clients, and a subscription
+/// of a client's own channel would share its LISTEN.
+pub const RESERVED_CHANNEL_PREFIX: &str = "accord_";
+
+/// A channel of `notify` or `listen`: a bounded name that is not one of accord's own.
 pub(crate) fn channel(value: &str) -> Result<()> {
-    bounded_text("channel", value, MAX_CHANNEL_BYTES)
+    bounded_text("channel", value, MAX_CHANNEL_BYTES)?;
+    if value.starts_with(RESERVED_CHANNEL_PREFIX) {
+        return Err(Error::invalid(
+            "channel",
+            format!(
+                "{value:?} starts with {RESERVED_CHANNEL_PREFIX:?}, which is reserved for accord's \
+                 own notifications (wake-ups of waiting acquires, streams, groups, fleets, \
+                 elections)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn bounded_text(field: &str, value: &str, max: usize) -> Result<()> {
@@ -140,6 +160,120 @@ fn bounded_text(field: &str, value: &str, max: usize) -> Result<()> {
         return Err(Error::invalid(field, "must not contain NUL characters"));
     }
     Ok(())
+}
+
+/// The unit of a number of a binding's language.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeUnit {
+    /// Milliseconds (C, Go, Node).
+    Millis,
+    /// Seconds (Python).
+    Seconds,
+}
+
+impl TimeUnit {
+    fn symbol(self) -> &'static str {
+        match self {
+            TimeUnit::Millis => "ms",
+            TimeUnit::Seconds => "s",
+        }
+    }
+
+    fn per_second(self) -> f64 {
+        match self {
+            TimeUnit::Millis => 1000.0,
+            TimeUnit::Seconds => 1.0,
+        }
+    }
+}
+
+/// A number as a binding's user wrote it: `1e300` rather than 301 digits.
+fn number(value: f64) -> String {
+    if value != 0.0 && !(1e-6..1e15).contains(&value.abs()) {
+        format!("{value:e}")
+    } else {
+        format!("{value}")
+    }
+}
+
+/// A ttl a binding received as a whole number of milliseconds (C, Go): `InvalidArgument`
+/// naming `field` and the value as given when it is negative or outside [`MIN_TTL`]..=[`MAX_TTL`].
+pub fn ttl_millis(field: &str, ms: i64) -> Result<Duration> {
+    if ms < 0 {
+        return Err(Error::invalid(field, format!("{ms} ms is negative")));
+    }
+    ttl_in_range(
+        field,
+        Duration::from_millis(ms as u64),
+        || format!("{ms} ms"),
+        TimeUnit::Millis,
+    )
+}
+
+/// A ttl a binding received as a number of `unit`s (Python's seconds, Node's milliseconds):
+/// `InvalidArgument` naming `field` and the value as given when it is not a number, negative,
+/// or outside [`MIN_TTL`]..=[`MAX_TTL`] (never a converted or clamped value).
+pub fn ttl_number(field: &str, value: f64, unit: TimeUnit) -> Result<Duration> {
+    let given = || format!("{} {}", number(value), unit.symbol());
+    if value.is_nan() {
+        return Err(Error::invalid(field, "NaN is not a duration"));
+    }
+    if value < 0.0 {
+        return Err(Error::invalid(field, format!("{} is negative", given())));
+    }
+    match Duration::try_from_secs_f64(value / unit.per_second()) {
+        Ok(ttl) => ttl_in_range(field, ttl, given, unit),
+        Err(_) => Err(out_of_ttl_range(field, &given(), unit)),
+    }
+}
+
+fn ttl_in_range(
+    field: &str,
+    ttl: Duration,
+    given: impl FnOnce() -> String,
+    unit: TimeUnit,
+) -> Result<Duration> {
+    if ttl < MIN_TTL || ttl > MAX_TTL {
+        return Err(out_of_ttl_range(field, &given(), unit));
+    }
+    Ok(ttl)
+}
+
+fn out_of_ttl_range(field: &str, given: &str, unit: TimeUnit) -> Error {
+    let (min, max) = (
+        MIN_TTL.as_secs_f64() * unit.per_second(),
+        MAX_TTL.as_secs_f64() * unit.per_second(),
+    );
+    Error::invalid(
+        field,
+        format!(
+            "{given} is outside the allowed range {}..={} {} (100ms..=24h)",
+            number(min),
+            number(max),
+            unit.symbol()
+        ),
+    )
+}
+
+/// What a binding reports when a string it was given holds an unpaired UTF-16 surrogate
+/// (JavaScript strings can). Text in accord (keys, namespaces, owners, channels, payloads,
+/// names) is Unicode: a sequence of Unicode scalar values, which a lone surrogate is not.
+/// Replacing it (with U+FFFD, as a lossy conversion does) would make two different strings the
+/// same key, so it is refused.
+pub fn unpaired_surrogate(field: &str) -> Error {
+    Error::invalid(
+        field,
+        "holds an unpaired UTF-16 surrogate, which is not Unicode text (replacing it would make \
+         different strings the same)",
+    )
+}
+
+/// What a binding reports when metadata it was given holds a value JSON cannot hold (NaN or
+/// ±Infinity, a Map, a Set, a function, …): `at` says where (`metadata.rows`), `what` what it
+/// is. Metadata is a JSON object (G11); a value a serializer would turn silently into `null` or
+/// `{}` is refused instead.
+pub fn not_json(field: &str, at: &str, what: &str) -> Error {
+    Error::invalid(field, format!("{at} is {what}, which JSON cannot hold"))
 }
 
 pub(crate) fn ttl(field: &str, ttl: Duration) -> Result<()> {
@@ -298,5 +432,77 @@ mod tests {
         assert!(channel(&"c".repeat(63)).is_ok());
         assert!(channel(&"c".repeat(64)).is_err());
         assert!(channel("with \"quotes\"; and spaces ✓").is_ok());
+        for own in [
+            "accord_wakeup_accord",
+            "accord_wakeup",
+            "accord_stream_0a",
+            "accord_",
+        ] {
+            let err = channel(own).unwrap_err();
+            assert!(err.message().contains(own), "{err}");
+            assert!(err.message().contains("reserved"), "{err}");
+        }
+        for fine in [
+            "accord",
+            "accordion",
+            "Accord_x",
+            "ACCORD_WAKEUP",
+            "jobs_accord_x",
+        ] {
+            assert!(channel(fine).is_ok(), "{fine}");
+        }
+    }
+
+    #[test]
+    fn ttls_from_bindings_name_the_value_given() {
+        assert_eq!(ttl_millis("ttl", 100).unwrap(), MIN_TTL);
+        assert_eq!(ttl_millis("ttl", 86_400_000).unwrap(), MAX_TTL);
+        assert_eq!(
+            ttl_millis("ttl", -5).unwrap_err().message(),
+            "invalid ttl: -5 ms is negative"
+        );
+        assert_eq!(
+            ttl_millis("ttl", 0).unwrap_err().message(),
+            "invalid ttl: 0 ms is outside the allowed range 100..=86400000 ms (100ms..=24h)"
+        );
+        assert_eq!(
+            ttl_millis("ttl", i64::MAX).unwrap_err().message(),
+            format!(
+                "invalid ttl: {} ms is outside the allowed range 100..=86400000 ms (100ms..=24h)",
+                i64::MAX
+            )
+        );
+        assert_eq!(
+            ttl_number("ttl", 1.5, TimeUnit::Seconds).unwrap(),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(
+            ttl_number("ttl", 1e300, TimeUnit::Seconds)
+                .unwrap_err()
+                .message(),
+            "invalid ttl: 1e300 s is outside the allowed range 0.1..=86400 s (100ms..=24h)"
+        );
+        assert_eq!(
+            ttl_number("ttl", 86401.0, TimeUnit::Seconds)
+                .unwrap_err()
+                .message(),
+            "invalid ttl: 86401 s is outside the allowed range 0.1..=86400 s (100ms..=24h)"
+        );
+        assert_eq!(
+            ttl_number("ttl", f64::INFINITY, TimeUnit::Seconds)
+                .unwrap_err()
+                .message(),
+            "invalid ttl: inf s is outside the allowed range 0.1..=86400 s (100ms..=24h)"
+        );
+        assert_eq!(
+            ttl_number("options.ttl", -5.0, TimeUnit::Millis)
+                .unwrap_err()
+                .message(),
+            "invalid options.ttl: -5 ms is negative"
+        );
+        assert!(ttl_number("ttl", f64::NAN, TimeUnit::Millis)
+            .unwrap_err()
+            .message()
+            .contains("NaN"));
     }
 }

@@ -257,3 +257,52 @@ async fn memory_stores_are_shared_by_name_within_a_process() {
         .unwrap_err();
     assert_eq!(bad.kind(), accord::ErrorKind::InvalidArgument);
 }
+
+/// SQLite's name for an in-memory database is `memory:`, the store this process's clients
+/// share (no file named `/:memory:` or `:memory:` appears); query parameters, which no sqlite
+/// URL takes, are refused naming them rather than ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_memory_is_the_memory_store_and_query_parameters_are_refused() {
+    let namespace = format!("sqlite-memory-{}", std::process::id());
+    let options = || ClientOptions::new().namespace(namespace.clone());
+    let plain = Client::connect("memory:", options()).await.unwrap();
+    let lease = plain
+        .try_acquire("k", AcquireOptions::new())
+        .await
+        .unwrap()
+        .unwrap();
+    for url in ["sqlite::memory:", "sqlite://:memory:", "sqlite:///:memory:"] {
+        let client = Client::connect(url, options()).await.unwrap();
+        assert!(
+            client
+                .try_acquire("k", AcquireOptions::new())
+                .await
+                .unwrap()
+                .is_none(),
+            "{url} is not the memory: store"
+        );
+        client.close().await;
+    }
+    lease.release().await.unwrap();
+    assert!(!std::path::Path::new("/:memory:").exists());
+    assert!(!std::path::Path::new(":memory:").exists());
+
+    let dir = std::env::temp_dir().join(format!("accord-query-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("store.db");
+    for (query, named) in [
+        ("?mode=ro", "parameter mode"),
+        ("?mode=ro&cache=shared", "parameters mode, cache"),
+        ("?", "no query parameters"),
+    ] {
+        let url = format!("sqlite://{}{query}", file.display());
+        let err = Client::connect(&url, ClientOptions::new())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), accord::ErrorKind::InvalidArgument, "{url}");
+        assert!(err.message().contains(named), "{url}: {err}");
+        assert!(err.message().contains("url"), "{url}: {err}");
+    }
+    assert!(!file.exists(), "a refused URL created its file");
+    let _ = std::fs::remove_dir_all(&dir);
+}

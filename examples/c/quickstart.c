@@ -1,7 +1,11 @@
 /* accord from C: take a lease, work under it, mark it done; send and receive a notification.
  *
- *   cc quickstart.c $(pkg-config --cflags --libs accord) -o quickstart
+ *   cc examples/c/quickstart.c -o quickstart $(pkg-config --cflags --libs accord) \
+ *     -Wl,-rpath,"$(pkg-config --variable=libdir accord)"
  *   ACCORD_URL=postgres://user:password@localhost/db ./quickstart
+ *
+ * The rpath records where libaccord.so.0 is, for a prefix the dynamic loader does not search
+ * (README.md, "C quick start"). Runs again and again: the key it marks done is reset at the end.
  */
 #include <accord.h>
 #include <stdio.h>

@@ -1,5 +1,7 @@
 // The quick start: a lease with its fence and lost signal, done-marking, and notifications.
 //   ACCORD_URL=postgres://app:secret@localhost/app node quickstart.mjs   (after tsc)
+// It resets the key it marks done at the end, so that it runs again and again, before or after
+// the other languages' quick starts (the same namespace and key).
 import { connect } from 'accord'
 
 const url = process.env.ACCORD_URL ?? 'postgres://app:secret@localhost/app'
@@ -32,4 +34,5 @@ for await (const event of subscription) {
 // What the coordinator knows: keys with their state, holder, fence, expiry and metadata.
 const { items } = await client.list({ prefix: 'daily/', state: 'done' })
 for (const info of items) console.log(info.key, info.state, info.fence, info.metadata)
+// Done is final until reset: reset makes the key acquirable again, so that this runs again.
 await client.reset('daily/2026-11-22')

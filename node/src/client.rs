@@ -7,8 +7,8 @@ use napi_derive::napi;
 use tokio_util::sync::CancellationToken;
 
 use crate::convert::{
-    call_method, integer, opt_bool, opt_integer, opt_metadata, opt_millis, opt_object, opt_string,
-    property, settle, settle_map, settle_ok, string, strings,
+    call_method, integer, opt_bool, opt_integer, opt_metadata, opt_millis, opt_object, opt_options,
+    opt_string, opt_ttl, property, settle, settle_map, settle_ok, string, strings,
 };
 use crate::election::Election;
 use crate::error::{Failure, Outcome};
@@ -19,6 +19,26 @@ use crate::semaphore::Semaphore;
 use crate::stats::Stats;
 use crate::stream::{parse_retention, parse_subscribe, StreamInfo, StreamSubscription};
 use crate::subscription::Subscription;
+
+/// The properties of `ClientOptions`, `AcquireOptions`, … (each interface's fields, in order):
+/// any other is refused, naming it. `node/test/api.test.js` checks each list against
+/// `index.d.ts`.
+pub(crate) const CLIENT_OPTIONS: &[&str] = &[
+    "namespace",
+    "owner",
+    "ttl",
+    "schema",
+    "poolSize",
+    "connectTimeout",
+    "statementTimeout",
+    "migrate",
+    "applicationName",
+];
+pub(crate) const ACQUIRE_OPTIONS: &[&str] = &["ttl", "timeout", "metadata", "signal", "shared"];
+pub(crate) const TRY_ACQUIRE_OPTIONS: &[&str] = &["ttl", "metadata", "shared"];
+pub(crate) const CLAIM_OPTIONS: &[&str] = &["limit", "ttl", "timeout", "metadata", "signal"];
+pub(crate) const LIST_QUERY: &[&str] = &["prefix", "state", "metadata", "limit", "cursor"];
+pub(crate) const JOIN_OPTIONS: &[&str] = &["metadata", "ttl"];
 
 /// Options of `connect()`. Every one has a default; durations are in milliseconds.
 #[napi(object, object_to_js = false, object_from_js = false)]
@@ -226,14 +246,14 @@ fn parse_connect(
 ) -> Outcome<(String, accord::ClientOptions)> {
     let url = string("url", url)?;
     let mut parsed = accord::ClientOptions::new();
-    if let Some(o) = opt_object("options", options)? {
+    if let Some(o) = opt_options("options", options, CLIENT_OPTIONS)? {
         if let Some(v) = opt_string("options.namespace", &property(&o, "namespace")?)? {
             parsed = parsed.namespace(v);
         }
         if let Some(v) = opt_string("options.owner", &property(&o, "owner")?)? {
             parsed = parsed.owner(v);
         }
-        if let Some(v) = opt_millis("options.ttl", &property(&o, "ttl")?, false)? {
+        if let Some(v) = opt_ttl("options.ttl", &property(&o, "ttl")?)? {
             parsed = parsed.ttl(v);
         }
         if let Some(v) = opt_string("options.schema", &property(&o, "schema")?)? {
@@ -403,7 +423,7 @@ impl Client {
         let parsed = (|| -> Outcome<_> {
             let key = string("key", &key)?;
             let mut parsed = accord::AcquireOptions::new();
-            if let Some(o) = opt_object("options", options)? {
+            if let Some(o) = opt_options("options", options, ACQUIRE_OPTIONS)? {
                 parsed = common_acquire_options(env, &o, parsed)?;
                 parsed = shared_option(&o, parsed)?;
                 if let Some(t) = opt_millis("options.timeout", &property(&o, "timeout")?, true)? {
@@ -450,7 +470,7 @@ impl Client {
         let parsed = (|| -> Outcome<_> {
             let key = string("key", &key)?;
             let mut parsed = accord::AcquireOptions::new();
-            if let Some(o) = opt_object("options", options)? {
+            if let Some(o) = opt_options("options", options, TRY_ACQUIRE_OPTIONS)? {
                 parsed = common_acquire_options(env, &o, parsed)?;
                 parsed = shared_option(&o, parsed)?;
             }
@@ -518,11 +538,11 @@ impl Client {
         let parsed = (|| -> Outcome<_> {
             let prefix = string("prefix", &prefix)?;
             let mut parsed = accord::ClaimOptions::new();
-            if let Some(o) = opt_object("options", options)? {
+            if let Some(o) = opt_options("options", options, CLAIM_OPTIONS)? {
                 if let Some(limit) = opt_integer("options.limit", &property(&o, "limit")?)? {
                     parsed = parsed.limit(accord::limits::claim_limit(limit)?);
                 }
-                if let Some(ttl) = opt_millis("options.ttl", &property(&o, "ttl")?, false)? {
+                if let Some(ttl) = opt_ttl("options.ttl", &property(&o, "ttl")?)? {
                     parsed = parsed.ttl(ttl);
                 }
                 let timeout = property(&o, "timeout")?;
@@ -631,12 +651,12 @@ impl Client {
         let parsed = (|| -> Outcome<_> {
             let group = string("group", &group)?;
             let mut parsed = accord::JoinOptions::new();
-            if let Some(o) = opt_object("options", options)? {
+            if let Some(o) = opt_options("options", options, JOIN_OPTIONS)? {
                 if let Some(m) = opt_metadata(env, "options.metadata", &property(&o, "metadata")?)?
                 {
                     parsed = parsed.metadata(m);
                 }
-                if let Some(ttl) = opt_millis("options.ttl", &property(&o, "ttl")?, false)? {
+                if let Some(ttl) = opt_ttl("options.ttl", &property(&o, "ttl")?)? {
                     parsed = parsed.ttl(ttl);
                 }
             }
@@ -1005,7 +1025,7 @@ pub(crate) fn common_acquire_options(
     o: &Object,
     mut parsed: accord::AcquireOptions,
 ) -> Outcome<accord::AcquireOptions> {
-    if let Some(ttl) = opt_millis("options.ttl", &property(o, "ttl")?, false)? {
+    if let Some(ttl) = opt_ttl("options.ttl", &property(o, "ttl")?)? {
         parsed = parsed.ttl(ttl);
     }
     if let Some(m) = opt_metadata(env, "options.metadata", &property(o, "metadata")?)? {
@@ -1016,7 +1036,7 @@ pub(crate) fn common_acquire_options(
 
 fn parse_list(env: &Env, query: Option<Unknown>) -> Outcome<accord::ListQuery> {
     let mut parsed = accord::ListQuery::new();
-    let Some(q) = opt_object("query", query)? else {
+    let Some(q) = opt_options("query", query, LIST_QUERY)? else {
         return Ok(parsed);
     };
     if let Some(prefix) = opt_string("query.prefix", &property(&q, "prefix")?)? {

@@ -10,10 +10,15 @@ use napi_derive::napi;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::AbortWatch;
-use crate::convert::{opt_millis, opt_object, property, settle, settle_map, settle_ok, string};
+use crate::convert::{
+    opt_millis, opt_options, opt_ttl, property, settle, settle_map, settle_ok, string,
+};
 use crate::error::{Failure, Outcome};
 use crate::lease::{lost_promise, lost_reason_name, status_name};
 use crate::subscription::Step;
+
+/// The properties of `CampaignOptions`: any other is refused, naming it.
+const CAMPAIGN_OPTIONS: &[&str] = &["ttl", "timeout", "signal"];
 
 /// Options of `election.campaign()`. Durations are in milliseconds.
 #[napi(object, object_to_js = false, object_from_js = false)]
@@ -99,8 +104,8 @@ impl Election {
         let parsed = (|| -> Outcome<_> {
             let value = string("value", &value)?;
             let mut parsed = accord::CampaignOptions::new();
-            if let Some(o) = opt_object("options", options)? {
-                if let Some(ttl) = opt_millis("options.ttl", &property(&o, "ttl")?, false)? {
+            if let Some(o) = opt_options("options", options, CAMPAIGN_OPTIONS)? {
+                if let Some(ttl) = opt_ttl("options.ttl", &property(&o, "ttl")?)? {
                     parsed = parsed.ttl(ttl);
                 }
                 if let Some(t) = opt_millis("options.timeout", &property(&o, "timeout")?, true)? {

@@ -27,6 +27,15 @@ impl Failure {
         }
     }
 
+    /// An option the binding does not know (`options.namepsace`): it cannot be translated, so
+    /// it is refused rather than ignored; thrown as a `TypeError`, as a wrong type is.
+    pub fn unknown_option(field: &str, why: impl std::fmt::Display) -> Self {
+        Failure {
+            type_error: true,
+            ..Failure::from(accord::Error::invalid(field, why))
+        }
+    }
+
     /// A value of the right type that is still unusable (`accord::Error::invalid`).
     pub fn invalid(field: &str, why: impl std::fmt::Display) -> Self {
         accord::Error::invalid(field, why).into()

@@ -9,7 +9,8 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
 use crate::convert::{
-    opt_integer, opt_metadata, opt_millis, property, settle, settle_map, settle_ok, string, strings,
+    only_known, opt_integer, opt_metadata, opt_millis, opt_ttl, property, settle, settle_map,
+    settle_ok, string, strings,
 };
 use crate::error::{Failure, Outcome};
 use crate::lease::{lost_promise, lost_reason_name, status_name};
@@ -69,6 +70,19 @@ pub(crate) fn parse_fleet(
             ))
         }
     };
+    only_known(
+        "options",
+        &o,
+        &[
+            "shards",
+            "keys",
+            "ttl",
+            "period",
+            "maxHandoffsPerPeriod",
+            "handoffTimeout",
+            "metadata",
+        ],
+    )?;
     let shards = opt_integer("options.shards", &property(&o, "shards")?)?;
     let keys = property(&o, "keys")?;
     let keys = match keys.get_type()? {
@@ -91,7 +105,7 @@ pub(crate) fn parse_fleet(
             ))
         }
     };
-    if let Some(ttl) = opt_millis("options.ttl", &property(&o, "ttl")?, false)? {
+    if let Some(ttl) = opt_ttl("options.ttl", &property(&o, "ttl")?)? {
         parsed = parsed.ttl(ttl);
     }
     if let Some(period) = opt_millis("options.period", &property(&o, "period")?, false)? {

@@ -4,7 +4,7 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
 use crate::client::{common_acquire_options, AbortWatch};
-use crate::convert::{opt_millis, opt_object, property, settle, settle_map};
+use crate::convert::{opt_millis, opt_options, property, settle, settle_map};
 use crate::error::Outcome;
 use crate::lease::Lease;
 
@@ -56,7 +56,12 @@ impl Semaphore {
         let name = self.inner.name().to_string();
         let parsed = (|| -> Outcome<_> {
             let mut parsed = accord::AcquireOptions::new();
-            if let Some(o) = opt_object("options", options)? {
+            // The client's options but `shared`: a permit is exclusive.
+            if let Some(o) = opt_options(
+                "options",
+                options,
+                &["ttl", "timeout", "metadata", "signal"],
+            )? {
                 parsed = common_acquire_options(env, &o, parsed)?;
                 if let Some(t) = opt_millis("options.timeout", &property(&o, "timeout")?, true)? {
                     parsed = parsed.timeout(t);
@@ -95,7 +100,7 @@ impl Semaphore {
     ) -> Result<PromiseRaw<'e, Option<Lease>>> {
         let parsed = (|| -> Outcome<_> {
             let mut parsed = accord::AcquireOptions::new();
-            if let Some(o) = opt_object("options", options)? {
+            if let Some(o) = opt_options("options", options, &["ttl", "metadata"])? {
                 parsed = common_acquire_options(env, &o, parsed)?;
             }
             Ok(parsed)

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client::AbortWatch;
 use crate::convert::{
-    opt_integer, opt_millis, opt_object, opt_string, property, seq, settle_ok, string,
+    opt_integer, opt_millis, opt_options, opt_string, property, seq, settle_ok, string,
 };
 use crate::error::{Failure, Outcome};
 use crate::subscription::Step;
@@ -116,7 +116,11 @@ pub(crate) fn parse_subscribe(
     let stream = string("stream", stream)?;
     let mut parsed = accord::SubscribeOptions::new();
     let mut abort = None;
-    if let Some(o) = opt_object("options", options)? {
+    if let Some(o) = opt_options(
+        "options",
+        options,
+        &["after", "consumer", "pageSize", "signal"],
+    )? {
         if let Some(start) = start("options.after", &property(&o, "after")?)? {
             parsed = parsed.start(start);
         }
@@ -164,7 +168,7 @@ pub(crate) fn parse_retention(
         Some(r) => r.get_type()?,
         None => ValueType::Undefined,
     };
-    let Some(o) = opt_object("retention", retention)? else {
+    let Some(o) = opt_options("retention", retention, &["maxLen", "maxAge"])? else {
         return Err(Failure::wrong_type("retention", "an object", given));
     };
     let mut parsed = accord::StreamRetention::new();

@@ -118,7 +118,7 @@ scenario('calls refuse bad arguments with ACCORD_INVALID_ARGUMENT, leaving nothi
   await bad(c.acquire('a', { metadata: 'k=v' }), /options\.metadata: expected an object/, TypeError)
   await bad(c.acquire('a', { metadata: [1, 2] }), /options\.metadata/)
   await bad(c.acquire('a', { metadata: { big: 'x'.repeat(70000) } }), /metadata/)
-  await bad(c.acquire('a', { metadata: { n: 1n } }), /options\.metadata: cannot be serialized as JSON/)
+  await bad(c.acquire('a', { metadata: { n: 1n } }), /options\.metadata: the value at key "n" of options\.metadata is a bigint/)
   await bad(c.tryAcquire('a', { metadata: { nul: 'a\0b' } }), /NUL/)
   await bad(c.reset(''), /key/)
   await bad(c.reset(1), /key/, TypeError)
@@ -143,6 +143,112 @@ scenario('calls refuse bad arguments with ACCORD_INVALID_ARGUMENT, leaving nothi
   const dated = await c.acquire('d', { metadata: { at: new Date(0), skip: undefined, n: 1.5 } })
   assert.deepEqual(dated.metadata, { at: '1970-01-01T00:00:00.000Z', n: 1.5 })
   await dated.release()
+})
+
+// A JavaScript string is UTF-16 and may hold an unpaired surrogate, which no Unicode text can.
+// Converted lossily it became U+FFFD, so that '\uD800' and '\uD801' locked the same row; the
+// binding refuses it, in the core's words (accord::limits::unpaired_surrogate).
+scenario('strings holding an unpaired surrogate are refused, naming the field', async (h) => {
+  const c = await h.client('o1')
+  const bad = (promise, field) =>
+    rejectsWith(promise, 'ACCORD_INVALID_ARGUMENT', new RegExp(`^invalid ${field}: holds an unpaired UTF-16 surrogate`))
+  const real = await c.acquire('\uFFFD', { ttl: 60000 }) // a real U+FFFD is a key like any other
+  for (const key of ['\uD800', '\uD801', 'a\uDC00b', 'x\uD83D', '\uDE00y']) {
+    await bad(c.tryAcquire(key), 'key')
+    await bad(c.acquire(key, { timeout: 100 }), 'key')
+  }
+  const pair = await c.tryAcquire('\uD83D\uDE00') // a valid pair: 😀
+  assert.equal(pair.key, '😀')
+  await bad(c.notify('ch\uD800', 'x'), 'channel')
+  await bad(c.listen('ok', 'ch\uDBFF'), 'channel \\(argument 2\\)')
+  await bad(c.notify(h.channel('ok'), 'p\uD800'), 'payload')
+  await bad(c.offer('p/', ['p/\uD800']), 'keys\\[0\\]')
+  await bad(real.renew({ note: 'n\uD800' }), 'metadata')
+  await bad(real.renew({ ['k\uDC00']: 1 }), 'metadata')
+  await bad(accord.connect(h.url, { namespace: 'ns\uDFFF' }), 'options\\.namespace')
+  await real.release()
+  await pair.release()
+  assert.equal((await c.list({ state: 'held' })).items.length, 0, 'nothing left held')
+})
+
+// Metadata is JSON: what JSON.stringify would change silently (NaN → null, a Map → {}) is
+// refused, naming where it is, as Python refuses it (accord::limits::not_json).
+scenario('metadata that JSON cannot hold is refused, not changed', async (h) => {
+  const c = await h.client('o1')
+  class Point {
+    constructor() {
+      this.x = 1
+    }
+  }
+  const cases = [
+    [{ rows: NaN }, /the value at key "rows" of options\.metadata is NaN, which JSON cannot hold/],
+    [{ rows: Infinity }, /key "rows" of options\.metadata is Infinity/],
+    [{ a: { b: [1, -Infinity] } }, /the value at index 1 of options\.metadata is -Infinity/],
+    [{ m: new Map([['k', 1]]) }, /key "m" of options\.metadata is a Map, which JSON cannot hold/],
+    [{ s: new Set([1]) }, /key "s" of options\.metadata is a Set/],
+    [{ p: new Point() }, /key "p" of options\.metadata is an instance of Point/],
+    [{ f: () => 1 }, /key "f" of options\.metadata is a function/],
+    [{ y: Symbol('y') }, /key "y" of options\.metadata is a symbol/],
+    [new Map([['k', 1]]), /^invalid options\.metadata: options\.metadata is a Map/],
+  ]
+  for (const [metadata, pattern] of cases) {
+    await rejectsWith(c.tryAcquire('k', { metadata }), 'ACCORD_INVALID_ARGUMENT', pattern)
+  }
+  const lease = await c.acquire('k', { ttl: 60000, metadata: { rows: 1 } })
+  await rejectsWith(lease.done({ rows: NaN }), 'ACCORD_INVALID_ARGUMENT', /^invalid metadata: the value at key "rows" of metadata is NaN/)
+  await rejectsWith(lease.renew(new Map()), 'ACCORD_INVALID_ARGUMENT', /^invalid metadata: metadata is a Map/)
+  // What JSON holds goes through: a Date by its toJSON, a null-prototype object, null.
+  const plain = Object.assign(Object.create(null), { n: 2 })
+  await lease.renew({ at: new Date(0), plain, none: null, rows: 2 })
+  const [info] = (await c.list({ prefix: 'k' })).items
+  assert.deepEqual(info.metadata, { at: '1970-01-01T00:00:00.000Z', plain: { n: 2 }, none: null, rows: 2 })
+  await lease.release()
+})
+
+/** The fields of `interface name` in index.d.ts (for `Omit<…, 'shared'>`, minus `shared`). */
+function interfaceFields(typings, name, omit = []) {
+  const body = typings.match(new RegExp(`export interface ${name} \\{\\n([\\s\\S]*?)\\n\\}`))
+  assert.ok(body, `index.d.ts declares ${name}`)
+  const fields = [...body[1].matchAll(/^  (\w+)\??:/gm)].map((m) => m[1])
+  return fields.filter((f) => !omit.includes(f))
+}
+
+// A misspelt option was ignored silently (`namepsace`: every key in "default"). Every options
+// object refuses a property it does not know, naming it, and the known ones it lists are the
+// interface's fields in index.d.ts.
+scenario('unknown options are refused, naming them', async (h) => {
+  const typings = fs.readFileSync(path.join(PACKAGE_DIR, 'index.d.ts'), 'utf8')
+  const c = await h.client('o1')
+  const semaphore = await c.semaphore(`sem_${h.tag}`, 2)
+  const calls = [
+    ['ClientOptions', [], (o) => accord.connect(h.url, o)],
+    ['AcquireOptions', [], (o) => c.acquire('k', o)],
+    ['TryAcquireOptions', [], (o) => c.tryAcquire('k', o)],
+    ['ClaimOptions', [], (o) => c.claim('p/', o)],
+    ['JoinOptions', [], (o) => c.join('g', o)],
+    ['FleetOptions', [], (o) => c.fleet('f', { shards: 4, ...o })],
+    ['ListQuery', [], (o) => c.list(o)],
+    ['SubscribeOptions', [], (o) => c.subscribe('s', o)],
+    ['StreamRetention', [], (o) => c.setStreamRetention('s', { maxLen: 5, ...o })],
+    ['CampaignOptions', [], (o) => c.election('e').campaign('v', o)],
+    ['AcquireOptions', ['shared'], (o) => semaphore.acquire(o)],
+    ['TryAcquireOptions', ['shared'], (o) => semaphore.tryAcquire(o)],
+  ]
+  for (const [name, omit, call] of calls) {
+    const e = await rejectsWith(call({ bogus: 1 }), 'ACCORD_INVALID_ARGUMENT', /unknown option "bogus" \(known: /)
+    assert.ok(e instanceof TypeError, `${name}: ${e.constructor.name}`)
+    const known = e.message.match(/\(known: (.*)\)$/)[1].split(', ')
+    assert.deepEqual(known, interfaceFields(typings, name, omit), name)
+  }
+  await rejectsWith(
+    accord.connect(h.url, { namepsace: 'reports' }),
+    'ACCORD_INVALID_ARGUMENT',
+    /^invalid options: unknown option "namepsace"; did you mean "namespace"\?/,
+  )
+  await rejectsWith(c.acquire('k', { timout: 5 }), 'ACCORD_INVALID_ARGUMENT', /did you mean "timeout"/)
+  // A permit is exclusive: `shared` is not an option of a semaphore.
+  await rejectsWith(semaphore.acquire({ shared: true }), 'ACCORD_INVALID_ARGUMENT', /unknown option "shared"/)
+  assert.equal((await c.list({ state: 'held' })).items.length, 0, 'nothing left held')
 })
 
 test('errors are Error objects with the code of their kind (docs/semantics.md)', async () => {

@@ -1,6 +1,9 @@
 """Quick start (sync API): a lease as a lock, its fence, done, and a notification.
 
 ACCORD_URL=postgres://app:secret@localhost/app python examples/quickstart.py
+
+It resets the key it marks done at the end, so that it runs again and again, before or after
+the other languages' quick starts (the same namespace and key).
 """
 
 from __future__ import annotations
@@ -32,6 +35,10 @@ def main() -> None:
             event = subscription.recv(timeout=5)
             if isinstance(event, accord.Message):
                 print(f"{event.channel}: {event.payload}")
+
+        # Done is final until reset: reset makes the key acquirable again, so that this runs
+        # again. (An earlier run stopped before this line left it done: see accord.Done above.)
+        client.reset("daily/2026-11-22")
 
 
 if __name__ == "__main__":

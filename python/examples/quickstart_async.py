@@ -1,6 +1,8 @@
 """Quick start (asyncio API): the same calls as the sync API, awaited.
 
 ACCORD_URL=postgres://app:secret@localhost/app python examples/quickstart_async.py
+
+Like the sync quick start, it resets the key it marks done at the end, so that it runs again.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ async def main() -> None:
             async for event in subscription:
                 print(event)
                 break
+
+        await client.reset("daily/2026-11-23")  # done is final until reset: now it runs again
 
 
 if __name__ == "__main__":

@@ -8,13 +8,23 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
-use crate::errors::invalid;
+use crate::errors::{self, invalid, IntoPyResult};
 
 /// Deepest metadata nesting accepted (deeper is refused, not overflowed).
 const MAX_DEPTH: usize = 64;
 
-/// A ttl in seconds. Range checks (100 ms ..= 24 h) are the core's.
+/// A ttl in seconds: the core's range, refused in the core's words with the value given (never
+/// a converted or clamped one).
 pub fn ttl(field: &str, seconds: Option<f64>) -> PyResult<Option<Duration>> {
+    seconds
+        .map(|s| accord::limits::ttl_number(field, s, accord::limits::TimeUnit::Seconds))
+        .transpose()
+        .py()
+}
+
+/// Another duration in seconds (a fleet's period or hand-off timeout, a stream's max_age):
+/// finite and not negative; ranges are the core's.
+pub fn duration(field: &str, seconds: Option<f64>) -> PyResult<Option<Duration>> {
     let Some(seconds) = seconds else {
         return Ok(None);
     };
@@ -24,10 +34,9 @@ pub fn ttl(field: &str, seconds: Option<f64>) -> PyResult<Option<Duration>> {
             format!("{seconds} is not a finite number of seconds >= 0"),
         ));
     }
-    // Far beyond 24 h, but the core names the range.
-    Ok(Some(
-        Duration::try_from_secs_f64(seconds).unwrap_or(Duration::from_secs(u32::MAX.into())),
-    ))
+    Duration::try_from_secs_f64(seconds)
+        .map(Some)
+        .map_err(|_| invalid(field, format!("{seconds:e} s is too large")))
 }
 
 /// A timeout in seconds: `None` or infinity wait without a limit.
@@ -151,10 +160,11 @@ fn json(path: Path<'_>, v: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
         return Number::from_f64(f.value())
             .map(Value::Number)
             .ok_or_else(|| {
-                invalid(
+                errors::to_py(accord::limits::not_json(
                     "metadata",
-                    format!("{} is {}, which JSON cannot hold", path(), f.value()),
-                )
+                    &path(),
+                    &f.value().to_string(),
+                ))
             });
     }
     if let Ok(s) = v.cast::<PyString>() {

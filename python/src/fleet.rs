@@ -51,13 +51,13 @@ pub fn fleet_options(
     if let Some(ttl) = convert::ttl("ttl", ttl)? {
         options = options.ttl(ttl);
     }
-    if let Some(period) = convert::ttl("period", period)? {
+    if let Some(period) = convert::duration("period", period)? {
         options = options.period(period);
     }
     if let Some(n) = max_handoffs_per_period {
         options = options.max_handoffs_per_period(accord::limits::handoffs_per_period(n).py()?);
     }
-    if let Some(timeout) = convert::ttl("handoff_timeout", handoff_timeout)? {
+    if let Some(timeout) = convert::duration("handoff_timeout", handoff_timeout)? {
         options = options.handoff_timeout(timeout);
     }
     if let Some(metadata) = convert::metadata("metadata", metadata)? {

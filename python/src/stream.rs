@@ -72,7 +72,7 @@ pub fn retention(max_len: Option<i64>, max_age: Option<f64>) -> PyResult<StreamR
     if let Some(n) = max_len {
         retention = retention.max_len(accord::limits::stream_max_len(n).py()?);
     }
-    if let Some(age) = convert::ttl("max_age", max_age)? {
+    if let Some(age) = convert::duration("max_age", max_age)? {
         retention = retention.max_age(age);
     }
     Ok(retention)

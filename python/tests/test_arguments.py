@@ -114,6 +114,30 @@ def test_bad_ttls(clients: Clients, ttl: Any, error: type[Exception]) -> None:
     assert c.held_count == 0
 
 
+@pytest.mark.parametrize(
+    ("ttl", "message"),
+    [
+        (1e300, "invalid ttl: 1e300 s is outside the allowed range 0.1..=86400 s"),
+        (86401, "invalid ttl: 86401 s is outside the allowed range 0.1..=86400 s"),
+        (0.05, "invalid ttl: 0.05 s is outside the allowed range 0.1..=86400 s"),
+        (-5, "invalid ttl: -5 s is negative"),
+        (float("inf"), "invalid ttl: inf s is outside the allowed range 0.1..=86400 s"),
+    ],
+)
+def test_bad_ttls_are_reported_as_given(
+    sc: Scenario, clients: Clients, ttl: float, message: str
+) -> None:
+    """The value the caller gave, in seconds: never a clamped one (1e300 was "4294967295s")."""
+    c = clients("o1")
+    with pytest.raises(accord.InvalidArgument) as e:
+        c.try_acquire("k", ttl=ttl)
+    assert str(e.value).startswith(message), str(e.value)
+    assert "4294967295" not in str(e.value)
+    with pytest.raises(accord.InvalidArgument) as e:
+        accord.Client.connect(sc.url, ttl=ttl)
+    assert str(e.value).startswith(message), str(e.value)
+
+
 def test_bad_timeouts(clients: Clients) -> None:
     c = clients("o1")
     for timeout in (-0.1, float("nan")):

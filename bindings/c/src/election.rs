@@ -93,19 +93,19 @@ pub extern "C" fn accord_campaign_options_free(object: *mut accord_campaign_opti
 fn set(
     options: *mut accord_campaign_options,
     err: *mut *mut accord_error,
-    change: impl FnOnce(&mut accord_campaign_options),
+    change: impl FnOnce(&mut accord_campaign_options) -> Result<(), Error>,
 ) -> accord_status {
     run(err, || {
         // SAFETY: a non-NULL options pointer was created by accord and not freed, by contract.
         let options =
             unsafe { options.as_mut() }.ok_or_else(|| invalid("options", "must not be NULL"))?;
-        change(options);
-        Ok(())
+        change(options)
     })
 }
 
-/// The leadership lease's ttl in milliseconds (100 ..= 86400000, checked by the campaign): a
-/// leader whose process dies is replaced this long after its last renewal.
+/// The leadership lease's ttl in milliseconds (100 ..= 86400000; refused here otherwise, with
+/// ACCORD_INVALID_ARGUMENT naming ttl and the value given): a leader whose process dies is
+/// replaced this long after its last renewal.
 #[no_mangle]
 pub extern "C" fn accord_campaign_options_set_ttl_ms(
     options: *mut accord_campaign_options,
@@ -113,8 +113,8 @@ pub extern "C" fn accord_campaign_options_set_ttl_ms(
     err: *mut *mut accord_error,
 ) -> accord_status {
     set(options, err, |o| {
-        // A negative ttl reaches the core as zero, which refuses it naming "ttl".
-        o.ttl = Some(Duration::from_millis(u64::try_from(ttl_ms).unwrap_or(0)));
+        o.ttl = Some(accord_core::limits::ttl_millis("ttl", ttl_ms)?);
+        Ok(())
     })
 }
 
@@ -127,7 +127,8 @@ pub extern "C" fn accord_campaign_options_set_timeout_ms(
     err: *mut *mut accord_error,
 ) -> accord_status {
     set(options, err, |o| {
-        o.timeout = crate::runtime::timeout(timeout_ms)
+        o.timeout = crate::runtime::timeout(timeout_ms);
+        Ok(())
     })
 }
 

@@ -62,10 +62,6 @@ impl accord_fleet_options {
     }
 }
 
-fn millis(ms: i64) -> Duration {
-    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
-}
-
 /// Applies `change` to the fleet options behind `options`, checking `options` is not NULL.
 fn set(
     options: *mut accord_fleet_options,
@@ -129,7 +125,8 @@ pub extern "C" fn accord_fleet_options_set_keys(
 }
 
 /// The ttl of the member and shard leases in milliseconds (default: the client's; 100 ..=
-/// 86400000). A member that dies loses its shards this long after its last renewal.
+/// 86400000; refused here otherwise, naming ttl and the value given). A member that dies loses
+/// its shards this long after its last renewal.
 #[no_mangle]
 pub extern "C" fn accord_fleet_options_set_ttl_ms(
     options: *mut accord_fleet_options,
@@ -137,7 +134,7 @@ pub extern "C" fn accord_fleet_options_set_ttl_ms(
     err: *mut *mut accord_error,
 ) -> accord_status {
     set(options, err, |o| {
-        o.ttl = Some(millis(ttl_ms));
+        o.ttl = Some(accord_core::limits::ttl_millis("ttl", ttl_ms)?);
         Ok(())
     })
 }
@@ -151,7 +148,7 @@ pub extern "C" fn accord_fleet_options_set_period_ms(
     err: *mut *mut accord_error,
 ) -> accord_status {
     set(options, err, |o| {
-        o.period = Some(millis(period_ms));
+        o.period = Some(crate::options::duration_ms("period", period_ms)?);
         Ok(())
     })
 }
@@ -179,7 +176,7 @@ pub extern "C" fn accord_fleet_options_set_handoff_timeout_ms(
     err: *mut *mut accord_error,
 ) -> accord_status {
     set(options, err, |o| {
-        o.handoff_timeout = Some(millis(timeout_ms));
+        o.handoff_timeout = Some(crate::options::duration_ms("handoff_timeout", timeout_ms)?);
         Ok(())
     })
 }

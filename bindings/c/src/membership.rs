@@ -100,10 +100,12 @@ pub(crate) fn wait_lost(signal: &LostSignal, timeout_ms: i64, what: &str) -> Res
     }
 }
 
-/// A millisecond duration where 0 means "the default" (None); a negative one reaches the core
-/// as zero, which refuses it naming the field.
-pub(crate) fn optional_ms(ms: i64) -> Option<Duration> {
-    (ms != 0).then(|| Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
+/// A ttl in milliseconds where 0 means "the client's" (None); otherwise the core's range, its
+/// message naming the value given.
+fn optional_ttl_ms(ms: i64) -> Result<Option<Duration>, Error> {
+    (ms != 0)
+        .then(|| accord_core::limits::ttl_millis("ttl", ms))
+        .transpose()
 }
 
 /// Joins `group` as this client's owner: `metadata_json` (a JSON object, or NULL) is what other
@@ -130,7 +132,7 @@ pub extern "C" fn accord_client_join(
         if let Some(m) = metadata("metadata_json", metadata_json)? {
             options = options.metadata(m);
         }
-        if let Some(ttl) = optional_ms(ttl_ms) {
+        if let Some(ttl) = optional_ttl_ms(ttl_ms)? {
             options = options.ttl(ttl);
         }
         let member = block_on(c.client.join(group, options))?;

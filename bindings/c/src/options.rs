@@ -112,13 +112,9 @@ impl From<KeyState> for accord_key_state {
     }
 }
 
-fn millis(ms: i64) -> Duration {
-    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
-}
-
-/// A duration of the client options in milliseconds, which has no "without limit": negative is
-/// refused, naming `field`.
-fn duration_ms(field: &str, ms: i64) -> Result<Duration, accord_core::Error> {
+/// A duration in milliseconds which has no "without limit": negative is refused, naming `field`
+/// and the value given.
+pub(crate) fn duration_ms(field: &str, ms: i64) -> Result<Duration, accord_core::Error> {
     u64::try_from(ms)
         .map(Duration::from_millis)
         .map_err(|_| crate::error::invalid(field, &format!("{ms} ms is negative")))
@@ -176,7 +172,8 @@ pub extern "C" fn accord_client_options_set_owner(
     })
 }
 
-/// The default lease ttl in milliseconds (100 ..= 86400000).
+/// The default lease ttl in milliseconds (100 ..= 86400000; refused here otherwise, with
+/// ACCORD_INVALID_ARGUMENT naming ttl and the value given).
 #[no_mangle]
 pub extern "C" fn accord_client_options_set_ttl_ms(
     options: *mut accord_client_options,
@@ -184,7 +181,9 @@ pub extern "C" fn accord_client_options_set_ttl_ms(
     err: *mut *mut accord_error,
 ) -> accord_status {
     set(options, err, |o| {
-        o.0 = o.0.clone().ttl(millis(ttl_ms));
+        o.0 =
+            o.0.clone()
+                .ttl(accord_core::limits::ttl_millis("ttl", ttl_ms)?);
         Ok(())
     })
 }
@@ -322,7 +321,8 @@ pub extern "C" fn accord_acquire_options_free(object: *mut accord_acquire_option
     free_box(object)
 }
 
-/// The lease ttl in milliseconds (100 ..= 86400000).
+/// The lease ttl in milliseconds (100 ..= 86400000; refused here otherwise, with
+/// ACCORD_INVALID_ARGUMENT naming ttl and the value given).
 #[no_mangle]
 pub extern "C" fn accord_acquire_options_set_ttl_ms(
     options: *mut accord_acquire_options,
@@ -330,7 +330,7 @@ pub extern "C" fn accord_acquire_options_set_ttl_ms(
     err: *mut *mut accord_error,
 ) -> accord_status {
     set(options, err, |o| {
-        o.ttl = Some(millis(ttl_ms));
+        o.ttl = Some(accord_core::limits::ttl_millis("ttl", ttl_ms)?);
         Ok(())
     })
 }

@@ -118,7 +118,8 @@ pub extern "C" fn accord_claim_options_set_limit(
     })
 }
 
-/// The ttl of the claimed leases in milliseconds (default: the client's; 100 ..= 86400000).
+/// The ttl of the claimed leases in milliseconds (default: the client's; 100 ..= 86400000;
+/// refused here otherwise, with ACCORD_INVALID_ARGUMENT naming ttl and the value given).
 #[no_mangle]
 pub extern "C" fn accord_claim_options_set_ttl_ms(
     options: *mut accord_claim_options,
@@ -126,7 +127,7 @@ pub extern "C" fn accord_claim_options_set_ttl_ms(
     err: *mut *mut accord_error,
 ) -> accord_status {
     set(options, err, |o| {
-        o.ttl = Some(Duration::from_millis(u64::try_from(ttl_ms).unwrap_or(0)));
+        o.ttl = Some(accord_core::limits::ttl_millis("ttl", ttl_ms)?);
         Ok(())
     })
 }

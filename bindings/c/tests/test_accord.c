@@ -239,8 +239,16 @@ static void test_bad_input(void) {
   CHECK(accord_client_connect(NULL, NULL, &c, NULL) == ACCORD_INVALID_ARGUMENT);
   CHECK(c == NULL);
   accord_client_options *o = accord_client_options_new();
-  MUST(accord_client_options_set_ttl_ms(o, 5, &err));
-  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "ttl", accord_client_connect(url, o, &c, &err));
+  /* A ttl out of range is refused by its setter, in the value and unit given (never a clamped
+     or converted one: -5 is not "0ns"). */
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "invalid ttl: 5 ms is outside the allowed range 100..=86400000 ms",
+                accord_client_options_set_ttl_ms(o, 5, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "invalid ttl: -5 ms is negative", accord_client_options_set_ttl_ms(o, -5, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "invalid ttl: 9223372036854775807 ms is outside",
+                accord_client_options_set_ttl_ms(o, INT64_MAX, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "invalid ttl: 86400001 ms is outside",
+                accord_client_options_set_ttl_ms(o, 86400001, &err));
+  MUST(accord_client_options_set_ttl_ms(o, 86400000, &err));
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "namespace", accord_client_options_set_namespace(o, NULL, &err));
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "options", accord_client_options_set_owner(NULL, "x", &err));
   /* Timeouts of the client options have no "without limit": negative is refused at once. */
@@ -267,8 +275,8 @@ static void test_bad_input(void) {
   accord_acquire_options *ao = accord_acquire_options_new();
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "metadata_json", accord_acquire_options_set_metadata_json(ao, "[1,2]", &err));
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "metadata_json", accord_acquire_options_set_metadata_json(ao, "{", &err));
-  MUST(accord_acquire_options_set_ttl_ms(ao, 50, &err));
-  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "ttl", accord_client_try_acquire(c, "a", ao, &lease, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "invalid ttl: 50 ms is outside", accord_acquire_options_set_ttl_ms(ao, 50, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "invalid ttl: -5 ms is negative", accord_acquire_options_set_ttl_ms(ao, -5, &err));
   accord_acquire_options_free(ao);
   char *big = malloc(70 * 1024);
   memset(big, 'x', 70 * 1024);
@@ -1100,8 +1108,9 @@ static void test_pool_bad_input(void) {
     EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "limit", accord_client_claim(c, "jobs/", o, &leases, &n, &err));
     accord_claim_options_free(o);
   }
-  accord_claim_options *o = claim_opts(1, 50, 0);
-  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "ttl", accord_client_claim(c, "jobs/", o, &leases, &n, &err));
+  accord_claim_options *o = claim_opts(1, 0, 0);
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "invalid ttl: 50 ms is outside", accord_claim_options_set_ttl_ms(o, 50, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "invalid ttl: -5 ms is negative", accord_claim_options_set_ttl_ms(o, -5, &err));
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "metadata_json", accord_claim_options_set_metadata_json(o, "{", &err));
   accord_claim_options_free(o);
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "options", accord_claim_options_set_limit(NULL, 1, &err));
@@ -1214,8 +1223,8 @@ static void test_membership(void) {
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "group", accord_client_join(a, NULL, NULL, 0, &m, &err));
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "group", accord_client_join(a, "", NULL, 0, &m, &err));
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "metadata_json", accord_client_join(a, "g", "[1]", 0, &m, &err));
-  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "ttl", accord_client_join(a, "g", NULL, 50, &m, &err));
-  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "ttl", accord_client_join(a, "g", NULL, -5, &m, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "invalid ttl: 50 ms is outside", accord_client_join(a, "g", NULL, 50, &m, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "invalid ttl: -5 ms is negative", accord_client_join(a, "g", NULL, -5, &m, &err));
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "out_member", accord_client_join(a, "g", NULL, 0, NULL, &err));
   CHECK(m == NULL);
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "group", accord_client_members(a, "", &infos, &n, &err));
@@ -1400,8 +1409,9 @@ static void test_fleet_bad_input(void) {
   MUST(accord_fleet_options_set_period_ms(o, 5, &err));
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "period", accord_client_fleet(c, "f", o, &f, &err));
   MUST(accord_fleet_options_set_period_ms(o, 250, &err));
-  MUST(accord_fleet_options_set_ttl_ms(o, 50, &err));
-  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "ttl", accord_client_fleet(c, "f", o, &f, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "invalid period: -5 ms is negative", accord_fleet_options_set_period_ms(o, -5, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "invalid ttl: 50 ms is outside", accord_fleet_options_set_ttl_ms(o, 50, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "invalid ttl: -5 ms is negative", accord_fleet_options_set_ttl_ms(o, -5, &err));
   MUST(accord_fleet_options_set_ttl_ms(o, 1500, &err));
   int64_t handoffs[] = {0, -1, 1001};
   for (int i = 0; i < 3; i++) {
@@ -1684,8 +1694,8 @@ static void test_election(void) {
   CHECK(e == NULL);
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "value", accord_election_campaign(ea, NULL, NULL, NULL, &none, &err));
   o = accord_campaign_options_new();
-  MUST(accord_campaign_options_set_ttl_ms(o, 50, &err));
-  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "ttl", accord_election_campaign(ea, "x", o, NULL, &none, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "invalid ttl: 50 ms is outside", accord_campaign_options_set_ttl_ms(o, 50, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "invalid ttl: -5 ms is negative", accord_campaign_options_set_ttl_ms(o, -5, &err));
   accord_campaign_options_free(o);
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "options", accord_campaign_options_set_ttl_ms(NULL, 1000, &err));
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "election", accord_election_leader(NULL, &leader, &err));

@@ -8,7 +8,8 @@ use crate::options::ClientOptions;
 use crate::stats::Recorder;
 
 /// Opens the backend a URL names: `postgres://…`, `postgresql://…` or a libpq `key=value`
-/// string for PostgreSQL; `sqlite:///path` or `memory:` for the embedded store.
+/// string for PostgreSQL; `sqlite:///path` or `memory:` (also `sqlite::memory:`) for the
+/// embedded store.
 pub(crate) async fn open(
     url: &str,
     options: &ClientOptions,

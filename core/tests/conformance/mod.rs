@@ -51,6 +51,7 @@ macro_rules! conformance_suite {
             notify::n2_nothing_sent_after_listen_is_missed: [],
             notify::n3_bursts_keep_order: [],
             notify::n4_limits_and_quoting: [],
+            notify::n4_own_channels_are_reserved: [],
             notify::n5_listener_reconnects: [connection_termination],
             notify::n6_close_ends_waits: [],
             input::g11_bad_input_is_refused: [],

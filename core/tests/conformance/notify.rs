@@ -149,6 +149,51 @@ pub async fn n4_limits_and_quoting(h: &Harness) {
     assert!(err.message().contains("channel"));
 }
 
+/// accord's own channels (the wake-ups of waiting acquires, the announcements of streams,
+/// groups, fleets and elections, the listener's probe) all start with `accord_`: `notify` and
+/// `listen` refuse them, naming the channel, and leave nothing listened. Names that only
+/// contain "accord" are ordinary channels.
+pub async fn n4_own_channels_are_reserved(h: &Harness) {
+    let c = h.client("o1").await;
+    let ok = h.channel("ok");
+    let wakeup = accord::wakeup_channel("accord").unwrap();
+    let reserved = [
+        wakeup.as_str(),
+        "accord_wakeup",
+        "accord_stream_0123456789abcdef",
+        "accord_probe_0123456789abcdef",
+        "accord_",
+    ];
+    for channel in reserved {
+        let err = c.listen([channel]).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{channel}");
+        assert!(err.message().contains("channel"), "{err}");
+        assert!(err.message().contains(&format!("{channel:?}")), "{err}");
+        // With an ordinary channel before it: refused as a whole, nothing listened.
+        let err = c.listen([ok.as_str(), channel]).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{channel}");
+        let err = c
+            .notify(channel, &format!("[\"{}\", \"k\", null, null]", h.tag))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{channel}");
+        assert!(err.message().contains(&format!("{channel:?}")), "{err}");
+    }
+    assert!(!c.listening_channels().await.unwrap().contains(&ok));
+
+    let tail = &h.tag[h.tag.len() - 8..];
+    for name in [
+        format!("accord{tail}"),
+        format!("Accord_{tail}"),
+        format!("jobs_accord_{tail}"),
+    ] {
+        let sub = c.listen([&name]).await.unwrap();
+        c.notify(&name, "hi").await.unwrap();
+        assert_eq!(next_message(&sub).await, message(&name, "hi"));
+        sub.close().await;
+    }
+}
+
 pub async fn n5_listener_reconnects(h: &Harness) {
     let owner = "o1";
     let ch = h.channel("n5");

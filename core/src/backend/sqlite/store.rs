@@ -1,6 +1,7 @@
 //! Opening the embedded store: `sqlite:///path/file.db` (shared by the processes of one host,
 //! WAL, busy timeout) or `memory:[name]` (one store per name, shared by the clients of one
-//! process), the schema, and the in-process nudge that wakes listeners at once.
+//! process; `sqlite::memory:` is `memory:`), the schema, and the in-process nudge that wakes
+//! listeners at once.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -23,6 +24,11 @@ pub(crate) enum Location {
 }
 
 impl Location {
+    /// `memory:[name]`; `sqlite:///path/to/file.db`; SQLite's own name for an in-memory
+    /// database, `sqlite::memory:` (also `sqlite://:memory:` and `sqlite:///:memory:`), is
+    /// `memory:`, the in-process store the clients of this process share. Query parameters are
+    /// refused, naming them: none is understood, and one ignored silently (`?mode=ro`) would
+    /// promise what the store does not do.
     pub fn parse(url: &str) -> Result<Location> {
         if let Some(rest) = url.strip_prefix("memory:") {
             return Ok(Location::Memory(rest.to_string()));
@@ -31,7 +37,33 @@ impl Location {
             .strip_prefix("sqlite://")
             .or_else(|| url.strip_prefix("sqlite:"))
             .ok_or_else(|| Error::invalid("url", "expected sqlite:///path/to/file.db"))?;
-        let path = path.split('?').next().unwrap_or(path);
+        let (path, query) = match path.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (path, None),
+        };
+        if let Some(query) = query {
+            let names: Vec<&str> = query
+                .split('&')
+                .filter(|p| !p.is_empty())
+                .map(|p| p.split('=').next().unwrap_or(p))
+                .collect();
+            return Err(Error::invalid(
+                "url",
+                if names.is_empty() {
+                    "sqlite URLs take no query parameters: remove the '?'".to_string()
+                } else {
+                    format!(
+                        "unknown query parameter{} {} (sqlite URLs take none: \
+                         sqlite:///path/to/file.db)",
+                        if names.len() == 1 { "" } else { "s" },
+                        names.join(", ")
+                    )
+                },
+            ));
+        }
+        if matches!(path, ":memory:" | "/:memory:") {
+            return Ok(Location::Memory(String::new()));
+        }
         if path.is_empty() || !path.starts_with('/') {
             return Err(Error::invalid(
                 "url",
@@ -295,4 +327,47 @@ fn migrate(conn: &mut Connection) -> Result<()> {
         .map_err(|e| db_error("migration", e))?;
     }
     tx.commit().map_err(|e| db_error("migration", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            Location::parse("sqlite:///tmp/a.db").unwrap(),
+            Location::File("/tmp/a.db".into())
+        );
+        assert_eq!(
+            Location::parse("sqlite:/tmp/a.db").unwrap(),
+            Location::File("/tmp/a.db".into())
+        );
+        assert_eq!(
+            Location::parse("memory:x").unwrap(),
+            Location::Memory("x".into())
+        );
+        for memory in [
+            "memory:",
+            "sqlite::memory:",
+            "sqlite://:memory:",
+            "sqlite:///:memory:",
+        ] {
+            assert_eq!(
+                Location::parse(memory).unwrap(),
+                Location::Memory(String::new()),
+                "{memory}"
+            );
+        }
+        let err = Location::parse("sqlite:///tmp/a.db?mode=ro").unwrap_err();
+        assert_eq!(
+            err.message(),
+            "invalid url: unknown query parameter mode (sqlite URLs take none: \
+             sqlite:///path/to/file.db)"
+        );
+        let err = Location::parse("sqlite::memory:?cache=shared&mode=memory").unwrap_err();
+        assert!(err.message().contains("parameters cache, mode"), "{err}");
+        assert!(Location::parse("sqlite:///tmp/a.db?").is_err());
+        assert!(Location::parse("sqlite://relative.db").is_err());
+    }
 }
