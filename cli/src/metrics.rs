@@ -32,7 +32,7 @@ pub async fn serve(client: &Client, prefix: String, addr: SocketAddr) -> Outcome
         .local_addr()
         .map_err(|e| Failure::new(exit::ERROR, format!("cannot listen on {addr}: {e}")))?;
     // Tests (and people) read the address from here: with port 0 it is the one chosen.
-    eprintln!("accord: serving http://{bound}/metrics");
+    note!("accord: serving http://{bound}/metrics");
     let prefix = std::sync::Arc::new(prefix);
     let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
@@ -67,7 +67,7 @@ pub async fn serve(client: &Client, prefix: String, addr: SocketAddr) -> Outcome
 }
 
 fn tracing_warn(message: &str) {
-    eprintln!("accord: warning: {message}");
+    note!("accord: warning: {message}");
 }
 
 /// Reads one request's head and answers it.
