@@ -33,6 +33,8 @@ pub(crate) const CLIENT_OPTIONS: &[&str] = &[
     "statementTimeout",
     "migrate",
     "applicationName",
+    "listenUrl",
+    "prepareStatements",
 ];
 pub(crate) const ACQUIRE_OPTIONS: &[&str] = &["ttl", "timeout", "metadata", "signal", "shared"];
 pub(crate) const TRY_ACQUIRE_OPTIONS: &[&str] = &["ttl", "metadata", "shared"];
