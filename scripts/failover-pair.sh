@@ -137,6 +137,8 @@ CONF
     ;;
   primary | stop | start | promote | standby)
     dir=${ACCORD_TEST_FAILOVER_DIR:?"run under scripts/failover-pair.sh run"}
+    # A node's name goes into SQL (application_name, synchronous_standby_names): only a or b.
+    case "${2:-a}" in a | b) ;; *) echo "failover-pair: no node ${2:-} (a or b)" >&2; exit 2 ;; esac
     case "$1" in
       primary) primary ;;
       stop)

@@ -178,22 +178,24 @@ async fn run_round<K: Kind>(scope: &Arc<Scope>, round: Vec<Pending<K>>) {
         let items: Vec<&K::Item> = round.iter().map(|p| &p.item).collect();
         K::many(scope, &items).await
     };
+    // A batch statement answers each item; a count that differs is an error of the round.
+    let answers = answers.and_then(|answers| {
+        if answers.len() == round.len() {
+            Ok(answers)
+        } else {
+            Err(Error::internal(format!(
+                "a round of {} statements got {} answers",
+                round.len(),
+                answers.len()
+            )))
+        }
+    });
     match answers {
-        Ok(answers) if answers.len() == round.len() => {
+        Ok(answers) => {
             for (p, a) in round.into_iter().zip(answers) {
                 if let Err(Ok(unread)) = p.answer.send(Ok(a)) {
                     K::unread(scope, p.item, unread);
                 }
-            }
-        }
-        Ok(answers) => {
-            let e = Error::internal(format!(
-                "a round of {} statements got {} answers",
-                round.len(),
-                answers.len()
-            ));
-            for p in round {
-                let _ = p.answer.send(Err(e.copy_for_another_caller()));
             }
         }
         Err(e) => {
