@@ -2,12 +2,14 @@
 //! `ACCORD_TEST_DATABASE_URL` (`scripts/with-postgres.sh cargo test -p accord-cli`). Each test
 //! uses its own namespace.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod support;
+
+use std::io::Write;
 use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use support::{expect_line, lines_of};
 
 const BIN: &str = env!("CARGO_BIN_EXE_accord");
 
@@ -177,33 +179,6 @@ fn wait_within(mut child: Child, limit: Duration) -> Output {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// Lines of a child's pipe, read on a thread.
-fn lines_of(pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(pipe).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
-fn expect_line(rx: &mpsc::Receiver<String>, contains: &str, within: Duration) -> String {
-    let deadline = Instant::now() + within;
-    let mut seen = Vec::new();
-    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-        match rx.recv_timeout(left) {
-            Ok(line) if line.contains(contains) => return line,
-            Ok(line) => seen.push(line),
-            Err(_) => break,
-        }
-    }
-    panic!("no line containing {contains:?} within {within:?}; saw {seen:?}");
 }
 
 fn temp_file(name: &str) -> PathBuf {

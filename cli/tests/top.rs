@@ -3,11 +3,13 @@
 //! `ACCORD_TEST_DATABASE_URL` (`scripts/with-postgres.sh cargo test -p accord-cli`); each test
 //! uses its own namespace.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod support;
+
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use support::{expect_line, lines_of};
 
 const BIN: &str = env!("CARGO_BIN_EXE_accord");
 
@@ -66,32 +68,6 @@ impl Drop for Guard {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn lines_of(pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(pipe).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
-fn expect_line(rx: &mpsc::Receiver<String>, contains: &str, within: Duration) -> String {
-    let deadline = Instant::now() + within;
-    let mut seen = Vec::new();
-    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-        match rx.recv_timeout(left) {
-            Ok(line) if line.contains(contains) => return line,
-            Ok(line) => seen.push(line),
-            Err(_) => break,
-        }
-    }
-    panic!("no line containing {contains:?} within {within:?}; saw {seen:?}");
 }
 
 /// A namespace with `jobs/held` (held by alice, ttl 30s, metadata who=test), `jobs/free`,
