@@ -264,7 +264,7 @@ impl Client {
         validate::channel(channel)?;
         let backend = &self.session.scope.backend;
         validate::payload(payload, backend.max_payload())?;
-        backend.notify(channel, payload).await
+        self.session.scope.notify(channel, payload).await
     }
 
     /// Starts receiving notifications on `channels`. Returns once every notification sent

@@ -134,6 +134,7 @@ pub fn statements(schema: &str) -> Result<Vec<(&'static str, String)>> {
         ("list_keys", sql.list_keys),
         ("list_holders", sql.list_holders),
         ("notify", sql.notify.to_string()),
+        ("notify_batch", sql.notify_batch.to_string()),
         ("offer", sql.offer),
         ("claim", sql.claim),
         ("counts", sql.counts),

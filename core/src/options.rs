@@ -335,7 +335,19 @@ impl ListQuery {
             Some((key, _)) if *key > prefix => key.clone(),
             _ => prefix,
         };
-        Ok(ListRange { from, below, after })
+        // Free and held keys are never done: a page of either state reads only the keys not
+        // done, through an index of those alone, so the finished work of a pool (most of a
+        // large one's keys, all before its free keys in key order) costs it nothing.
+        let undone_only = matches!(
+            self.state,
+            StateFilter::Only(KeyState::Free | KeyState::Held)
+        );
+        Ok(ListRange {
+            from,
+            below,
+            after,
+            undone_only,
+        })
     }
 }
 
@@ -346,6 +358,8 @@ pub(crate) struct ListRange {
     pub from: String,
     pub below: Option<String>,
     pub after: Option<(String, i64)>,
+    /// Only keys not done can be on the page (a state filter of free or held).
+    pub undone_only: bool,
 }
 
 impl ListRange {

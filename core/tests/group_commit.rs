@@ -1,7 +1,7 @@
-//! Client-side group commit on PostgreSQL: the tries and endings (release, done) that many
-//! tasks of one client start at once go out as a few statements, not one each, and each caller
-//! still gets its own answer, also when the coordinator no longer records some of the grants
-//! or someone waits in line for a free key.
+//! Client-side group commit on PostgreSQL: the tries, endings (release, done) and
+//! notifications that many tasks of one client start at once go out as a few statements, not
+//! one each, and each caller still gets its own answer, also when the coordinator no longer
+//! records some of the grants or someone waits in line for a free key.
 //!
 //! Statements are counted by pg_stat_statements for a schema of this test's own (its name is
 //! in their text), so other tests running meanwhile do not count.
@@ -270,4 +270,53 @@ async fn claims_started_together_share_statements() {
     got.dedup();
     assert_eq!(got.len(), 40, "every key once");
     client.close().await;
+}
+
+/// The text only the batched notify has.
+const NOTIFICATIONS: &str = "AS u(channel, payload)";
+
+#[tokio::test]
+async fn notifications_sent_together_share_statements() {
+    let h = Harness::postgres("group_notify").await;
+    if !statements_counted(&h, "notifications_sent_together_share_statements").await {
+        return;
+    }
+    let channel = h.channel("gn");
+    let client = h.client("o1").await;
+    let listener = h.client("o2").await;
+    let sub = listener.listen([&channel]).await.unwrap();
+    let batches = || async {
+        h.admin()
+            .query_one(
+                "SELECT COALESCE(sum(calls), 0)::bigint FROM pg_stat_statements
+                  WHERE query LIKE $1",
+                &[&format!("%{NOTIFICATIONS}%")],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+    };
+    let before = batches().await;
+    let payloads: Vec<String> = (0..LEASES).map(|i| format!("n{i:02}")).collect();
+    let sent =
+        futures_util::future::join_all(payloads.iter().map(|p| client.notify(&channel, p))).await;
+    for result in sent {
+        result.unwrap();
+    }
+    let rounds = batches().await - before;
+    // As for tries: one round, or two when the first went out before the rest had queued.
+    assert!(
+        (1..=2).contains(&rounds),
+        "{LEASES} notifications took {rounds} batched statements"
+    );
+    let mut heard = Vec::new();
+    while heard.len() < LEASES {
+        match tokio::time::timeout(Duration::from_secs(10), sub.recv()).await {
+            Ok(Ok(Some(accord::Event::Message(m)))) => heard.push(m.payload),
+            Ok(Ok(Some(accord::Event::Reconnected))) => {}
+            other => panic!("expected a notification, got {other:?}"),
+        }
+    }
+    heard.sort();
+    assert_eq!(heard, payloads);
 }

@@ -315,6 +315,9 @@ pub(crate) trait Backend: StreamStore + Send + Sync + 'static {
     async fn reset(&self, namespace: &str, key: &str) -> Result<ResetOutcome>;
     async fn list(&self, namespace: &str, query: &ListQuery) -> Result<ListPage>;
     async fn notify(&self, channel: &str, payload: &str) -> Result<()>;
+    /// [`Backend::notify`] for many (channel, payload) pairs in one statement and transaction,
+    /// delivered in this order. Never two identical pairs (PostgreSQL would deliver them once).
+    async fn notify_batch(&self, notifications: &[(&str, &str)]) -> Result<()>;
     /// Adds `keys` (each under `pool`, at most one statement's worth) to the pool; keys already
     /// in a pool stay as they are. Returns how many joined, and wakes the pool's claimers if any.
     async fn offer(

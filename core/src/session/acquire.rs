@@ -2,7 +2,10 @@
 //! nothing held (G9). What it returns is a grant adopted by the keepalive; handles and recipes
 //! wrap it.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use super::batched;
@@ -289,34 +292,30 @@ impl Session {
         Ok((outcome, sent))
     }
 
-    /// Sends one statement that may grant keys on a task of its own, so that if the caller's
-    /// future is dropped mid-statement, grants that arrive anyway are given back instead of
-    /// left held. Returns the answer and when the statement was sent.
+    /// Sends one statement that may grant keys, from the caller's task. If the caller's future
+    /// is dropped mid-statement, the statement goes on on a task of the session (see
+    /// [`InFlight`]) and grants that arrive anyway are given back instead of left held.
+    /// Returns the answer and when the statement was sent.
+    ///
+    /// Running it here, not on a task spawned per statement, matters for a lone caller: a
+    /// spawned task is usually picked up by another worker thread, and the hand-over there
+    /// and back cost a try_acquire+release pair about 50 µs (14%) over the same statements
+    /// sent raw.
     pub(super) async fn send<T, F, Fut>(&self, statement: F) -> Result<(T, Instant)>
     where
         T: HoldsGrants,
         F: FnOnce(Arc<Scope>) -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = Result<T>> + Send,
+        Fut: std::future::Future<Output = Result<T>> + Send + 'static,
     {
         let scope = self.scope.clone();
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        tokio::spawn(async move {
-            let sent = Instant::now();
-            let outcome = statement(scope.clone()).await;
-            // Unread (the caller is gone, before or after this send), the answer gives back
-            // its grants when dropped.
-            let _ = reply.send(Answer {
-                outcome: Some(outcome.map(|o| (o, sent))),
-                scope,
-            });
-        });
-        let mut answer = answer
-            .await
-            .map_err(|_| Error::internal("a statement's task ended without an answer"))?;
-        answer
-            .outcome
-            .take()
-            .unwrap_or_else(|| Err(Error::internal("an answer was read twice")))
+        InFlight {
+            statement: Some(Box::pin(async move {
+                let sent = Instant::now();
+                statement(scope).await.map(|outcome| (outcome, sent))
+            })),
+            scope: self.scope.clone(),
+        }
+        .await
     }
 
     /// Hands a grant to the keepalive; a grant that arrives after the session closed is given
@@ -407,6 +406,46 @@ impl<T: HoldsGrants> Drop for Answer<T> {
             if let Some((key, ticket)) = outcome.place() {
                 self.scope.leave_queue_later(key, ticket);
             }
+        }
+    }
+}
+
+type Statement<T> = Pin<Box<dyn Future<Output = Result<(T, Instant)>> + Send>>;
+
+/// A statement that may grant keys, polled by its caller. Dropped before it finished (the
+/// caller stopped waiting), it is handed to a task of the session, which runs it to the end
+/// and gives back whatever it granted ([`Answer`]'s drop): a grant nobody reads is never left
+/// held until its expiry.
+struct InFlight<T: HoldsGrants> {
+    statement: Option<Statement<T>>,
+    scope: Arc<Scope>,
+}
+
+impl<T: HoldsGrants> Future for InFlight<T> {
+    type Output = Result<(T, Instant)>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let Some(statement) = this.statement.as_mut() else {
+            return Poll::Ready(Err(Error::internal("a statement was awaited twice")));
+        };
+        let outcome = std::task::ready!(statement.as_mut().poll(cx));
+        this.statement = None;
+        Poll::Ready(outcome)
+    }
+}
+
+impl<T: HoldsGrants> Drop for InFlight<T> {
+    fn drop(&mut self) {
+        if let Some(statement) = self.statement.take() {
+            let scope = self.scope.clone();
+            self.scope.runtime.spawn(async move {
+                let outcome = statement.await;
+                drop(Answer {
+                    outcome: Some(outcome),
+                    scope,
+                });
+            });
         }
     }
 }

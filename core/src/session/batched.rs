@@ -1,5 +1,5 @@
 //! The statements a session groups into rounds (see [`super::rounds`]): exclusive acquires,
-//! releases and dones, each with its single-key and its batch statement.
+//! claims, releases, dones and notifications, each with its single and its batch statement.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -24,6 +24,7 @@ pub(crate) struct Batched {
     pub claims: Rounds<Claim>,
     pub releases: Rounds<Release>,
     pub dones: Rounds<Done>,
+    pub notifications: Rounds<Notify>,
 }
 
 /// An exclusive acquire that does not wait in line (`try_acquire`, and a waiting acquire's
@@ -242,5 +243,57 @@ impl Kind for Done {
             .into_iter()
             .collect();
         Ok(items.iter().map(|i| finished.remove(&i.fence)).collect())
+    }
+}
+
+/// A notification. Those that many tasks of one session send at once go out in one
+/// statement, one transaction: each is still delivered once, in the order they were queued.
+/// PostgreSQL delivers identical notifications (same channel, same payload) of one transaction
+/// only once, so two of those never share a round: the second waits for the next.
+pub(crate) struct Notify;
+
+/// A notification of [`Notify`]'s rounds: the channel, the payload, and the two together (the
+/// name no two of one round may share).
+pub(crate) struct Notification {
+    pub channel: String,
+    pub payload: String,
+    identity: String,
+}
+
+impl Notification {
+    pub fn new(channel: &str, payload: &str) -> Notification {
+        Notification {
+            channel: channel.to_string(),
+            payload: payload.to_string(),
+            // A channel name never contains NUL (validated), so the pair splits one way only.
+            identity: format!("{channel}\0{payload}"),
+        }
+    }
+}
+
+#[async_trait]
+impl Kind for Notify {
+    type Item = Notification;
+    type Answer = ();
+
+    fn rounds(scope: &Scope) -> &Rounds<Self> {
+        &scope.batched.notifications
+    }
+
+    fn distinct(item: &Notification) -> Option<&str> {
+        Some(&item.identity)
+    }
+
+    async fn one(scope: &Arc<Scope>, item: &Notification) -> Result<()> {
+        scope.backend.notify(&item.channel, &item.payload).await
+    }
+
+    async fn many(scope: &Arc<Scope>, items: &[&Notification]) -> Result<Vec<()>> {
+        let pairs: Vec<(&str, &str)> = items
+            .iter()
+            .map(|n| (n.channel.as_str(), n.payload.as_str()))
+            .collect();
+        scope.backend.notify_batch(&pairs).await?;
+        Ok(vec![(); items.len()])
     }
 }

@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::metadata::Metadata;
 use crate::stats::Recorder;
 
-use super::batched::{Batched, Done, Release};
+use super::batched::{Batched, Done, Notification, Notify, Release};
 use super::rounds::Rounds;
 
 pub(crate) struct Scope {
@@ -92,6 +92,11 @@ impl Scope {
             metadata,
         };
         Rounds::<Done>::submit(self, item).await
+    }
+
+    /// Sends a notification; those that many tasks send at once share a statement.
+    pub async fn notify(self: &Arc<Self>, channel: &str, payload: &str) -> Result<()> {
+        Rounds::<Notify>::submit(self, Notification::new(channel, payload)).await
     }
 
     /// Releases a grant nobody will use (fenced, so it never frees a newer grant). Failures

@@ -283,3 +283,49 @@ pub async fn n6_close_ends_waits(h: &Harness) {
         ErrorKind::Closed
     );
 }
+
+/// Notifications that many tasks of one client send at once share statements (group commit),
+/// yet each arrives once, identical ones included (PostgreSQL would fold identical ones of one
+/// transaction into one), and one task's notifications keep their order.
+pub async fn n7_notifications_sent_together_each_arrive(h: &Harness) {
+    let jobs = h.channel("together");
+    let listener = h.client("o1").await;
+    let sender = h.client("o2").await;
+    let sub = listener.listen([&jobs]).await.unwrap();
+    let mut payloads: Vec<String> = (0..30).map(|i| format!("p{i:02}")).collect();
+    payloads.extend(["same".to_string(), "same".to_string(), "same".to_string()]);
+    let sends = payloads.iter().map(|p| sender.notify(&jobs, p));
+    for result in futures_util::future::join_all(sends).await {
+        result.unwrap();
+    }
+    // One task's notifications, sent one after another while others share rounds: in order.
+    let others: Vec<String> = (0..10).map(|i| format!("x{i}")).collect();
+    let (_, sent) = tokio::join!(
+        async {
+            for i in 0..5 {
+                sender.notify(&jobs, &format!("seq{i}")).await.unwrap();
+            }
+        },
+        futures_util::future::join_all(others.iter().map(|p| sender.notify(&jobs, p))),
+    );
+    for result in sent {
+        result.unwrap();
+    }
+    let mut heard = Vec::new();
+    for _ in 0..payloads.len() + 15 {
+        heard.push(next_message(&sub).await.payload);
+    }
+    let mut expected = payloads.clone();
+    expected.extend((0..5).map(|i| format!("seq{i}")));
+    expected.extend((0..10).map(|i| format!("x{i}")));
+    let (mut sorted_heard, mut sorted_expected) = (heard.clone(), expected);
+    sorted_heard.sort();
+    sorted_expected.sort();
+    assert_eq!(sorted_heard, sorted_expected, "each notification once");
+    let seq: Vec<String> = heard.into_iter().filter(|p| p.starts_with("seq")).collect();
+    let in_order: Vec<String> = (0..5).map(|i| format!("seq{i}")).collect();
+    assert_eq!(seq, in_order, "one task's notifications in order");
+    // Nothing more (a fourth "same", say).
+    sender.notify(&jobs, "end").await.unwrap();
+    assert_eq!(next_message(&sub).await.payload, "end");
+}

@@ -455,7 +455,7 @@ impl Backend for PgBackend {
         };
         // One more than asked tells whether another page follows.
         let limit = i64::try_from(q.limit).unwrap_or(i64::MAX) + 1;
-        let params: [&(dyn ToSql + Sync); 8] = [
+        let params: [&(dyn ToSql + Sync); 9] = [
             &namespace,
             &range.from,
             &state,
@@ -464,6 +464,7 @@ impl Backend for PgBackend {
             &after_key,
             &after_fence,
             &limit,
+            &range.undone_only,
         ];
         let (sql, params) = (self.pool.sql(), &params);
         // Both on one connection, pipelined: one round trip. Always sent by their text
@@ -508,6 +509,19 @@ impl Backend for PgBackend {
         self.pool
             .run("notify", |c| async move {
                 c.execute(&c.stmts.notify, &params).await
+            })
+            .await
+            .map_err(Failure::into_error)?;
+        Ok(())
+    }
+
+    async fn notify_batch(&self, notifications: &[(&str, &str)]) -> Result<()> {
+        let (channels, payloads): (Vec<&str>, Vec<&str>) = notifications.iter().copied().unzip();
+        let params: [&(dyn ToSql + Sync); 2] = [&channels, &payloads];
+        // Not retried, as one notification is not.
+        self.pool
+            .run("notify", |c| async move {
+                c.execute(&c.stmts.notify_batch, &params).await
             })
             .await
             .map_err(Failure::into_error)?;

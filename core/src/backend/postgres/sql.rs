@@ -105,6 +105,7 @@ pub(crate) struct Sql {
     pub list_keys: String,
     pub list_holders: String,
     pub notify: &'static str,
+    pub notify_batch: &'static str,
     pub offer: String,
     pub claim: String,
     pub counts: String,
@@ -532,6 +533,9 @@ impl Sql {
                             AND ($5::text IS NULL OR key < $5)
                             AND ($6::text IS NULL OR key > $6 OR fence > $7)
                             AND ($4::text IS NULL OR metadata @> $4::text::jsonb)
+                            -- A state that is never done ($9): folded to `NOT done`, which
+                            -- lets the scan use leases_undone.
+                            AND (NOT $9::bool OR NOT done)
                           -- Ordered here too: without it PostgreSQL sorts the whole range
                           -- (measured: a first page of 300,000 keys took 78 ms, not 0.7).
                           ORDER BY key) k
@@ -554,6 +558,10 @@ impl Sql {
                   LIMIT $8"
             ),
             notify: "SELECT pg_notify($1, $2)",
+            // Group commit of notifications: unnest yields the pairs in array order, so they
+            // are sent (and delivered) in the order the callers queued them.
+            notify_batch: "SELECT count(pg_notify(u.channel, u.payload))
+                             FROM unnest($1::text[], $2::text[]) AS u(channel, payload)",
             // Work pools. A key joins the pool `$2` when offered: a new row (free, its fence
             // and offer order one sequence value), or a row that was in no pool (whatever its
             // state). A key already in a pool, held or done, stays as it is, and takes no
@@ -720,7 +728,8 @@ pub(crate) mod param_types {
         Type::TEXT,
     ];
     pub const RESET: &[Type] = &[Type::TEXT, Type::TEXT];
-    pub const LIST_KEYS: &[Type] = &[
+    /// The shared holders' page takes the keys' page's first eight parameters, one for one.
+    pub const LIST_HOLDERS: &[Type] = &[
         Type::TEXT,
         Type::TEXT,
         Type::TEXT,
@@ -730,9 +739,19 @@ pub(crate) mod param_types {
         Type::INT8,
         Type::INT8,
     ];
-    /// The shared holders' page takes the keys' page's parameters, one for one.
-    pub const LIST_HOLDERS: &[Type] = LIST_KEYS;
+    pub const LIST_KEYS: &[Type] = &[
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT8,
+        Type::INT8,
+        Type::BOOL,
+    ];
     pub const NOTIFY: &[Type] = &[Type::TEXT, Type::TEXT];
+    pub const NOTIFY_BATCH: &[Type] = &[Type::TEXT_ARRAY, Type::TEXT_ARRAY];
     pub const OFFER: &[Type] = &[
         Type::TEXT,
         Type::TEXT,
@@ -870,6 +889,13 @@ pub(crate) fn migrations(schema: &str) -> Vec<Vec<String>> {
         // column: PostgreSQL updates those rows in place (HOT), writing no index entry, and a
         // claim or an acquire writes one index fewer.
         vec![format!("DROP INDEX IF EXISTS {s}.leases_newest_first")],
+        // Version 6: the keys not done, in key order, for pages of free or held keys: in a pool
+        // half way through its work they lie past every done key. `done` is already an indexed
+        // column (leases_pool), so this adds no index write to any update; a new key writes
+        // one entry more, and a key marked done leaves it (its new version is not indexed).
+        vec![format!(
+            "CREATE INDEX leases_undone ON {s}.leases (namespace, key) WHERE NOT done"
+        )],
     ]
 }
 

@@ -1012,12 +1012,19 @@ impl Backend for SqliteBackend {
             } else {
                 "AND ?3 IS NULL"
             };
+            // Free or held only: the keys not done, through leases_undone (SQLite uses a
+            // partial index when the statement carries its condition as written).
+            let undone = if range.undone_only {
+                "AND NOT done"
+            } else {
+                ""
+            };
             let mut keys = conn
                 .prepare_cached(&format!(
                     "SELECT key, owner, fence, expires_at_ms, done, metadata, updated_at_ms,
                                 shared_until_ms
                            FROM leases
-                          WHERE namespace = ?1 AND key >= ?2 {below}
+                          WHERE namespace = ?1 AND key >= ?2 {below} {undone}
                           ORDER BY key"
                 ))
                 .map_err(e)?;
@@ -1114,6 +1121,20 @@ impl Backend for SqliteBackend {
         let (channel, payload) = (channel.to_string(), payload.to_string());
         self.write("notify", move |tx, now| {
             add_event(tx, &channel, &payload, now)?;
+            Ok(((), true))
+        })
+        .await
+    }
+
+    async fn notify_batch(&self, notifications: &[(&str, &str)]) -> Result<()> {
+        let notifications: Vec<(String, String)> = notifications
+            .iter()
+            .map(|(c, p)| (c.to_string(), p.to_string()))
+            .collect();
+        self.write("notify", move |tx, now| {
+            for (channel, payload) in &notifications {
+                add_event(tx, channel, payload, now)?;
+            }
             Ok(((), true))
         })
         .await

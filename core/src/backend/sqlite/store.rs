@@ -297,6 +297,8 @@ fn migrate(conn: &mut Connection) -> Result<()> {
          );",
         // Version 5: list pages in key order, as on PostgreSQL; the index on fence goes.
         "DROP INDEX IF EXISTS leases_newest_first;",
+        // Version 6: the keys not done, for pages of free or held keys, as on PostgreSQL.
+        "CREATE INDEX leases_undone ON leases (namespace, key) WHERE NOT done;",
     ];
     let tx = conn
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
