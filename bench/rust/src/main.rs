@@ -57,7 +57,7 @@ struct Args {
     #[arg(long, env = "ACCORD_BENCH_TLS_ROOT_CERT")]
     tls_root_cert: Option<String>,
     /// Scenario 5's leases.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 100_000)]
     keepalive_leases: usize,
     /// Scenario 8's keys (the work pool drained).
     #[arg(long, default_value_t = 2000)]
