@@ -166,32 +166,42 @@ impl Sql {
             // row lock, and rounds of different clients cannot deadlock. Keys never seen are
             // inserted in key order: two rounds inserting the same new keys wait on each other
             // in one order only. Answers one row per key: the grant, or whether it is done.
+            // Every key is looked up by itself (LATERAL), as in `renew_batch`: a plan no
+            // statistics can turn into a scan of the table per round.
             acquire_batch: format!(
                 "WITH b AS (SELECT * FROM unnest($3::text[], $4::bigint[], $5::bigint[], $6::text[])
                               AS b(key, attempt, ttl, metadata)),
                  seen AS MATERIALIZED (
-                   SELECT l.key, l.done FROM {s}.leases l JOIN b ON l.key = b.key
-                    WHERE l.namespace = $1),
+                   SELECT b.key, x.done FROM b
+                    CROSS JOIN LATERAL (
+                      SELECT l.done FROM {s}.leases l
+                       WHERE l.namespace = $1 AND l.key = b.key OFFSET 0) x),
                  queue AS MATERIALIZED (
-                   SELECT DISTINCT t.key FROM {s}.tickets t JOIN b ON t.key = b.key
-                    WHERE t.namespace = $1 AND NOT t.granted
-                      AND t.expires_at > clock_timestamp()),
+                   SELECT b.key FROM b
+                    CROSS JOIN LATERAL (
+                      SELECT 1 FROM {s}.tickets t
+                       WHERE t.namespace = $1 AND t.key = b.key AND NOT t.granted
+                         AND t.expires_at > clock_timestamp()
+                       LIMIT 1) x),
                  picked AS MATERIALIZED (
-                   SELECT l.key FROM {s}.leases l JOIN b ON l.key = b.key
-                    WHERE l.namespace = $1 AND NOT l.done
-                      AND (l.attempt = b.attempt
-                           OR ((l.expires_at IS NULL OR l.expires_at <= clock_timestamp())
-                               AND (l.shared_until IS NULL OR l.shared_until <= clock_timestamp())
-                               AND NOT EXISTS (SELECT 1 FROM queue q WHERE q.key = l.key)))
-                      FOR UPDATE OF l SKIP LOCKED),
+                   SELECT x.row_id, b.key, b.attempt, b.ttl, b.metadata FROM b
+                    CROSS JOIN LATERAL (
+                      SELECT l.ctid AS row_id FROM {s}.leases l
+                       WHERE l.namespace = $1 AND l.key = b.key AND NOT l.done
+                         AND (l.attempt = b.attempt
+                              OR ((l.expires_at IS NULL OR l.expires_at <= clock_timestamp())
+                                  AND (l.shared_until IS NULL
+                                       OR l.shared_until <= clock_timestamp())
+                                  AND NOT EXISTS (SELECT 1 FROM queue q WHERE q.key = l.key)))
+                         FOR UPDATE OF l SKIP LOCKED) x),
                  taken AS (
                    UPDATE {s}.leases AS l
-                      SET owner = $2, fence = nextval({seq}::regclass), attempt = b.attempt,
-                          expires_at = clock_timestamp() + b.ttl * interval '1 millisecond',
-                          metadata = l.metadata || COALESCE(b.metadata::jsonb, '{{}}'::jsonb),
+                      SET owner = $2, fence = nextval({seq}::regclass), attempt = p.attempt,
+                          expires_at = clock_timestamp() + p.ttl * interval '1 millisecond',
+                          metadata = l.metadata || COALESCE(p.metadata::jsonb, '{{}}'::jsonb),
                           updated_at = clock_timestamp(), granted_at = clock_timestamp()
-                     FROM picked JOIN b ON b.key = picked.key
-                    WHERE l.namespace = $1 AND l.key = picked.key
+                     FROM picked p
+                    WHERE l.ctid = p.row_id
                    RETURNING l.key, l.fence, l.expires_at, l.metadata),
                  created AS (
                    INSERT INTO {s}.leases
@@ -385,14 +395,32 @@ impl Sql {
             // The keepalive tick: every held lease of a client in one statement (G3).
             // Shared holders ($6-$8, usually empty) are granted tickets; their key's row
             // carries their latest expiry, which an exclusive grant checks.
+            //
+            // Each lease is looked up by its key (LATERAL: one index probe per lease, in the
+            // batch's order, a plan the planner cannot reorder) and locked there; the update
+            // then finds the locked rows by their ctids, the only condition on the table it
+            // updates, so that no statistics can make it look small: it is fetched row by row
+            // (TID scans) or, when small next to the batch, read once into a hash join. Written as a plain join, the planner chose
+            // by the table's statistics, and when they said this owner holds nothing (a client
+            // that started after the last ANALYZE: its owner id is new) it scanned the table
+            // and compared every row with every lease of the batch: 10,000 leases took 75 s,
+            // and every one of them was lost.
             renew_batch: format!(
-                "WITH x AS (
-                   UPDATE {s}.leases AS l
-                      SET expires_at = clock_timestamp() + b.ttl_ms * interval '1 millisecond',
-                          updated_at = clock_timestamp()
+                "WITH due AS MATERIALIZED (
+                   SELECT mine.row_id, b.ttl_ms
                      FROM unnest($3::text[], $4::bigint[], $5::bigint[]) AS b(key, fence, ttl_ms)
-                    WHERE l.namespace = $1 AND l.owner = $2 AND l.key = b.key AND l.fence = b.fence
-                      AND NOT l.done AND l.expires_at > clock_timestamp()
+                    CROSS JOIN LATERAL (
+                      SELECT r.ctid AS row_id FROM {s}.leases r
+                       WHERE r.namespace = $1 AND r.key = b.key AND r.owner = $2
+                         AND r.fence = b.fence AND NOT r.done
+                         AND r.expires_at > clock_timestamp()
+                         FOR UPDATE) mine),
+                 x AS (
+                   UPDATE {s}.leases AS l
+                      SET expires_at = clock_timestamp() + d.ttl_ms * interval '1 millisecond',
+                          updated_at = clock_timestamp()
+                     FROM due d
+                    WHERE l.ctid = d.row_id
                    RETURNING l.fence, l.expires_at),
                  sh AS (
                    UPDATE {s}.tickets AS t
@@ -458,36 +486,56 @@ impl Sql {
             // the same rule as `release` per lease. Answers the fences still recorded: freed
             // now, or (a retry) already freed by this very grant. The second half reads the
             // statement's snapshot, where rows freed now still look held: nothing is counted twice.
+            // Each lease is looked up by its key, as in `renew_batch` (LATERAL: a plan that
+            // no statistics can turn into a scan of the table per lease).
             release_batch: format!(
                 "WITH b AS (SELECT * FROM unnest($3::text[], $4::bigint[]) AS b(key, fence)),
+                 due AS MATERIALIZED (
+                   SELECT mine.row_id FROM b
+                    CROSS JOIN LATERAL (
+                      SELECT r.ctid AS row_id FROM {s}.leases r
+                       WHERE r.namespace = $1 AND r.key = b.key AND r.owner = $2
+                         AND r.fence = b.fence AND NOT r.done
+                         AND r.expires_at > clock_timestamp()
+                         FOR UPDATE) mine),
                  released AS (
                    UPDATE {s}.leases AS l
                       SET owner = NULL, expires_at = NULL, attempt = NULL, updated_at = clock_timestamp()
-                     FROM b
-                    WHERE l.namespace = $1 AND l.key = b.key AND l.owner = $2 AND l.fence = b.fence
-                      AND NOT l.done AND l.expires_at > clock_timestamp()
+                    WHERE l.ctid = ANY (ARRAY(SELECT row_id FROM due))
                    RETURNING l.key, l.fence)
                  SELECT r.fence, pg_notify($5, {wake})::text
                    FROM released r
                  UNION ALL
-                 SELECT l.fence, NULL FROM {s}.leases l JOIN b ON l.key = b.key AND l.fence = b.fence
-                  WHERE l.namespace = $1 AND l.owner IS NULL AND l.expires_at IS NULL AND NOT l.done",
+                 SELECT ended.fence, NULL FROM b
+                  CROSS JOIN LATERAL (
+                    SELECT l.fence FROM {s}.leases l
+                     WHERE l.namespace = $1 AND l.key = b.key AND l.fence = b.fence
+                       AND l.owner IS NULL AND l.expires_at IS NULL AND NOT l.done
+                    OFFSET 0) ended",
                 wake = wake_payload(&s, "r.key", "NULL"),
             ),
             // Group commit of `done`, the same rule per lease; $5 holds each lease's metadata to
             // merge (NULL: kept as it is). Answers the fences done, now or already by this grant.
+            // Each lease looked up by its key, as in `release_batch`.
             done_batch: format!(
                 "WITH b AS (SELECT * FROM unnest($3::text[], $4::bigint[], $5::text[])
                               AS b(key, fence, metadata)),
+                 due AS MATERIALIZED (
+                   SELECT mine.row_id, b.metadata FROM b
+                    CROSS JOIN LATERAL (
+                      SELECT r.ctid AS row_id FROM {s}.leases r
+                       WHERE r.namespace = $1 AND r.key = b.key AND r.owner = $2
+                         AND r.fence = b.fence AND NOT r.done
+                         AND r.expires_at > clock_timestamp()
+                         FOR UPDATE) mine),
                  finished AS (
                    UPDATE {s}.leases AS l
                       SET done = true, expires_at = NULL, attempt = NULL,
-                          metadata = CASE WHEN b.metadata IS NULL THEN l.metadata
-                                          ELSE l.metadata || b.metadata::jsonb END,
+                          metadata = CASE WHEN d.metadata IS NULL THEN l.metadata
+                                          ELSE l.metadata || d.metadata::jsonb END,
                           updated_at = clock_timestamp()
-                     FROM b
-                    WHERE l.namespace = $1 AND l.key = b.key AND l.owner = $2 AND l.fence = b.fence
-                      AND NOT l.done AND l.expires_at > clock_timestamp()
+                     FROM due d
+                    WHERE l.ctid = d.row_id
                    RETURNING l.key, l.fence, l.metadata, l.pool),
                  woken AS (
                    SELECT count(pg_notify($6, json_build_array($1::text, key)::text)) AS n
@@ -495,9 +543,12 @@ impl Sql {
                  SELECT f.fence, f.metadata::text, (SELECT n FROM woken)
                    FROM finished f
                  UNION ALL
-                 SELECT l.fence, l.metadata::text, 0 FROM {s}.leases l
-                   JOIN b ON l.key = b.key AND l.fence = b.fence
-                  WHERE l.namespace = $1 AND l.owner = $2 AND l.done"
+                 SELECT ended.fence, ended.metadata::text, 0 FROM b
+                  CROSS JOIN LATERAL (
+                    SELECT l.fence, l.metadata FROM {s}.leases l
+                     WHERE l.namespace = $1 AND l.key = b.key AND l.fence = b.fence
+                       AND l.owner = $2 AND l.done
+                    OFFSET 0) ended"
             ),
             // A live lease is never reset: its holder would keep believing it holds the key.
             reset: format!(
