@@ -451,6 +451,27 @@ pub struct ListPage {
     pub next_cursor: Option<String>,
 }
 
+/// The keys under a prefix by state, as [`crate::Client::snapshot`] counts them: every key,
+/// however many (a key held by shared holders counts once, as held).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeyCounts {
+    /// Keys held now (by one holder, or by shared holders).
+    pub held: u64,
+    /// Keys nobody holds that are not done.
+    pub free: u64,
+    /// Keys marked done.
+    pub done: u64,
+    /// Shared holders (granted shared leases) of the held keys.
+    pub shared_holders: u64,
+}
+
+impl KeyCounts {
+    /// Every key: held, free and done.
+    pub fn keys(&self) -> u64 {
+        self.held + self.free + self.done
+    }
+}
+
 /// Options of one [`crate::Client::claim`].
 #[derive(Clone, Debug)]
 pub struct ClaimOptions {
