@@ -26,6 +26,7 @@ pub struct ClientOptions {
     pub(crate) application_name: String,
     pub(crate) listen_url: Option<String>,
     pub(crate) prepare_statements: bool,
+    pub(crate) record_stats: bool,
 }
 
 impl Default for ClientOptions {
@@ -43,6 +44,7 @@ impl Default for ClientOptions {
             application_name: "accord".into(),
             listen_url: None,
             prepare_statements: true,
+            record_stats: true,
         }
     }
 }
@@ -121,6 +123,14 @@ impl ClientOptions {
     /// statement of the same name may be found.
     pub fn prepare_statements(mut self, prepare: bool) -> Self {
         self.prepare_statements = prepare;
+        self
+    }
+    /// Whether the client records its stats (default true; see [`crate::Client::stats`]). For
+    /// measuring the cost of stats only (`make bench`'s stats scenario): with `false` the
+    /// counters and histograms stay at zero and nothing goes to the `metrics` facade; the
+    /// clock reads around calls remain. Leave it on: it costs a few relaxed atomic adds.
+    pub fn record_stats(mut self, record: bool) -> Self {
+        self.record_stats = record;
         self
     }
     /// How long to wait for a connection to the coordinator (default 10 s).
