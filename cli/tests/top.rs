@@ -542,7 +542,11 @@ fn once_on_sqlite_shows_the_same_sections() {
     assert_eq!(section(&text, "GROUP ")[0][..2], ["workers", "alice"]);
     let fleets = section(&text, "FLEET ");
     assert_eq!(fleets[0][..4], ["orders", "w1", "2", "0-1"], "{text}");
-    assert_eq!(fleets[1][..4], ["orders", "(unowned)", "2", "2-3"], "{text}");
+    assert_eq!(
+        fleets[1][..4],
+        ["orders", "(unowned)", "2", "2-3"],
+        "{text}"
+    );
     assert_eq!(
         section(&text, "STREAM ")[0],
         ["events", "3", "1", "3", "billing", "2", "1"],
