@@ -386,8 +386,10 @@ prefix filters the keys and counts, not those sections.
 --channel NAME counts the notifications on NAME while top listens: messages per second over the
 last interval, the total and the last payload (escaped). It sees nothing sent before it started
 or on channels not named (PostgreSQL has no wildcard LISTEN and stores no notifications), nor
-the channels accord uses inside (accord_*). LEFT's bar is the time left of the lease's ttl
-(from its last grant or renewal), or of the longest time left on screen when that is unknown.
+the channels accord uses inside (accord_*).
+
+LEFT's bar is the time left of the lease's ttl (from its last grant or renewal), or of the
+longest time left on screen when that is unknown.
 
 Keys in the view: q (or Esc, Ctrl-C) quits, s cycles the sort (key, time left, fence), / edits
 the prefix (Enter applies, Esc cancels), arrows, PgUp/PgDn, Home/End scroll.";
