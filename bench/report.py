@@ -15,6 +15,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -152,6 +153,7 @@ class Report:
         self.line()
         self.streams()
         self.million()
+        self.stats_cost()
         self.bindings()
         self.peers()
 
@@ -833,6 +835,47 @@ class Report:
             f"(12) claim on a pool of {keys:,.0f} keys within 1.2x of a pool of 1,000",
             big.p50 <= 1.2 * small.p50 if big and small else None,
             f"{us(big.p50)} vs {us(small.p50)}" if big and small else "",
+        )
+
+    def stats_cost(self) -> None:
+        rows = []
+        for on_id, off_id, what in [
+            ("rust/stats-on", "rust/stats-off", "one caller"),
+            ("rust/stats-on-64", "rust/stats-off-64", "64 tasks"),
+        ]:
+            on, off = self.results.get(on_id), self.results.get(off_id)
+            overhead = math.nan
+            if on and off:
+                a = on.metrics.get("round_us_per_pair", [])
+                b = off.metrics.get("round_us_per_pair", [])
+                ratios = sorted(x / y for x, y in zip(a, b) if y > 0)
+                if ratios:
+                    overhead = (statistics.median(ratios) - 1.0) * 100.0
+                rows.append(
+                    [
+                        what,
+                        us(on.p50),
+                        us(off.p50),
+                        us(statistics.fmean(on.latencies_us or [math.nan])),
+                        us(statistics.fmean(off.latencies_us or [math.nan])),
+                        "-" if math.isnan(overhead) else f"{overhead:+.2f}%",
+                    ]
+                )
+            self.target(
+                f"(13) stats overhead, {what}: at most 2%",
+                overhead <= 2.0 if not math.isnan(overhead) else None,
+                ""
+                if math.isnan(overhead)
+                else f"{overhead:+.2f}% (median of the blocks' ratios)",
+            )
+        self.table(
+            "13. The cost of stats",
+            "The same try_acquire + release loops on two clients, stats recorded (the default) "
+            "and not (`ClientOptions::record_stats(false)`), each caller alternating between "
+            "them pair by pair. Overhead: the median over 40 blocks of (mean time per pair "
+            "with / without) - 1; a negative figure is noise.",
+            ["loop", "p50 on", "p50 off", "mean on", "mean off", "overhead"],
+            rows,
         )
 
     def bindings(self) -> None:

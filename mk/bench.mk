@@ -3,7 +3,7 @@
 #   make bench          a throwaway PostgreSQL, every contender built in release mode, each
 #                       language's bench program in turn, then bench/report.py: the table on
 #                       stdout, docs/benchmarks.md and docs/benchmarks.png
-#   make bench-rust     scenarios 1-5, 8, 10, 11 and 12 only (needs ACCORD_TEST_DATABASE_URL, e.g. through
+#   make bench-rust     scenarios 1-5, 8, 10-13 only (needs ACCORD_TEST_DATABASE_URL, e.g. through
 #                       scripts/with-postgres.sh); bench-c, bench-go, bench-python and
 #                       bench-node are in their own fragments
 #   make bench-fleet    scenario 9 (fleets: members as processes, killed for real)
@@ -34,7 +34,7 @@ bench-all: bench-build
 	  $(MAKE) --no-print-directory bench-rust bench-fleet bench-c bench-go bench-python bench-node
 	$(MAKE) --no-print-directory bench-report
 
-bench-rust: ## the Rust bench program alone, scenarios 1-5, 8, 10, 11 and 12 → target/bench/rust.json (db)
+bench-rust: ## the Rust bench program alone, scenarios 1-5, 8, 10-13 → target/bench/rust.json (db)
 	@mkdir -p $(BENCH_OUT_DIR)
 	$(CARGO) build --release -p accord-bench
 	ACCORD_BENCH_URL="$${ACCORD_BENCH_URL:-$$ACCORD_TEST_DATABASE_URL}" ACCORD_BENCH_OUT=$(BENCH_OUT_DIR)/rust.json \
@@ -64,7 +64,7 @@ test-bench: python-venv ## the Rust bench and the report at a tiny size, so they
 	  --pool-keys 120 --pool-workers 3 --million-keys 2000
 	$(CARGO) build -p accord --example contend
 	$(PY) bench/fleet_bench.py target/bench-smoke/fleet.json --quick
-	$(PY) bench/report.py target/bench-smoke target/bench-smoke/benchmarks.md - --expect 1,2,3,4,5,8,9,10,11,12
+	$(PY) bench/report.py target/bench-smoke target/bench-smoke/benchmarks.md - --expect 1,2,3,4,5,8,9,10,11,12,13
 
 lint-bench: python-venv ## ruff on bench/
 	$(PY_VENV)/bin/ruff check bench && $(PY_VENV)/bin/ruff format --check bench

@@ -367,14 +367,29 @@ enum Command {
         /// 127.0.0.1:9464) instead of drawing, until Ctrl-C or SIGTERM.
         #[arg(long, value_name = "ADDR", conflicts_with = "once")]
         prometheus: Option<std::net::SocketAddr>,
+        /// Listen on this notification channel and show its messages per second, total and
+        /// last payload (repeatable). Only messages sent while top listens, on the channels
+        /// named: PostgreSQL has no wildcard LISTEN and keeps no notifications. With --once,
+        /// listens for one --interval first.
+        #[arg(long = "channel", value_name = "NAME", conflicts_with = "prometheus")]
+        channels: Vec<String>,
     },
 }
 
 const TOP_HELP: &str = "\
-Each refresh (and each scrape with --prometheus) reads one list page of up to 1,000 rows under
-the prefix: the counts per state are those of that page, marked with + (and
-accord_keys_truncated 1) when more rows follow. LEFT's bar is the time left of the lease's ttl
-(from its last grant or renewal), or of the longest time left on screen when that is unknown.
+Each refresh (and each scrape with --prometheus) is one snapshot of the namespace (one round
+trip on PostgreSQL, one transaction on SQLite): the first 1,000 keys under the prefix, the exact
+counts by state of every key under it, and every group's members, fleet's members and shards
+(and the unowned ones), election's leader, and stream's length and named readers' lag. The
+prefix filters the keys and counts, not those sections.
+
+--channel NAME counts the notifications on NAME while top listens: messages per second over the
+last interval, the total and the last payload (escaped). It sees nothing sent before it started
+or on channels not named (PostgreSQL has no wildcard LISTEN and stores no notifications), nor
+the channels accord uses inside (accord_*).
+
+LEFT's bar is the time left of the lease's ttl (from its last grant or renewal), or of the
+longest time left on screen when that is unknown.
 
 Keys in the view: q (or Esc, Ctrl-C) quits, s cycles the sort (key, time left, fence), / edits
 the prefix (Enter applies, Esc cancels), arrows, PgUp/PgDn, Home/End scroll.";
@@ -668,12 +683,13 @@ async fn dispatch(cli: Cli) -> Outcome {
             once,
             sort,
             prometheus,
+            channels,
         } => {
             let prefix = prefix.unwrap_or_default();
             match (once, prometheus) {
-                (true, _) => top::once(&client, &prefix, sort).await,
+                (true, _) => top::once(&client, &prefix, sort, &channels, interval).await,
                 (false, Some(addr)) => metrics::serve(&client, prefix, addr).await,
-                (false, None) => top::live(&client, prefix, sort, interval).await,
+                (false, None) => top::live(&client, prefix, sort, interval, &channels).await,
             }
         }
         Command::Run {

@@ -219,7 +219,7 @@ fn render(namespace: &str, prefix: &str, snap: Option<&Snapshot>, stats: &accord
             &mut o,
             "accord_keys_truncated",
             &format!(
-                "1 if more than {} rows lie under the prefix: the counts are then lower bounds.",
+                "1 if more keys lie under the prefix than top's table shows (the first {}); accord_keys counts every key regardless.",
                 top::PAGE
             ),
         );

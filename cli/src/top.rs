@@ -1,14 +1,16 @@
 //! `accord top`: a live terminal view of a namespace's keys (ratatui), a plain table with
 //! `--once`, and Prometheus text with `--prometheus ADDR` (see metrics.rs).
 //!
-//! Every refresh is one `list` page (its two statements are pipelined: one round trip) of up to
-//! `MAX_LIST_LIMIT` rows under the prefix; the counts per state are those of the page, exact
-//! unless the page was full (then they are lower bounds, and the view says so).
+//! Every refresh is one `Client::snapshot` (one round trip on PostgreSQL: its statements are
+//! pipelined; one transaction on SQLite): the first page of up to `MAX_LIST_LIMIT` rows under
+//! the prefix, the exact counts by state under it, and the namespace's groups, fleets,
+//! elections and streams. What each section holds is the core's rule (`accord::snapshot`);
+//! this file only renders. `--channel` listens on channels and counts what arrives.
 
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
-use accord::{Client, KeyState, ListQuery, Metadata};
+use accord::{Client, KeyCounts, KeyState, ListQuery, Metadata, NamespaceSnapshot};
 use clap::ValueEnum;
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::backend::CrosstermBackend;
@@ -18,7 +20,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row as TableRow, Table};
 use ratatui::Terminal;
 
-use crate::{exit, format_left, signals, Failure, Outcome};
+use crate::{exit, format_left, output, signals, Failure, Outcome};
 
 /// Rows read per refresh: one page, the largest `list` allows.
 pub const PAGE: usize = accord::MAX_LIST_LIMIT;
@@ -78,49 +80,27 @@ impl Row {
     }
 }
 
-/// Keys by state: a key held shared counts once, as held.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counts {
-    pub held: u64,
-    pub free: u64,
-    pub done: u64,
-    /// Shared holders (rows), of the held keys.
-    pub shared_holders: u64,
-}
-
 /// What one refresh read.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     pub rows: Vec<Row>,
-    pub counts: Counts,
-    /// The page was full: more rows follow, the counts are lower bounds.
+    /// Every key under the prefix by state (exact, however many).
+    pub counts: KeyCounts,
+    /// The page was full: more keys follow than the table shows.
     pub truncated: bool,
+    /// The groups, fleets, elections and streams (their `keys` left empty: see `rows`).
+    pub sections: NamespaceSnapshot,
 }
 
-/// One `list` page under `prefix` (one round trip).
+/// One snapshot: the first page under `prefix` and the namespace's sections (one round trip).
 pub async fn read(client: &Client, prefix: &str) -> Result<Snapshot, accord::Error> {
     let mut query = ListQuery::new().limit(PAGE);
     if !prefix.is_empty() {
         query = query.prefix(prefix.to_string());
     }
-    let page = client.list(query).await?;
+    let mut sections = client.snapshot(query).await?;
+    let page = std::mem::take(&mut sections.keys);
     let now = chrono::Utc::now();
-    let mut counts = Counts::default();
-    let mut last_shared_key: Option<&str> = None;
-    for i in &page.items {
-        if i.shared {
-            counts.shared_holders += 1;
-            if last_shared_key == Some(i.key.as_str()) {
-                continue;
-            }
-            last_shared_key = Some(i.key.as_str());
-        }
-        match i.state {
-            KeyState::Held => counts.held += 1,
-            KeyState::Free => counts.free += 1,
-            KeyState::Done => counts.done += 1,
-        }
-    }
     let rows = page
         .items
         .iter()
@@ -153,8 +133,9 @@ pub async fn read(client: &Client, prefix: &str) -> Result<Snapshot, accord::Err
         .collect();
     Ok(Snapshot {
         rows,
-        counts,
+        counts: sections.counts,
         truncated: page.next_cursor.is_some(),
+        sections,
     })
 }
 
@@ -200,28 +181,360 @@ fn truncate(s: &str, width: usize) -> String {
 
 fn counts_line(s: &Snapshot) -> String {
     let c = &s.counts;
-    let plus = if s.truncated { "+" } else { "" };
     let mut line = format!(
-        "held {}{plus}  free {}{plus}  done {}{plus}  keys {}{plus}",
+        "held {}  free {}  done {}  keys {}",
         c.held,
         c.free,
         c.done,
-        c.held + c.free + c.done
+        c.keys()
     );
     if c.shared_holders > 0 {
-        line.push_str(&format!("  shared holders {}{plus}", c.shared_holders));
+        line.push_str(&format!("  shared holders {}", c.shared_holders));
     }
     line
+}
+
+// ------------------------------------------------------------------------------- channels
+
+/// What `--channel` saw on one channel since it started listening.
+#[derive(Clone, Debug)]
+pub struct ChannelCount {
+    pub channel: String,
+    pub total: u64,
+    /// Messages per second over the last refresh interval.
+    pub rate: f64,
+    pub last_payload: Option<String>,
+    total_at_last_refresh: u64,
+}
+
+/// The channels `--channel` listens on, and what arrived.
+pub struct Channels {
+    sub: accord::Subscription,
+    pub counts: Vec<ChannelCount>,
+    /// The listening connection was re-established at least once: messages may be missing.
+    pub reconnected: bool,
+    since: std::time::Instant,
+}
+
+impl Channels {
+    /// Listens on `channels` (their LISTEN confirmed before this returns).
+    pub async fn open(client: &Client, channels: &[String]) -> Result<Channels, accord::Error> {
+        let sub = client.listen(channels).await?;
+        let mut counts: Vec<ChannelCount> = Vec::new();
+        for c in channels {
+            if !counts.iter().any(|k| &k.channel == c) {
+                counts.push(ChannelCount {
+                    channel: c.clone(),
+                    total: 0,
+                    rate: 0.0,
+                    last_payload: None,
+                    total_at_last_refresh: 0,
+                });
+            }
+        }
+        Ok(Channels {
+            sub,
+            counts,
+            reconnected: false,
+            since: std::time::Instant::now(),
+        })
+    }
+
+    /// The next event (cancel-safe): counts a message, notes a reconnect.
+    async fn next(&mut self) -> Result<(), accord::Error> {
+        match self.sub.recv().await? {
+            Some(accord::Event::Message(m)) => {
+                if let Some(c) = self.counts.iter_mut().find(|c| c.channel == m.channel) {
+                    c.total += 1;
+                    c.last_payload = Some(m.payload);
+                }
+                Ok(())
+            }
+            Some(_) => {
+                self.reconnected = true;
+                Ok(())
+            }
+            None => Err(accord::Error::new(
+                accord::ErrorKind::Closed,
+                "the subscription ended",
+            )),
+        }
+    }
+
+    /// Rates over the time since the previous call (or since listening began).
+    fn tick(&mut self) {
+        let secs = self.since.elapsed().as_secs_f64().max(1e-3);
+        for c in &mut self.counts {
+            c.rate = (c.total - c.total_at_last_refresh) as f64 / secs;
+            c.total_at_last_refresh = c.total;
+        }
+        self.since = std::time::Instant::now();
+    }
+}
+
+// ------------------------------------------------------------------------------- sections
+
+/// Time left until `t` by this machine's clock, as `format_left` writes it; `-` without one.
+fn left_until(
+    t: Option<chrono::DateTime<chrono::Utc>>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> String {
+    t.map(|t| format_left((t - now).to_std().unwrap_or(Duration::ZERO)))
+        .unwrap_or_else(|| "-".into())
+}
+
+/// Shard names, runs of consecutive numbers written `a-b`: `0-3,7,x`.
+pub fn shard_list(shards: &[&str]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut run: Option<(u64, u64)> = None;
+    let flush = |run: &mut Option<(u64, u64)>, parts: &mut Vec<String>| {
+        if let Some((a, b)) = run.take() {
+            parts.push(if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            });
+        }
+    };
+    for s in shards {
+        match s.parse::<u64>() {
+            // Numbers only as written canonically ("07" stays a name).
+            Ok(n) if n.to_string() == *s => match run {
+                Some((a, b)) if n == b + 1 => run = Some((a, n)),
+                _ => {
+                    flush(&mut run, &mut parts);
+                    run = Some((n, n));
+                }
+            },
+            _ => {
+                flush(&mut run, &mut parts);
+                parts.push(output::escape(s).into_owned());
+            }
+        }
+    }
+    flush(&mut run, &mut parts);
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(",")
+    }
+}
+
+/// A plain table: column titles, then rows, columns padded to the widest cell, two spaces
+/// apart, no trailing spaces.
+fn plain_table(titles: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = titles.iter().map(|t| t.chars().count()).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r.iter()) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut text = String::new();
+    let mut line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (k, c) in cells.iter().enumerate() {
+            s.push_str(&format!("{c:<w$}  ", w = widths[k]));
+        }
+        text.push_str(s.trim_end());
+        text.push('\n');
+    };
+    line(titles.to_vec());
+    for r in rows {
+        line(r.iter().map(String::as_str).collect());
+    }
+    text
+}
+
+/// The sections under the key table, as plain text: one table per non-empty section, each
+/// after a blank line. Cells hold no spaces (names are escaped, lists comma-separated), so a
+/// script can split on whitespace; the metadata summary, last, may hold spaces.
+pub fn render_sections(snap: &Snapshot, channels: Option<&Channels>) -> String {
+    let now = chrono::Utc::now();
+    let s = &snap.sections;
+    let name = |n: &str| output::escape(n).replace(' ', "\\x20");
+    let mut text = String::new();
+    if !s.groups.is_empty() {
+        let rows: Vec<Vec<String>> = s
+            .groups
+            .iter()
+            .flat_map(|g| {
+                g.members.iter().map(|m| {
+                    vec![
+                        name(&g.group),
+                        name(&m.owner),
+                        m.fence.to_string(),
+                        left_until(m.expires_at, now),
+                        metadata_summary(&m.metadata, 60),
+                    ]
+                })
+            })
+            .collect();
+        text.push('\n');
+        text.push_str(&plain_table(
+            &["GROUP", "MEMBER", "FENCE", "LEFT", "METADATA"],
+            &rows,
+        ));
+    }
+    if !s.fleets.is_empty() {
+        let mut rows: Vec<Vec<String>> = Vec::new();
+        for f in &s.fleets {
+            let mut owners: Vec<(String, Option<&accord::MemberInfo>)> = f
+                .members
+                .iter()
+                .map(|m| (m.owner.clone(), Some(m)))
+                .collect();
+            // A holder of shards that is no live member (it left, its shards not yet expired).
+            for shard in &f.shards {
+                if let Some(o) = &shard.owner {
+                    if !owners.iter().any(|(n, _)| n == o) {
+                        owners.push((o.clone(), None));
+                    }
+                }
+            }
+            for (owner, member) in owners {
+                let held = f.shards_of(&owner);
+                rows.push(vec![
+                    name(&f.fleet),
+                    name(&owner),
+                    held.len().to_string(),
+                    shard_list(&held),
+                    left_until(member.and_then(|m| m.expires_at), now),
+                ]);
+            }
+            let unowned = f.unowned();
+            rows.push(vec![
+                name(&f.fleet),
+                "(unowned)".into(),
+                unowned.len().to_string(),
+                shard_list(&unowned),
+                "-".into(),
+            ]);
+        }
+        text.push('\n');
+        text.push_str(&plain_table(
+            &["FLEET", "MEMBER", "SHARDS", "OWNS", "LEFT"],
+            &rows,
+        ));
+    }
+    if !s.elections.is_empty() {
+        let rows: Vec<Vec<String>> = s
+            .elections
+            .iter()
+            .map(|e| {
+                vec![
+                    name(&e.election),
+                    name(&e.leader),
+                    e.fence.to_string(),
+                    left_until(e.expires_at, now),
+                ]
+            })
+            .collect();
+        text.push('\n');
+        text.push_str(&plain_table(
+            &["ELECTION", "LEADER", "FENCE", "LEFT"],
+            &rows,
+        ));
+    }
+    if !s.streams.is_empty() {
+        let mut rows: Vec<Vec<String>> = Vec::new();
+        for st in &s.streams {
+            let base = |reader: String, acked: String, lag: String| {
+                vec![
+                    name(&st.stream),
+                    st.length().to_string(),
+                    st.first_seq.to_string(),
+                    st.last_seq.to_string(),
+                    reader,
+                    acked,
+                    lag,
+                ]
+            };
+            if st.readers.is_empty() {
+                rows.push(base("-".into(), "-".into(), "-".into()));
+            }
+            for r in &st.readers {
+                rows.push(base(
+                    name(&r.consumer),
+                    r.acked.to_string(),
+                    r.lag.to_string(),
+                ));
+            }
+        }
+        text.push('\n');
+        text.push_str(&plain_table(
+            &[
+                "STREAM", "LENGTH", "FIRST", "LAST", "READER", "ACKED", "LAG",
+            ],
+            &rows,
+        ));
+    }
+    if s.truncated {
+        text.push_str(&format!(
+            "(the first {} recipe rows and {} stream rows only)\n",
+            accord::MAX_SNAPSHOT_RECIPE_ROWS,
+            accord::MAX_SNAPSHOT_STREAM_ROWS
+        ));
+    }
+    if let Some(ch) = channels {
+        let rows: Vec<Vec<String>> = ch
+            .counts
+            .iter()
+            .map(|c| {
+                vec![
+                    name(&c.channel),
+                    format!("{:.1}", c.rate),
+                    c.total.to_string(),
+                    c.last_payload
+                        .as_deref()
+                        .map(|p| truncate(&output::escape(p), 60))
+                        .unwrap_or_else(|| "-".into()),
+                ]
+            })
+            .collect();
+        text.push('\n');
+        text.push_str(&plain_table(&["CHANNEL", "MSGS/S", "TOTAL", "LAST"], &rows));
+        if ch.reconnected {
+            text.push_str("(the listening connection was re-established: messages sent while it was down are not counted)\n");
+        }
+    }
+    text
 }
 
 // -------------------------------------------------------------------------------------- once
 
 /// `--once`: the header line, then a table with a header row; no escape codes.
-pub async fn once(client: &Client, prefix: &str, by: SortKey) -> Outcome {
+pub async fn once(
+    client: &Client,
+    prefix: &str,
+    by: SortKey,
+    channels: &[String],
+    interval: Duration,
+) -> Outcome {
+    // With channels: listen for one interval first, then read and print what arrived.
+    let mut listening = None;
+    if !channels.is_empty() {
+        let mut ch = Channels::open(client, channels).await?;
+        note!(
+            "accord: listening on {} for {}",
+            channels.join(", "),
+            humantime::format_duration(interval)
+        );
+        let until = tokio::time::sleep(interval);
+        tokio::pin!(until);
+        loop {
+            tokio::select! {
+                _ = &mut until => break,
+                r = ch.next() => r?,
+            }
+        }
+        ch.tick();
+        listening = Some(ch);
+    }
     let mut snap = read(client, prefix).await?;
     sort(&mut snap.rows, by);
     let mut out = std::io::stdout().lock();
-    let text = render_plain(client.namespace(), prefix, &snap);
+    let mut text = render_plain(client.namespace(), prefix, &snap);
+    text.push_str(&render_sections(&snap, listening.as_ref()));
     out.write_all(text.as_bytes())
         .and_then(|_| out.flush())
         .map_err(|e| Failure::new(exit::ERROR, format!("cannot write output: {e}")))?;
@@ -236,7 +549,7 @@ fn render_plain(namespace: &str, prefix: &str, snap: &Snapshot) -> String {
     );
     if snap.truncated {
         text.push_str(&format!(
-            "(the first {PAGE} rows only: counts are lower bounds; narrow the prefix)\n"
+            "(the first {PAGE} keys only; the counts are of every key; narrow the prefix)\n"
         ));
     }
     let header = ["KEY", "STATE", "HOLDER", "FENCE", "LEFT", "TTL", "METADATA"];
@@ -353,13 +666,42 @@ impl View {
         Action::Redraw
     }
 
-    fn draw(&mut self, frame: &mut ratatui::Frame) {
-        let [head, body, foot] = Layout::vertical([
+    fn draw(&mut self, frame: &mut ratatui::Frame, channels: Option<&Channels>) {
+        // The groups, fleets, elections, streams and channels: the same text as --once's,
+        // below the keys, in up to half of the screen.
+        let sections = render_sections(&self.snap, channels);
+        let section_lines: Vec<Line> = sections
+            .lines()
+            .skip_while(|l| l.is_empty())
+            .map(|l| {
+                if l.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+                    && l == l.to_ascii_uppercase()
+                {
+                    Line::styled(l.to_string(), Style::new().add_modifier(Modifier::BOLD))
+                } else {
+                    Line::from(l.to_string())
+                }
+            })
+            .collect();
+        let room = frame.area().height.saturating_sub(3 + 1) / 2;
+        let section_height = if section_lines.is_empty() {
+            0
+        } else {
+            (section_lines.len() as u16 + 1).min(room)
+        };
+        let [head, body, below, foot] = Layout::vertical([
             Constraint::Length(3),
             Constraint::Min(3),
+            Constraint::Length(section_height),
             Constraint::Length(1),
         ])
         .areas(frame.area());
+        if section_height > 0 {
+            frame.render_widget(
+                Paragraph::new(section_lines).block(Block::new().borders(Borders::TOP)),
+                below,
+            );
+        }
 
         // Header: where, counts, sort, refresh.
         let prefix = if self.prefix.is_empty() {
@@ -375,22 +717,15 @@ impl View {
             first.push(Span::raw(format!("  at {}", t.format("%H:%M:%S"))));
         }
         let c = &self.snap.counts;
-        let plus = if self.snap.truncated { "+" } else { "" };
         let mut second = vec![
-            Span::styled(
-                format!("held {}{plus}", c.held),
-                Style::new().fg(Color::Green),
-            ),
+            Span::styled(format!("held {}", c.held), Style::new().fg(Color::Green)),
             Span::raw("  "),
-            Span::raw(format!("free {}{plus}", c.free)),
+            Span::raw(format!("free {}", c.free)),
             Span::raw("  "),
-            Span::styled(
-                format!("done {}{plus}", c.done),
-                Style::new().fg(Color::Blue),
-            ),
+            Span::styled(format!("done {}", c.done), Style::new().fg(Color::Blue)),
             Span::raw(format!(
-                "  keys {}{plus}  sort {}  every {}",
-                c.held + c.free + c.done,
+                "  keys {}  sort {}  every {}",
+                c.keys(),
                 self.sort.name(),
                 humantime::format_duration(self.interval)
             )),
@@ -405,7 +740,7 @@ impl View {
             )];
         } else if self.snap.truncated {
             second.push(Span::styled(
-                format!("  (first {PAGE} rows)"),
+                format!("  (table: first {PAGE} keys)"),
                 Style::new().fg(Color::Yellow),
             ));
         }
@@ -575,7 +910,13 @@ impl Drop for TerminalGuard {
 }
 
 /// The live view, until `q`, Ctrl-C or SIGTERM.
-pub async fn live(client: &Client, prefix: String, by: SortKey, interval: Duration) -> Outcome {
+pub async fn live(
+    client: &Client,
+    prefix: String,
+    by: SortKey,
+    interval: Duration,
+    channels: &[String],
+) -> Outcome {
     if !std::io::stdout().is_terminal() {
         return Err(Failure::new(
             exit::USAGE,
@@ -583,6 +924,12 @@ pub async fn live(client: &Client, prefix: String, by: SortKey, interval: Durati
         ));
     }
     let (_int, mut term) = signals()?;
+    // Listening before the first draw: a notification sent once the view shows is counted.
+    let mut channels = if channels.is_empty() {
+        None
+    } else {
+        Some(Channels::open(client, channels).await?)
+    };
     let io = |e: std::io::Error| Failure::new(exit::ERROR, format!("terminal: {e}"));
     let guard = TerminalGuard::enter().map_err(io)?;
     let mut terminal = Terminal::new(CrosstermBackend::new(std::io::stdout())).map_err(io)?;
@@ -625,12 +972,25 @@ pub async fn live(client: &Client, prefix: String, by: SortKey, interval: Durati
                 None => break Err(Failure::new(exit::ERROR, "the terminal's input ended")),
             },
             _ = term.recv() => Action::Quit,
+            heard = async {
+                match channels.as_mut() {
+                    Some(c) => c.next().await,
+                    None => std::future::pending().await,
+                }
+            } => match heard {
+                // Counted; shown at the next refresh.
+                Ok(()) => Action::None,
+                Err(e) => break Err(e.into()),
+            },
         };
         match action {
             Action::None => continue,
             Action::Quit => break Ok(exit::OK),
             Action::Redraw => {}
             Action::Refresh => {
+                if let Some(c) = channels.as_mut() {
+                    c.tick();
+                }
                 match read(client, &view.prefix).await {
                     Ok(mut snap) => {
                         sort(&mut snap.rows, view.sort);
@@ -643,12 +1003,15 @@ pub async fn live(client: &Client, prefix: String, by: SortKey, interval: Durati
                 tick.reset();
             }
         }
-        if let Err(e) = terminal.draw(|f| view.draw(f)) {
+        if let Err(e) = terminal.draw(|f| view.draw(f, channels.as_ref())) {
             break Err(io(e));
         }
     };
     drop(terminal);
     drop(guard);
+    if let Some(c) = channels {
+        c.sub.close().await;
+    }
     outcome
 }
 
@@ -662,6 +1025,14 @@ mod tests {
         assert_eq!(bar(1.0, 4), "████");
         assert_eq!(bar(0.5, 4), "██··");
         assert_eq!(bar(0.5 + 1.0 / 32.0, 4), "██▏·");
+    }
+
+    #[test]
+    fn shard_lists_compress_runs() {
+        assert_eq!(shard_list(&[]), "-");
+        assert_eq!(shard_list(&["0", "1", "2", "3", "7"]), "0-3,7");
+        assert_eq!(shard_list(&["0", "2", "x", "3"]), "0,2,x,3");
+        assert_eq!(shard_list(&["07", "8"]), "07,8");
     }
 
     #[test]

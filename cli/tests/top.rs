@@ -34,6 +34,17 @@ impl Env {
         }
     }
 
+    /// The same on an embedded SQLite file of this test's own (processes share it).
+    fn sqlite(test: &str) -> Env {
+        let mut env = Env::new(test);
+        env.url = format!(
+            "sqlite://{}/{}.db",
+            std::env::temp_dir().display(),
+            env.namespace
+        );
+        env
+    }
+
     fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(BIN);
         c.args(args)
@@ -116,6 +127,7 @@ fn table(text: &str) -> (String, Vec<std::collections::HashMap<String, String>>)
         ["KEY", "STATE", "HOLDER", "FENCE", "LEFT", "TTL", "METADATA"]
     );
     let rows = lines
+        .take_while(|l| !l.is_empty())
         .map(|l| {
             let cells: Vec<&str> = l.split_whitespace().collect();
             assert!(cells.len() >= titles.len(), "a short row: {l:?}");
@@ -203,7 +215,7 @@ fn once_filters_by_prefix() {
 }
 
 #[test]
-fn a_full_page_says_its_counts_are_lower_bounds() {
+fn counts_are_exact_beyond_a_page() {
     let env = Env::new("full");
     let keys: String = (0..1001).map(|i| format!("many/{i:05}\n")).collect();
     let mut offer = env
@@ -230,8 +242,11 @@ fn a_full_page_says_its_counts_are_lower_bounds() {
     let text = env.ok(&["top", "--once", "many/"]);
     let mut lines = text.lines();
     let head = lines.next().unwrap();
-    assert!(head.contains("free 1000+  done 0+  keys 1000+"), "{head}");
-    assert!(lines.next().unwrap().contains("the first 1000 rows only"));
+    assert!(
+        head.contains("held 0  free 1001  done 0  keys 1001"),
+        "{head}"
+    );
+    assert!(lines.next().unwrap().contains("the first 1000 keys only"));
     // The note, the titles, 1,000 rows.
     assert_eq!(text.lines().count(), 1 + 1 + 1 + 1000);
 
@@ -385,6 +400,204 @@ fn prometheus_serves_key_gauges_and_client_counters() {
     assert_eq!(status.code(), Some(0));
 }
 
+/// A holder of `key` as `owner` (with `metadata`), running until dropped.
+fn hold(env: &Env, owner: &str, key: &str, metadata: &str) -> Guard {
+    let mut child = env
+        .cmd(&[
+            "--owner",
+            owner,
+            "acquire",
+            key,
+            "--ttl",
+            "30s",
+            "--metadata",
+            metadata,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(child.stdout.take().unwrap());
+    let guard = Guard(child);
+    expect_line(&lines, "", Duration::from_secs(30));
+    guard
+}
+
+/// A group member, a fleet (member w1 holding shards 0 and 1 of 0-3) and a stream of 3 events
+/// whose consumer `billing` read and acknowledged 2, made through the recipes' key layout
+/// (docs/semantics.md: "readable with list"), since the CLI has no join or fleet command. The
+/// recipes themselves are the core's test (`t1_snapshot_shows_every_section`).
+fn recipes(env: &Env) -> Vec<Guard> {
+    let mut holders = vec![hold(
+        env,
+        "alice",
+        "accord.group/workers/alice",
+        r#"{"metadata":{"zone":"a"}}"#,
+    )];
+    let mut offer = env
+        .cmd(&["offer", "accord.fleet/orders/s/"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    offer
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"accord.fleet/orders/s/0\naccord.fleet/orders/s/1\naccord.fleet/orders/s/2\naccord.fleet/orders/s/3\n")
+        .unwrap();
+    assert!(offer.wait().unwrap().success());
+    holders.push(hold(
+        env,
+        "w1",
+        "accord.fleet/orders/m/w1",
+        r#"{"metadata":{}}"#,
+    ));
+    holders.push(hold(env, "w1", "accord.fleet/orders/s/0", "{}"));
+    holders.push(hold(env, "w1", "accord.fleet/orders/s/1", "{}"));
+    let mut publish = env
+        .cmd(&["publish", "events"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    publish
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"a\nb\nc\n")
+        .unwrap();
+    assert!(publish.wait().unwrap().success());
+    env.ok(&[
+        "subscribe",
+        "events",
+        "--from",
+        "earliest",
+        "--consumer",
+        "billing",
+        "--count",
+        "2",
+    ]);
+    holders
+}
+
+/// The plain-text section whose column titles start with `title`: its rows, split on
+/// whitespace.
+fn section(text: &str, title: &str) -> Vec<Vec<String>> {
+    let mut lines = text.lines().skip_while(|l| !l.starts_with(title));
+    assert!(lines.next().is_some(), "no {title} section in:\n{text}");
+    lines
+        .take_while(|l| !l.is_empty())
+        .map(|l| l.split_whitespace().map(String::from).collect())
+        .collect()
+}
+
+#[test]
+fn once_shows_members_fleets_and_streams() {
+    let env = Env::new("recipes");
+    let _holders = recipes(&env);
+
+    let text = env.ok(&["top", "--once", "nothing/"]);
+    // The prefix narrows the keys, not the sections.
+    assert!(text.lines().next().unwrap().contains("keys 0"), "{text}");
+    let groups = section(&text, "GROUP ");
+    assert_eq!(groups.len(), 1, "{text}");
+    assert_eq!(groups[0][..2], ["workers", "alice"]);
+    assert_eq!(groups[0][4], "zone=a", "{text}");
+
+    let fleets = section(&text, "FLEET ");
+    assert_eq!(fleets.len(), 2, "{text}");
+    assert_eq!(fleets[0][..4], ["orders", "w1", "2", "0-1"], "{text}");
+    assert_eq!(
+        fleets[1][..4],
+        ["orders", "(unowned)", "2", "2-3"],
+        "{text}"
+    );
+
+    let streams = section(&text, "STREAM ");
+    assert_eq!(streams.len(), 1, "{text}");
+    // STREAM LENGTH FIRST LAST READER ACKED LAG
+    assert_eq!(
+        streams[0],
+        ["events", "3", "1", "3", "billing", "2", "1"],
+        "{text}"
+    );
+}
+
+#[test]
+fn once_on_sqlite_shows_the_same_sections() {
+    let env = Env::sqlite("sqlite");
+    let holders = recipes(&env);
+    let text = env.ok(&["top", "--once", "accord.fleet/"]);
+    // Exact counts under the prefix: 4 shards (2 held) and the member.
+    assert!(
+        text.lines()
+            .next()
+            .unwrap()
+            .contains("held 3  free 2  done 0  keys 5"),
+        "{text}"
+    );
+    assert_eq!(section(&text, "GROUP ")[0][..2], ["workers", "alice"]);
+    let fleets = section(&text, "FLEET ");
+    assert_eq!(fleets[0][..4], ["orders", "w1", "2", "0-1"], "{text}");
+    assert_eq!(
+        fleets[1][..4],
+        ["orders", "(unowned)", "2", "2-3"],
+        "{text}"
+    );
+    assert_eq!(
+        section(&text, "STREAM ")[0],
+        ["events", "3", "1", "3", "billing", "2", "1"],
+        "{text}"
+    );
+    drop(holders);
+    let _ = std::fs::remove_file(env.url.trim_start_matches("sqlite://"));
+}
+
+#[test]
+fn once_counts_notifications_on_the_channels_named() {
+    let env = Env::new("channels");
+    let mut top = env
+        .cmd(&[
+            "top",
+            "--once",
+            "--channel",
+            "jobs-done",
+            "--channel",
+            "quiet",
+            "--interval",
+            "5s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = lines_of(top.stderr.take().unwrap());
+    let out = lines_of(top.stdout.take().unwrap());
+    let mut top = Guard(top);
+    // Listening from this line on: what is sent now is counted.
+    expect_line(
+        &err,
+        "listening on jobs-done, quiet",
+        Duration::from_secs(30),
+    );
+    for i in 0..3 {
+        env.ok(&["notify", "jobs-done", &format!("job {i}\tdone")]);
+    }
+    let status = top.0.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let text: String = out.iter().map(|l| l + "\n").collect();
+    let channels = section(&text, "CHANNEL ");
+    assert_eq!(channels.len(), 2, "{text}");
+    assert_eq!(channels[0][0], "jobs-done");
+    assert_eq!(channels[0][2], "3", "{text}");
+    // The last payload, escaped: its tab shows as \t.
+    assert_eq!(channels[0][3..].join(" "), "job 2\\tdone", "{text}");
+    assert_eq!(channels[1][..3], ["quiet", "0.0", "0"], "{text}");
+}
+
 // ------------------------------------------------------------------------------------- tmux
 
 /// A tmux server of this test's own (`-L`), killed when dropped.
@@ -493,6 +706,61 @@ fn live_view_in_a_terminal_shows_keys_filters_and_quits_on_q() {
         p.contains("sort time left")
     });
 
+    tmux.cmd(&["send-keys", "-t", "top", "q"]);
+    let pane = tmux.wait_for("the exit", Duration::from_secs(30), |p| {
+        p.contains("accord-exited-")
+    });
+    assert!(pane.contains("accord-exited-0"), "{pane}");
+}
+
+#[test]
+fn live_view_shows_sections_and_the_notification_rate() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("skipped: tmux is not installed (apt-get install tmux)");
+        return;
+    }
+    let env = Env::new("tmux-sections");
+    let _holders = recipes(&env);
+    let tmux = Tmux {
+        socket: format!("accord-top-sections-{}", std::process::id()),
+    };
+    let script = format!(
+        "ACCORD_URL={} ACCORD_NAMESPACE={} {} top --interval 200ms --channel pings; echo \"accord-exited-$?\"; sleep 600",
+        shell_quote(&env.url),
+        shell_quote(&env.namespace),
+        shell_quote(BIN)
+    );
+    let out = tmux.cmd(&[
+        "new-session",
+        "-d",
+        "-s",
+        "top",
+        "-x",
+        "120",
+        "-y",
+        "40",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    assert!(out.status.success());
+    // top listens before its first draw: once the channel's row shows, a notification counts.
+    let pane = tmux.wait_for("the sections", Duration::from_secs(60), |p| {
+        p.contains("CHANNEL") && p.contains("pings")
+    });
+    assert!(pane.contains("workers") && pane.contains("alice"), "{pane}");
+    assert!(
+        pane.contains("orders") && pane.contains("(unowned)"),
+        "{pane}"
+    );
+    assert!(pane.contains("billing"), "{pane}");
+    for i in 0..4 {
+        env.ok(&["notify", "pings", &format!("ping {i}")]);
+    }
+    tmux.wait_for("4 pings counted", Duration::from_secs(30), |p| {
+        p.lines()
+            .any(|l| l.starts_with("pings ") && l.split_whitespace().nth(2) == Some("4"))
+    });
     tmux.cmd(&["send-keys", "-t", "top", "q"]);
     let pane = tmux.wait_for("the exit", Duration::from_secs(30), |p| {
         p.contains("accord-exited-")

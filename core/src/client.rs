@@ -258,6 +258,16 @@ impl Client {
         scope.backend.list(&scope.namespace, &query).await
     }
 
+    /// One read of what `accord top` shows: the first page of keys under `page`'s prefix (its
+    /// limit, up to 1,000), the exact counts by state under that prefix, every group's members,
+    /// every fleet's members and shards (with their holders and the unowned ones), every
+    /// election's leader, and every stream with each named consumer's position and lag. One
+    /// round trip on PostgreSQL (the statements pipelined on one connection), one transaction
+    /// on SQLite. The counts read every key under the prefix: their cost grows with the keys.
+    pub async fn snapshot(&self, page: ListQuery) -> Result<crate::NamespaceSnapshot> {
+        crate::snapshot::read(&self.session, &page).await
+    }
+
     /// Sends `payload` on `channel` to every listener, whatever its language or connection.
     pub async fn notify(&self, channel: &str, payload: &str) -> Result<()> {
         self.session.check_usable()?;

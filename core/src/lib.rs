@@ -47,6 +47,7 @@ mod options;
 mod rules;
 mod semaphore;
 mod session;
+mod snapshot;
 mod stats;
 mod stream;
 mod subscription;
@@ -62,11 +63,16 @@ pub use fleet::{
 pub use lease::{Lease, LostSignal};
 pub use membership::{JoinOptions, Member, MemberEvent, MemberInfo, MemberWatch};
 pub use options::{
-    AcquireOptions, ClaimOptions, ClientOptions, KeyState, LeaseInfo, ListPage, ListQuery,
-    PoolCounts, StateFilter,
+    AcquireOptions, ClaimOptions, ClientOptions, KeyCounts, KeyState, LeaseInfo, ListPage,
+    ListQuery, PoolCounts, StateFilter,
 };
 pub use semaphore::Semaphore;
 pub use session::{Event, LeaseStatus, LostReason, Message};
+pub use snapshot::{
+    ElectionSnapshot, FleetSnapshot, GroupSnapshot, NamespaceSnapshot, ReaderSnapshot,
+    ShardSnapshot, StreamSnapshot, MAX_SNAPSHOT_KEYS, MAX_SNAPSHOT_RECIPE_ROWS,
+    MAX_SNAPSHOT_STREAM_ROWS,
+};
 pub use stats::{Histogram, Stats};
 pub use stream::{
     StreamEvent, StreamInfo, StreamRetention, StreamStart, StreamSubscription, SubscribeOptions,

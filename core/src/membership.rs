@@ -257,7 +257,7 @@ pub(crate) async fn read_members(session: &Session, prefix: &str) -> Result<Vec<
     Ok(members)
 }
 
-fn member_info(
+pub(crate) fn member_info(
     owner: String,
     fence: i64,
     expires_at: Option<DateTime<Utc>>,

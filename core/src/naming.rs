@@ -8,6 +8,11 @@ pub(crate) fn escape(name: &str) -> String {
     name.replace('%', "%25").replace('/', "%2F")
 }
 
+/// The name `escape` encoded (a stored key's segment back to the name it stands for).
+pub(crate) fn unescape(segment: &str) -> String {
+    segment.replace("%2F", "/").replace("%25", "%")
+}
+
 /// A PostgreSQL channel for `parts` in this namespace: `<stem>_<16 hex>` (a stable FNV-1a hash,
 /// so every client of every language agrees, whatever the length of the names). A collision
 /// only wakes a reader that then finds nothing new: the table is the truth.

@@ -26,6 +26,7 @@ pub struct ClientOptions {
     pub(crate) application_name: String,
     pub(crate) listen_url: Option<String>,
     pub(crate) prepare_statements: bool,
+    pub(crate) record_stats: bool,
 }
 
 impl Default for ClientOptions {
@@ -43,6 +44,7 @@ impl Default for ClientOptions {
             application_name: "accord".into(),
             listen_url: None,
             prepare_statements: true,
+            record_stats: true,
         }
     }
 }
@@ -121,6 +123,14 @@ impl ClientOptions {
     /// statement of the same name may be found.
     pub fn prepare_statements(mut self, prepare: bool) -> Self {
         self.prepare_statements = prepare;
+        self
+    }
+    /// Whether the client records its stats (default true; see [`crate::Client::stats`]). For
+    /// measuring the cost of stats only (`make bench`'s stats scenario): with `false` the
+    /// counters and histograms stay at zero and nothing goes to the `metrics` facade; the
+    /// clock reads around calls remain. Leave it on: it costs a few relaxed atomic adds.
+    pub fn record_stats(mut self, record: bool) -> Self {
+        self.record_stats = record;
         self
     }
     /// How long to wait for a connection to the coordinator (default 10 s).
@@ -463,6 +473,27 @@ pub struct ListPage {
     pub items: Vec<LeaseInfo>,
     /// Pass to [`ListQuery::cursor`] for the next page; `None` on the last page.
     pub next_cursor: Option<String>,
+}
+
+/// The keys under a prefix by state, as [`crate::Client::snapshot`] counts them: every key,
+/// however many (a key held by shared holders counts once, as held).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeyCounts {
+    /// Keys held now (by one holder, or by shared holders).
+    pub held: u64,
+    /// Keys nobody holds that are not done.
+    pub free: u64,
+    /// Keys marked done.
+    pub done: u64,
+    /// Shared holders (granted shared leases) of the held keys.
+    pub shared_holders: u64,
+}
+
+impl KeyCounts {
+    /// Every key: held, free and done.
+    pub fn keys(&self) -> u64 {
+        self.held + self.free + self.done
+    }
 }
 
 /// Options of one [`crate::Client::claim`].

@@ -221,15 +221,30 @@ impl Buckets {
 }
 
 /// Where a client's events are counted; shared by its session, backend and leases.
-#[derive(Default)]
 pub(crate) struct Recorder {
     counters: [AtomicU64; Counter::ALL.len()],
     timers: [Buckets; Timer::ALL.len()],
+    /// `ClientOptions::record_stats`: off only to measure what recording costs.
+    enabled: bool,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Recorder::new(true)
+    }
 }
 
 impl Recorder {
+    pub fn new(enabled: bool) -> Recorder {
+        Recorder {
+            counters: Default::default(),
+            timers: Default::default(),
+            enabled,
+        }
+    }
+
     pub fn add(&self, counter: Counter, n: u64) {
-        if n == 0 {
+        if n == 0 || !self.enabled {
             return;
         }
         self.counters[counter as usize].fetch_add(n, Ordering::Relaxed);
@@ -253,6 +268,9 @@ impl Recorder {
     }
 
     pub fn time(&self, timer: Timer, d: Duration) {
+        if !self.enabled {
+            return;
+        }
         self.timers[timer as usize].record(d);
         metrics::histogram!(timer.metric()).record(d.as_secs_f64());
     }
@@ -298,6 +316,15 @@ mod tests {
         assert!(h.p50 >= Duration::from_millis(50) && h.p50 <= Duration::from_micros(54_600));
         assert!(h.p99 >= Duration::from_millis(99) && h.p99 <= Duration::from_millis(100));
         assert_eq!(r.read().acquire_wait, Histogram::default());
+    }
+
+    #[test]
+    fn a_disabled_recorder_records_nothing() {
+        let r = Recorder::new(false);
+        r.add(Counter::Grants, 5);
+        r.time(Timer::StatementTime, Duration::from_millis(3));
+        r.acquire_ended(std::time::Instant::now(), Ok(1));
+        assert_eq!(r.read(), Stats::default());
     }
 
     #[test]

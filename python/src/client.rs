@@ -113,7 +113,7 @@ impl Client {
     fn connect(
         py: Python<'_>,
         url: &str,
-        namespace: Option<String>,
+        #[pyo3(from_py_with = convert::namespace)] namespace: Option<String>,
         owner: Option<String>,
         ttl: Option<f64>,
         schema: Option<String>,
@@ -200,7 +200,7 @@ impl Client {
     fn acquire(
         &self,
         py: Python<'_>,
-        key: &str,
+        #[pyo3(from_py_with = convert::key)] key: String,
         ttl: Option<f64>,
         timeout: Option<f64>,
         metadata: Option<&Bound<'_, PyAny>>,
@@ -210,7 +210,7 @@ impl Client {
         let options = acquire_options(ttl, timeout, metadata)?
             .shared(shared)
             .cancel(cancel.clone());
-        let lease = pool::block_on_grants(py, &cancel, self.inner.acquire(key, options))?;
+        let lease = pool::block_on_grants(py, &cancel, self.inner.acquire(&key, options))?;
         Ok(Lease::new(lease))
     }
 
@@ -222,13 +222,13 @@ impl Client {
     fn try_acquire(
         &self,
         py: Python<'_>,
-        key: &str,
+        #[pyo3(from_py_with = convert::key)] key: String,
         ttl: Option<f64>,
         metadata: Option<&Bound<'_, PyAny>>,
         shared: bool,
     ) -> PyResult<Option<Lease>> {
         let options = acquire_options(ttl, None, metadata)?.shared(shared);
-        let acquired = block_on(py, self.inner.try_acquire(key, options))?.py()?;
+        let acquired = block_on(py, self.inner.try_acquire(&key, options))?.py()?;
         Ok(acquired.map(Lease::new))
     }
 
@@ -350,8 +350,12 @@ impl Client {
 
     /// Makes a done (or free) key unknown again, so that it can be acquired. Returns False if
     /// the key was not known; raises `Held` if a live lease holds it.
-    fn reset(&self, py: Python<'_>, key: &str) -> PyResult<bool> {
-        block_on(py, self.inner.reset(key))?.py()
+    fn reset(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = convert::key)] key: String,
+    ) -> PyResult<bool> {
+        block_on(py, self.inner.reset(&key))?.py()
     }
 
     /// One page of this namespace's keys, in key order. `state` is "held", "free",
@@ -504,7 +508,7 @@ impl AsyncClient {
     fn connect<'py>(
         py: Python<'py>,
         url: String,
-        namespace: Option<String>,
+        #[pyo3(from_py_with = convert::namespace)] namespace: Option<String>,
         owner: Option<String>,
         ttl: Option<f64>,
         schema: Option<String>,
@@ -596,7 +600,7 @@ impl AsyncClient {
     fn acquire<'py>(
         &self,
         py: Python<'py>,
-        key: String,
+        #[pyo3(from_py_with = convert::key)] key: String,
         ttl: Option<f64>,
         timeout: Option<f64>,
         metadata: Option<&Bound<'py, PyAny>>,
@@ -628,7 +632,7 @@ impl AsyncClient {
     fn try_acquire<'py>(
         &self,
         py: Python<'py>,
-        key: String,
+        #[pyo3(from_py_with = convert::key)] key: String,
         ttl: Option<f64>,
         metadata: Option<&Bound<'py, PyAny>>,
         shared: bool,
@@ -796,7 +800,11 @@ impl AsyncClient {
 
     /// Makes a done (or free) key unknown again. False if the key was not known; raises
     /// `Held` if a live lease holds it.
-    fn reset<'py>(&self, py: Python<'py>, key: String) -> PyResult<Bound<'py, PyAny>> {
+    fn reset<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = convert::key)] key: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let client = self.inner.clone();
         runtime::future_into_py(py, async move { client.reset(&key).await.py() })
     }

@@ -53,6 +53,43 @@ pub fn timeout(field: &str, seconds: Option<f64>) -> PyResult<Option<Duration>> 
     Ok(Duration::try_from_secs_f64(seconds).ok())
 }
 
+/// A str as UTF-8 text: a Python str may hold a lone surrogate (`"\ud800"`), which no Unicode
+/// text can; pyo3's conversion would raise UnicodeEncodeError naming no argument, so it is
+/// refused here as the core words it (`accord::limits::unpaired_surrogate`), naming `field`.
+pub fn text(field: &str, s: &Bound<'_, PyString>) -> PyResult<String> {
+    match s.to_cow() {
+        Ok(t) => Ok(t.into_owned()),
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyUnicodeEncodeError>(s.py()) => {
+            Err(errors::to_py(accord::limits::unpaired_surrogate(field)))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// A str argument named `field` (see [`text`]); anything else is a TypeError, as pyo3's own.
+fn text_arg(field: &str, v: &Bound<'_, PyAny>) -> PyResult<String> {
+    let Ok(s) = v.cast::<PyString>() else {
+        return Err(PyTypeError::new_err(format!(
+            "{field} must be str, not {}",
+            type_name(v)
+        )));
+    };
+    text(field, s)
+}
+
+/// `#[pyo3(from_py_with = convert::key)]`: the `key` argument.
+pub fn key(v: &Bound<'_, PyAny>) -> PyResult<String> {
+    text_arg("key", v)
+}
+
+/// `#[pyo3(from_py_with = convert::namespace)]`: the `namespace` option (None: the default).
+pub fn namespace(v: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+    if v.is_none() {
+        return Ok(None);
+    }
+    text_arg("namespace", v).map(Some)
+}
+
 /// An iterable of str (but not a str itself, which would be taken character by character):
 /// the keys of an `offer`, the payloads of a `publish_many`. `field` and `one` (what one item
 /// is) word the `TypeError`s.
@@ -77,7 +114,7 @@ pub fn strings(field: &str, one: &str, value: &Bound<'_, PyAny>) -> PyResult<Vec
                 type_name(&item)
             )));
         };
-        strings.push(s.to_cow()?.into_owned());
+        strings.push(text(field, s)?);
     }
     Ok(strings)
 }
@@ -130,7 +167,7 @@ fn object(path: Path<'_>, dict: &Bound<'_, PyDict>, depth: usize) -> PyResult<Ma
                 type_name(&k)
             )));
         };
-        let key = key.to_cow()?.into_owned();
+        let key = text("metadata", key)?;
         let value = json(&|| format!("{}[{key:?}]", path()), &v, depth + 1)?;
         map.insert(key, value);
     }
@@ -168,7 +205,17 @@ fn json(path: Path<'_>, v: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
             });
     }
     if let Ok(s) = v.cast::<PyString>() {
-        return Ok(Value::String(s.to_cow()?.into_owned()));
+        return match text("metadata", s) {
+            Ok(t) => Ok(Value::String(t)),
+            // Where in the metadata, as for the other values it cannot hold.
+            Err(_) => Err(invalid(
+                "metadata",
+                format!(
+                    "{} holds an unpaired UTF-16 surrogate, which is not Unicode text",
+                    path()
+                ),
+            )),
+        };
     }
     if let Ok(d) = v.cast::<PyDict>() {
         return object(path, d, depth).map(Value::Object);

@@ -270,6 +270,49 @@ async def test_bad_arguments_async(aclients: AsyncClients) -> None:
     assert c.held_count == 0
 
 
+LONE = "a\ud800b"  # a lone surrogate: a Python str may hold one, no UTF-8 text can
+
+
+def test_lone_surrogates_are_invalid_arguments_naming_the_field(
+    clients: Clients, sc: Scenario
+) -> None:
+    """Not pyo3's UnicodeEncodeError naming no argument: the core's InvalidArgument, as Node."""
+    c = clients("o1")
+    for call in (
+        lambda: c.try_acquire(LONE),
+        lambda: c.acquire(LONE, timeout=0),
+        lambda: c.reset(LONE),
+    ):
+        with pytest.raises(accord.InvalidArgument, match=r"invalid key: holds an unpaired"):
+            call()
+    with pytest.raises(accord.InvalidArgument, match=r'invalid metadata: metadata\["who"\] holds'):
+        c.try_acquire("k", metadata={"who": LONE})
+    with pytest.raises(accord.InvalidArgument, match=r"invalid metadata: holds an unpaired"):
+        c.try_acquire("k", metadata={LONE: 1})
+    with pytest.raises(accord.InvalidArgument, match=r"invalid keys: holds an unpaired"):
+        c.offer("p/", ["p/" + LONE])
+    with pytest.raises(accord.InvalidArgument, match=r"invalid namespace: holds an unpaired"):
+        accord.Client.connect(sc.url, namespace=LONE)
+    # A surrogate pair is one character: fine.
+    lease = c.try_acquire("k\U0001f600")
+    assert lease is not None
+    lease.release()
+    assert c.held_count == 0
+
+
+async def test_lone_surrogates_async(aclients: AsyncClients, sc: Scenario) -> None:
+    c = await aclients("o1")
+    with pytest.raises(accord.InvalidArgument, match=r"invalid key: holds an unpaired"):
+        await c.try_acquire(LONE)
+    with pytest.raises(accord.InvalidArgument, match=r"invalid key: holds an unpaired"):
+        await c.acquire(LONE, timeout=0)
+    with pytest.raises(accord.InvalidArgument, match=r"invalid key: holds an unpaired"):
+        await c.reset(LONE)
+    with pytest.raises(accord.InvalidArgument, match=r"invalid namespace: holds an unpaired"):
+        await accord.AsyncClient.connect(sc.url, namespace=LONE)
+    assert c.held_count == 0
+
+
 def test_bad_list_state(clients: Clients) -> None:
     c = clients("o1")
     with pytest.raises(accord.InvalidArgument, match=r'invalid state: "busy" is not one of'):

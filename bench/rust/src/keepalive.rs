@@ -134,7 +134,10 @@ pub async fn run(config: &Config) -> BenchResult<Vec<Record>> {
     record.metric("statements_per_tick", calls as f64 / ticks.max(1) as f64);
     record.metric("rows_renewed", rows);
     // Statements per renewal period: one per RENEW_CHUNK (10,000) leases.
-    record.metric("statements_per_period", leases_wanted.div_ceil(10_000) as u64);
+    record.metric(
+        "statements_per_period",
+        leases_wanted.div_ceil(10_000) as u64,
+    );
     record.metric("server_ms_per_statement", renew_ms / ticks.max(1) as f64);
     record.metric("client_cpu_s", cpu.as_secs_f64());
     record.metric(

@@ -1,5 +1,6 @@
 //! `accord-bench`: the Rust part of `make bench` (bench/README.md). Runs scenarios 1–5, 8 (a
-//! work pool), 10 (waiting in line, elections), 11 (durable streams) and 12 (a million keys) of the
+//! work pool), 10 (waiting in line, elections), 11 (durable streams), 12 (a million keys) and 13
+//! (the cost of stats) of the
 //! benchmark against the database in ACCORD_BENCH_URL and writes their raw samples to
 //! ACCORD_BENCH_OUT for bench/report.py.
 
@@ -12,6 +13,7 @@ mod notify;
 mod pool;
 mod raw;
 mod record;
+mod stats_cost;
 mod streams;
 mod uncontended;
 
@@ -30,11 +32,11 @@ pub const NAMESPACE: &str = "bench";
 
 #[derive(Parser)]
 #[command(
-    about = "accord's Rust benchmarks (scenarios 1-5, 8, 10, 11 and 12); see bench/README.md"
+    about = "accord's Rust benchmarks (scenarios 1-5, 8, 10, 11, 12 and 13); see bench/README.md"
 )]
 struct Args {
     /// Scenarios to run, e.g. `1,3`.
-    #[arg(long, value_delimiter = ',', default_values_t = [1u8, 2, 3, 4, 5, 8, 10, 11, 12])]
+    #[arg(long, value_delimiter = ',', default_values_t = [1u8, 2, 3, 4, 5, 8, 10, 11, 12, 13])]
     scenarios: Vec<u8>,
     /// The database (a throwaway one: the bench writes to schema accord_bench).
     #[arg(long, env = "ACCORD_BENCH_URL")]
@@ -96,7 +98,10 @@ async fn run_scenario(scenario: u8, config: &Config) -> BenchResult<Vec<Record>>
         10 => line::run(config).await?,
         11 => streams::run(config).await?,
         12 => million::run(config).await?,
-        other => return Err(format!("there is no scenario {other} (1-5, 8, 10, 11, 12)").into()),
+        13 => stats_cost::run(config).await?,
+        other => {
+            return Err(format!("there is no scenario {other} (1-5, 8, 10, 11, 12, 13)").into())
+        }
     })
 }
 

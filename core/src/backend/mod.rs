@@ -23,7 +23,7 @@ use chrono::{DateTime, Utc};
 
 use crate::error::Result;
 use crate::metadata::Metadata;
-use crate::options::{ListPage, ListQuery, PoolCounts};
+use crate::options::{KeyCounts, ListPage, ListQuery, PoolCounts};
 
 /// A duration as whole milliseconds, for a statement's bigint parameter (saturating).
 pub(crate) fn millis(d: Duration) -> i64 {
@@ -181,6 +181,31 @@ pub(crate) struct StreamState {
     pub max_age: Option<Duration>,
 }
 
+/// What one read of a namespace for [`crate::Client::snapshot`] returns, raw (both stores read
+/// it at once: PostgreSQL pipelines the statements in one round trip, SQLite reads them in one
+/// transaction).
+pub(crate) struct SnapshotRows {
+    /// The page of keys under the prefix (`ListQuery` as given).
+    pub page: ListPage,
+    /// Every key under the prefix, counted by state (a key held shared counts once, as held),
+    /// and the shared holders among them.
+    pub counts: KeyCounts,
+    /// The rows of the recipes' ranges (groups and fleets), every state, in key order.
+    pub recipes: ListPage,
+    /// Each stream with each named consumer's acknowledged seq, in (stream, consumer) order.
+    pub streams: Vec<StreamRow>,
+    /// More streams (or consumers) than the limit asked for.
+    pub streams_truncated: bool,
+}
+
+/// One stream, and one of its consumers (none: a stream nobody acknowledged in).
+pub(crate) struct StreamRow {
+    pub stream: String,
+    pub first_seq: i64,
+    pub last_seq: i64,
+    pub consumer: Option<(String, i64)>,
+}
+
 pub(crate) enum ResetOutcome {
     Reset,
     NotFound,
@@ -332,6 +357,15 @@ pub(crate) trait Backend: StreamStore + Send + Sync + 'static {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claimed>;
     /// Free, held and done keys of the pool.
     async fn counts(&self, namespace: &str, pool: &str) -> Result<PoolCounts>;
+    /// One read of what `accord top` shows: `page`'s keys, the counts under its prefix, the
+    /// recipes' rows (`recipes`) and up to `streams` streams' consumers (see [`SnapshotRows`]).
+    async fn snapshot(
+        &self,
+        namespace: &str,
+        page: &ListQuery,
+        recipes: &ListQuery,
+        streams: usize,
+    ) -> Result<SnapshotRows>;
     /// The largest payload `notify` carries, in bytes.
     fn max_payload(&self) -> usize;
     /// Start receiving `channel` (reference-counted: only the first call subscribes). Returns

@@ -88,7 +88,7 @@ impl Session {
                 "accord's Rust API must be called from within a tokio runtime",
             )
         })?;
-        let stats = Arc::new(Recorder::default());
+        let stats = Arc::new(Recorder::new(options.record_stats));
         let dispatch = Arc::new(Dispatch::new(options.namespace.clone(), stats.clone()));
         let backend = backend::open(url, options, dispatch.clone(), stats.clone()).await?;
         let session = Arc::new(Session {

@@ -23,6 +23,7 @@ pub mod leases;
 pub mod notify;
 pub mod pool;
 pub mod queue;
+pub mod snapshot;
 pub mod streams;
 
 /// Expands to one `#[tokio::test]` per scenario, each with a fresh harness from `$harness`:
@@ -86,6 +87,7 @@ macro_rules! conformance_suite {
             streams::d3_a_consumer_resumes_after_its_ack: [],
             streams::d4_retention_trims_and_says_where_the_stream_starts: [],
             streams::d5_payloads_are_any_utf8_and_names_any_text: [],
+            snapshot::t1_snapshot_shows_every_section: [],
         );
     };
 }

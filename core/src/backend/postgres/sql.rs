@@ -109,6 +109,8 @@ pub(crate) struct Sql {
     pub offer: String,
     pub claim: String,
     pub counts: String,
+    pub count_keys: String,
+    pub list_streams: String,
     /// Durable streams' statements (prepared on first use).
     pub streams: super::streams::StreamSql,
 }
@@ -687,6 +689,38 @@ impl Sql {
                    FROM {s}.leases
                   WHERE namespace = $1 AND pool = $2"
             ),
+            // Every key in [$2, $3) by state, as `list_keys` and `list_holders` show them: a key
+            // held by shared holders (its own lease ended) counts once, as held; then the
+            // shared holders. Reads the whole range: exact at any size (`accord top`).
+            count_keys: format!(
+                "SELECT count(*) FILTER (WHERE NOT done
+                                           AND NOT COALESCE(expires_at > clock_timestamp(), false)
+                                           AND NOT COALESCE(shared_until > clock_timestamp(), false)),
+                        count(*) FILTER (WHERE NOT done
+                                           AND (COALESCE(expires_at > clock_timestamp(), false)
+                                                OR COALESCE(shared_until > clock_timestamp(), false))),
+                        count(*) FILTER (WHERE done),
+                        (SELECT count(*) FROM {s}.tickets t
+                          WHERE t.namespace = $1 AND t.key >= $2
+                            AND ($3::text IS NULL OR t.key < $3)
+                            AND t.granted AND t.expires_at > clock_timestamp())
+                   FROM {s}.leases
+                  WHERE namespace = $1 AND key >= $2 AND ($3::text IS NULL OR key < $3)"
+            ),
+            // Each stream of the namespace with its bounds, once per named consumer (with its
+            // acknowledged seq), or once alone; up to $2 rows.
+            list_streams: format!(
+                "SELECT st.stream, st.last_seq,
+                        COALESCE((SELECT min(ev.seq) FROM {s}.stream_events ev
+                                   WHERE ev.namespace = $1 AND ev.stream = st.stream),
+                                 st.last_seq + 1),
+                        a.consumer, a.seq
+                   FROM {s}.streams st
+                   LEFT JOIN {s}.stream_acks a ON a.namespace = st.namespace AND a.stream = st.stream
+                  WHERE st.namespace = $1
+                  ORDER BY st.stream, a.consumer
+                  LIMIT $2"
+            ),
             streams: super::streams::StreamSql::new(schema),
         }
     }
@@ -821,6 +855,8 @@ pub(crate) mod param_types {
         Type::TEXT,
     ];
     pub const COUNTS: &[Type] = &[Type::TEXT, Type::TEXT];
+    pub const COUNT_KEYS: &[Type] = &[Type::TEXT, Type::TEXT, Type::TEXT];
+    pub const LIST_STREAMS: &[Type] = &[Type::TEXT, Type::INT8];
     pub const PUBLISH: &[Type] = &[
         Type::TEXT,
         Type::TEXT_ARRAY,

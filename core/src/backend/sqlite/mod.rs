@@ -22,11 +22,13 @@ use self::store::{db_error, now_ms, Location, Store};
 use super::{
     parse_wakeup, wakeup_payload, AcquireItem, AcquireOutcome, AcquireRequest, Backend,
     BackendEvent, BatchItem, ClaimRequest, Claimed, DoneItem, EventSink, Granted, Holder, LeaseRef,
-    Renewed, ResetOutcome,
+    Renewed, ResetOutcome, SnapshotRows, StreamRow,
 };
 use crate::error::{Error, Result};
 use crate::metadata::Metadata;
-use crate::options::{KeyState, LeaseInfo, ListPage, ListQuery, PoolCounts, StateFilter};
+use crate::options::{
+    KeyCounts, KeyState, LeaseInfo, ListPage, ListQuery, ListRange, PoolCounts, StateFilter,
+};
 use crate::rules::{self, Grantable, StoredKey, Waiting};
 use crate::stats::{Counter, Recorder, Timer};
 
@@ -51,6 +53,212 @@ struct ListedRow {
     updated_at_ms: i64,
     shared_until_ms: Option<i64>,
     shared: bool,
+}
+
+/// One page of `list` (`Backend::list`), read on `conn` at `now` (also inside the snapshot's
+/// transaction).
+fn list_in(
+    conn: &Connection,
+    ns: &str,
+    q: &ListQuery,
+    range: &ListRange,
+    now: i64,
+) -> Result<ListPage> {
+    let e = |e| db_error("list", e);
+    // The keys' rows in primary-key order, read lazily: a page stops the scan. The
+    // end of a prefix's range is a bound only when there is one (a statement each).
+    let below = if range.below.is_some() {
+        "AND key < ?3"
+    } else {
+        "AND ?3 IS NULL"
+    };
+    // Free or held only: the keys not done, through leases_undone (SQLite uses a partial
+    // index when the statement carries its condition as written).
+    let undone = if range.undone_only { "AND NOT done" } else { "" };
+    let mut keys = conn
+        .prepare_cached(&format!(
+            "SELECT key, owner, fence, expires_at_ms, done, metadata, updated_at_ms,
+                            shared_until_ms
+                       FROM leases
+                      WHERE namespace = ?1 AND key >= ?2 {below} {undone}
+                      ORDER BY key"
+        ))
+        .map_err(e)?;
+    // Shared holders (granted tickets) in the same range, in (key, fence) order;
+    // `ListPage::merged` puts the two in one order.
+    let mut tickets = conn
+        .prepare_cached(&format!(
+            "SELECT key, owner, fence, expires_at_ms, 0, metadata, updated_at_ms,
+                            NULL
+                       FROM tickets
+                      WHERE namespace = ?1 AND key >= ?2 {below}
+                        AND granted = 1 AND expires_at_ms > ?4
+                      ORDER BY key, fence"
+        ))
+        .map_err(e)?;
+    // Keeps a row if the page wants it: after the cursor, not hidden behind shared
+    // holders, in the state and with the metadata asked for.
+    let keep = |row: ListedRow| -> Result<Option<LeaseInfo>> {
+        if let Some((key, fence)) = &range.after {
+            if (row.key.as_str(), row.fence) <= (key.as_str(), *fence) {
+                return Ok(None);
+            }
+        }
+        let stored = StoredKey {
+            owner: row.owner.as_deref(),
+            fence: row.fence,
+            expires_at_ms: row.expires_at_ms,
+            done: row.done,
+            attempt: None,
+            shared_until_ms: row.shared_until_ms,
+        };
+        if !row.shared && rules::held_by_shared(&stored, now) {
+            return Ok(None);
+        }
+        let state = rules::key_state(&stored, now);
+        if matches!(q.state, StateFilter::Only(s) if s != state) {
+            return Ok(None);
+        }
+        let metadata = parse_metadata(&row.metadata)?;
+        if let Some(filter) = &q.metadata {
+            if !rules::metadata_contains(&metadata, filter) {
+                return Ok(None);
+            }
+        }
+        Ok(Some(LeaseInfo {
+            key: row.key,
+            state,
+            owner: if state == KeyState::Free {
+                None
+            } else {
+                row.owner
+            },
+            fence: row.fence,
+            expires_at: if state == KeyState::Held {
+                row.expires_at_ms.map(time)
+            } else {
+                None
+            },
+            metadata,
+            updated_at: time(row.updated_at_ms),
+            shared: row.shared,
+        }))
+    };
+    // One more than asked tells whether another page follows.
+    let wanted = q.limit + 1;
+    let mut holders = Vec::new();
+    let mut rows = tickets
+        .query(params![ns, range.from, range.below, now])
+        .map_err(e)?;
+    while let Some(row) = rows.next().map_err(e)? {
+        let listed = listed_row(row, true).map_err(e)?;
+        holders.extend(keep(listed)?);
+        if holders.len() == wanted {
+            break;
+        }
+    }
+    let mut keys_page = Vec::new();
+    let mut rows = keys
+        .query(params![ns, range.from, range.below])
+        .map_err(e)?;
+    while let Some(row) = rows.next().map_err(e)? {
+        let listed = listed_row(row, false).map_err(e)?;
+        keys_page.extend(keep(listed)?);
+        if keys_page.len() == wanted {
+            break;
+        }
+    }
+    Ok(ListPage::merged(keys_page, holders, q.limit))
+}
+
+/// Every key in `range` by state, as `list_in` shows them (a key held by shared holders counts
+/// once, as held), and the live shared holders.
+fn count_in(conn: &Connection, ns: &str, range: &ListRange, now: i64) -> Result<KeyCounts> {
+    let e = |e| db_error("count keys", e);
+    let below = if range.below.is_some() {
+        "AND key < ?3"
+    } else {
+        "AND ?3 IS NULL"
+    };
+    let mut counts = KeyCounts::default();
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT owner, fence, expires_at_ms, done, shared_until_ms FROM leases
+              WHERE namespace = ?1 AND key >= ?2 {below}"
+        ))
+        .map_err(e)?;
+    let mut rows = stmt
+        .query(params![ns, range.from, range.below])
+        .map_err(e)?;
+    while let Some(row) = rows.next().map_err(e)? {
+        let owner: Option<String> = row.get(0).map_err(e)?;
+        let key = StoredKey {
+            owner: owner.as_deref(),
+            fence: row.get(1).map_err(e)?,
+            expires_at_ms: row.get(2).map_err(e)?,
+            done: row.get(3).map_err(e)?,
+            attempt: None,
+            shared_until_ms: row.get(4).map_err(e)?,
+        };
+        if rules::held_by_shared(&key, now) {
+            counts.held += 1;
+            continue;
+        }
+        match rules::key_state(&key, now) {
+            KeyState::Free => counts.free += 1,
+            KeyState::Held => counts.held += 1,
+            KeyState::Done => counts.done += 1,
+        }
+    }
+    let holders: i64 = conn
+        .query_row(
+            &format!(
+                "SELECT count(*) FROM tickets
+                  WHERE namespace = ?1 AND key >= ?2 {below}
+                    AND granted = 1 AND expires_at_ms > ?4"
+            ),
+            params![ns, range.from, range.below, now],
+            |r| r.get(0),
+        )
+        .map_err(e)?;
+    counts.shared_holders = u64::try_from(holders).unwrap_or(0);
+    Ok(counts)
+}
+
+/// Each stream of the namespace with its bounds, once per named consumer (none: once alone);
+/// up to `limit` rows, and whether more follow.
+fn streams_in(conn: &Connection, ns: &str, limit: usize) -> Result<(Vec<StreamRow>, bool)> {
+    let e = |e| db_error("list streams", e);
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT st.stream, st.last_seq,
+                    COALESCE((SELECT min(ev.seq) FROM stream_events ev
+                               WHERE ev.namespace = ?1 AND ev.stream = st.stream),
+                             st.last_seq + 1),
+                    a.consumer, a.seq
+               FROM streams st
+               LEFT JOIN stream_acks a ON a.namespace = st.namespace AND a.stream = st.stream
+              WHERE st.namespace = ?1
+              ORDER BY st.stream, a.consumer
+              LIMIT ?2",
+        )
+        .map_err(e)?;
+    let wanted = i64::try_from(limit).unwrap_or(i64::MAX - 1) + 1;
+    let mut rows = stmt.query(params![ns, wanted]).map_err(e)?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(e)? {
+        let consumer: Option<String> = row.get(3).map_err(e)?;
+        let acked: Option<i64> = row.get(4).map_err(e)?;
+        out.push(StreamRow {
+            stream: row.get(0).map_err(e)?,
+            last_seq: row.get(1).map_err(e)?,
+            first_seq: row.get(2).map_err(e)?,
+            consumer: consumer.map(|c| (c, acked.unwrap_or(0))),
+        });
+    }
+    let truncated = out.len() > limit;
+    out.truncate(limit);
+    Ok((out, truncated))
 }
 
 /// A list statement's row: key, owner, fence, expires_at_ms, done, metadata, updated_at_ms,
@@ -1002,117 +1210,36 @@ impl Backend for SqliteBackend {
         let ns = namespace.to_string();
         let q = q.clone();
         let range = q.range()?;
+        self.run(move |conn| list_in(conn, &ns, &q, &range, now_ms()))
+            .await
+    }
+
+    async fn snapshot(
+        &self,
+        namespace: &str,
+        page: &ListQuery,
+        recipes: &ListQuery,
+        streams: usize,
+    ) -> Result<SnapshotRows> {
+        let ns = namespace.to_string();
+        let (page, recipes) = (page.clone(), recipes.clone());
+        let (page_range, recipe_range) = (page.range()?, recipes.range()?);
+        // Every read in one transaction: one consistent view, one call on the store's thread.
         self.run(move |conn| {
+            let tx = conn.transaction().map_err(|e| db_error("snapshot", e))?;
             let now = now_ms();
-            let e = |e| db_error("list", e);
-            // The keys' rows in primary-key order, read lazily: a page stops the scan. The
-            // end of a prefix's range is a bound only when there is one (a statement each).
-            let below = if range.below.is_some() {
-                "AND key < ?3"
-            } else {
-                "AND ?3 IS NULL"
-            };
-            // Free or held only: the keys not done, through leases_undone (SQLite uses a
-            // partial index when the statement carries its condition as written).
-            let undone = if range.undone_only {
-                "AND NOT done"
-            } else {
-                ""
-            };
-            let mut keys = conn
-                .prepare_cached(&format!(
-                    "SELECT key, owner, fence, expires_at_ms, done, metadata, updated_at_ms,
-                                shared_until_ms
-                           FROM leases
-                          WHERE namespace = ?1 AND key >= ?2 {below} {undone}
-                          ORDER BY key"
-                ))
-                .map_err(e)?;
-            // Shared holders (granted tickets) in the same range, in (key, fence) order;
-            // `ListPage::merged` puts the two in one order.
-            let mut tickets = conn
-                .prepare_cached(&format!(
-                    "SELECT key, owner, fence, expires_at_ms, 0, metadata, updated_at_ms,
-                                NULL
-                           FROM tickets
-                          WHERE namespace = ?1 AND key >= ?2 {below}
-                            AND granted = 1 AND expires_at_ms > ?4
-                          ORDER BY key, fence"
-                ))
-                .map_err(e)?;
-            // Keeps a row if the page wants it: after the cursor, not hidden behind shared
-            // holders, in the state and with the metadata asked for.
-            let keep = |row: ListedRow| -> Result<Option<LeaseInfo>> {
-                if let Some((key, fence)) = &range.after {
-                    if (row.key.as_str(), row.fence) <= (key.as_str(), *fence) {
-                        return Ok(None);
-                    }
-                }
-                let stored = StoredKey {
-                    owner: row.owner.as_deref(),
-                    fence: row.fence,
-                    expires_at_ms: row.expires_at_ms,
-                    done: row.done,
-                    attempt: None,
-                    shared_until_ms: row.shared_until_ms,
-                };
-                if !row.shared && rules::held_by_shared(&stored, now) {
-                    return Ok(None);
-                }
-                let state = rules::key_state(&stored, now);
-                if matches!(q.state, StateFilter::Only(s) if s != state) {
-                    return Ok(None);
-                }
-                let metadata = parse_metadata(&row.metadata)?;
-                if let Some(filter) = &q.metadata {
-                    if !rules::metadata_contains(&metadata, filter) {
-                        return Ok(None);
-                    }
-                }
-                Ok(Some(LeaseInfo {
-                    key: row.key,
-                    state,
-                    owner: if state == KeyState::Free {
-                        None
-                    } else {
-                        row.owner
-                    },
-                    fence: row.fence,
-                    expires_at: if state == KeyState::Held {
-                        row.expires_at_ms.map(time)
-                    } else {
-                        None
-                    },
-                    metadata,
-                    updated_at: time(row.updated_at_ms),
-                    shared: row.shared,
-                }))
-            };
-            // One more than asked tells whether another page follows.
-            let wanted = q.limit + 1;
-            let mut holders = Vec::new();
-            let mut rows = tickets
-                .query(params![ns, range.from, range.below, now])
-                .map_err(e)?;
-            while let Some(row) = rows.next().map_err(e)? {
-                let listed = listed_row(row, true).map_err(e)?;
-                holders.extend(keep(listed)?);
-                if holders.len() == wanted {
-                    break;
-                }
-            }
-            let mut keys_page = Vec::new();
-            let mut rows = keys
-                .query(params![ns, range.from, range.below])
-                .map_err(e)?;
-            while let Some(row) = rows.next().map_err(e)? {
-                let listed = listed_row(row, false).map_err(e)?;
-                keys_page.extend(keep(listed)?);
-                if keys_page.len() == wanted {
-                    break;
-                }
-            }
-            Ok(ListPage::merged(keys_page, holders, q.limit))
+            let keys = list_in(&tx, &ns, &page, &page_range, now)?;
+            let counts = count_in(&tx, &ns, &page_range, now)?;
+            let recipe_rows = list_in(&tx, &ns, &recipes, &recipe_range, now)?;
+            let (streams, streams_truncated) = streams_in(&tx, &ns, streams)?;
+            tx.commit().map_err(|e| db_error("snapshot", e))?;
+            Ok(SnapshotRows {
+                page: keys,
+                counts,
+                recipes: recipe_rows,
+                streams,
+                streams_truncated,
+            })
         })
         .await
     }

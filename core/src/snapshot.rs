@@ -1,0 +1,278 @@
+//! One read of a namespace for `accord top` (and any dashboard): a page of keys, the exact
+//! counts by state under the prefix, the groups' members, the fleets' members and shards, the
+//! elections' leaders, and the streams with each named consumer's position and lag.
+//!
+//! The rule for what each section shows lives here, once: the recipes keep their state in
+//! ordinary keys (`accord.group/…`, `accord.fleet/…`, `accord.election/…`, see their modules),
+//! so the snapshot reads that range and sorts its rows into sections; streams come from their
+//! own tables. Both stores read everything at once: PostgreSQL pipelines its five statements on
+//! one connection (one round trip), SQLite reads them in one transaction.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+
+use crate::backend::SnapshotRows;
+use crate::error::Result;
+use crate::membership::{member_info, MemberInfo};
+use crate::naming::unescape;
+use crate::options::{KeyCounts, KeyState, ListPage, ListQuery};
+use crate::session::Session;
+use crate::validate;
+
+/// The rows of the recipes' range read at most (every group member, fleet shard and election).
+pub const MAX_SNAPSHOT_RECIPE_ROWS: usize = 10_000;
+/// The stream rows (a stream, or one consumer of a stream) read at most.
+pub const MAX_SNAPSHOT_STREAM_ROWS: usize = 1_000;
+
+/// Where the recipes keep their keys: groups, fleets and elections all start with it.
+const RECIPES_PREFIX: &str = "accord.";
+
+/// What [`crate::Client::snapshot`] reads.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NamespaceSnapshot {
+    /// The first page of keys under the prefix (up to the limit asked for), in key order.
+    pub keys: ListPage,
+    /// Every key under the prefix by state, exact however many there are.
+    pub counts: KeyCounts,
+    /// Each group with members, by name.
+    pub groups: Vec<GroupSnapshot>,
+    /// Each fleet with members or shards, by name.
+    pub fleets: Vec<FleetSnapshot>,
+    /// Each election with a leader now, by name.
+    pub elections: Vec<ElectionSnapshot>,
+    /// Each stream, by name.
+    pub streams: Vec<StreamSnapshot>,
+    /// The recipes' rows went beyond [`MAX_SNAPSHOT_RECIPE_ROWS`], or the streams' beyond
+    /// [`MAX_SNAPSHOT_STREAM_ROWS`]: the sections show the first ones only.
+    pub truncated: bool,
+}
+
+/// A group's live members (see [`crate::Client::members`]), oldest first.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupSnapshot {
+    /// The group's name.
+    pub group: String,
+    /// Its live members.
+    pub members: Vec<MemberInfo>,
+}
+
+/// A fleet: its live members, oldest first, and every shard with its holder.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FleetSnapshot {
+    /// The fleet's name.
+    pub fleet: String,
+    /// Its live members.
+    pub members: Vec<MemberInfo>,
+    /// Every shard, by name; `owner` is `None` for an unowned one.
+    pub shards: Vec<ShardSnapshot>,
+}
+
+impl FleetSnapshot {
+    /// The shards `owner` holds, by name.
+    pub fn shards_of(&self, owner: &str) -> Vec<&str> {
+        self.shards
+            .iter()
+            .filter(|s| s.owner.as_deref() == Some(owner))
+            .map(|s| s.shard.as_str())
+            .collect()
+    }
+
+    /// The shards nobody holds, by name.
+    pub fn unowned(&self) -> Vec<&str> {
+        self.shards
+            .iter()
+            .filter(|s| s.owner.is_none())
+            .map(|s| s.shard.as_str())
+            .collect()
+    }
+}
+
+/// One shard of a fleet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardSnapshot {
+    /// The shard's name (`0`..`n-1`, or a named shard).
+    pub shard: String,
+    /// Its holder while held.
+    pub owner: Option<String>,
+    /// The fence of its last grant.
+    pub fence: i64,
+    /// While held: when the holder's lease expires unless renewed.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// An election's leader.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ElectionSnapshot {
+    /// The election's name.
+    pub election: String,
+    /// The leader's owner.
+    pub leader: String,
+    /// The fence of its leadership.
+    pub fence: i64,
+    /// When its leadership expires unless renewed.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// A stream's bounds and its named consumers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamSnapshot {
+    /// The stream's name.
+    pub stream: String,
+    /// The oldest seq stored; `last_seq + 1` when none is.
+    pub first_seq: i64,
+    /// The newest seq published (0: never).
+    pub last_seq: i64,
+    /// Each named consumer that acknowledged, by name.
+    pub readers: Vec<ReaderSnapshot>,
+}
+
+impl StreamSnapshot {
+    /// Events stored now.
+    pub fn length(&self) -> i64 {
+        (self.last_seq - self.first_seq + 1).max(0)
+    }
+}
+
+/// A named consumer's position in a stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReaderSnapshot {
+    /// The consumer's name.
+    pub consumer: String,
+    /// The last seq it acknowledged.
+    pub acked: i64,
+    /// Events published after it: `last_seq - acked` (never negative).
+    pub lag: i64,
+}
+
+/// Reads the snapshot: `page` is the key table's query (its prefix is the counts' too).
+pub(crate) async fn read(session: &Session, page: &ListQuery) -> Result<NamespaceSnapshot> {
+    session.check_usable()?;
+    page.validate()?;
+    let recipes = ListQuery::new()
+        .prefix(RECIPES_PREFIX)
+        .limit(MAX_SNAPSHOT_RECIPE_ROWS);
+    let scope = &session.scope;
+    let rows = scope
+        .backend
+        .snapshot(&scope.namespace, page, &recipes, MAX_SNAPSHOT_STREAM_ROWS)
+        .await?;
+    Ok(assemble(rows))
+}
+
+/// Sorts the raw rows into sections (pure: the rule of what each section shows).
+fn assemble(rows: SnapshotRows) -> NamespaceSnapshot {
+    let mut groups: BTreeMap<String, Vec<MemberInfo>> = BTreeMap::new();
+    let mut fleets: BTreeMap<String, FleetSnapshot> = BTreeMap::new();
+    let mut elections = Vec::new();
+    for row in rows.recipes.items.iter() {
+        let held = row.state == KeyState::Held;
+        let member = |owner: &str| {
+            member_info(
+                owner.to_string(),
+                row.fence,
+                row.expires_at,
+                row.updated_at,
+                &row.metadata,
+            )
+        };
+        if let Some(rest) = row.key.strip_prefix("accord.group/") {
+            // `<escaped group>/<owner>`: a member while its lease is live.
+            if let (Some((group, owner)), true) = (rest.split_once('/'), held) {
+                groups
+                    .entry(unescape(group))
+                    .or_default()
+                    .push(member(owner));
+            }
+        } else if let Some(rest) = row.key.strip_prefix("accord.fleet/") {
+            // `<escaped fleet>/m/<owner>` (members) or `<escaped fleet>/s/<shard>` (shards).
+            let Some((name, rest)) = rest.split_once('/') else {
+                continue;
+            };
+            let fleet = || FleetSnapshot {
+                fleet: unescape(name),
+                members: Vec::new(),
+                shards: Vec::new(),
+            };
+            if let Some(owner) = rest.strip_prefix("m/") {
+                if held {
+                    let m = member(owner);
+                    fleets
+                        .entry(unescape(name))
+                        .or_insert_with(fleet)
+                        .members
+                        .push(m);
+                }
+            } else if let Some(shard) = rest.strip_prefix("s/") {
+                let shard = ShardSnapshot {
+                    shard: shard.to_string(),
+                    owner: if held { row.owner.clone() } else { None },
+                    fence: row.fence,
+                    expires_at: if held { row.expires_at } else { None },
+                };
+                fleets
+                    .entry(unescape(name))
+                    .or_insert_with(fleet)
+                    .shards
+                    .push(shard);
+            }
+        } else if let Some(name) = row.key.strip_prefix("accord.election/") {
+            if let (true, Some(leader)) = (held, row.owner.clone()) {
+                elections.push(ElectionSnapshot {
+                    election: unescape(name),
+                    leader,
+                    fence: row.fence,
+                    expires_at: row.expires_at,
+                });
+            }
+        }
+    }
+    let mut fleets: Vec<FleetSnapshot> = fleets.into_values().collect();
+    for f in &mut fleets {
+        f.members.sort_by_key(|m| (m.since, m.fence));
+        // Shards named 0..n-1 sort as numbers; named shards by name.
+        f.shards.sort_by(
+            |a, b| match (a.shard.parse::<u64>(), b.shard.parse::<u64>()) {
+                (Ok(x), Ok(y)) => x.cmp(&y),
+                _ => a.shard.cmp(&b.shard),
+            },
+        );
+    }
+    let groups = groups
+        .into_iter()
+        .map(|(group, mut members)| {
+            members.sort_by_key(|m| (m.since, m.fence));
+            GroupSnapshot { group, members }
+        })
+        .collect();
+    let mut streams: Vec<StreamSnapshot> = Vec::new();
+    for row in rows.streams {
+        if streams.last().map(|s| s.stream.as_str()) != Some(row.stream.as_str()) {
+            streams.push(StreamSnapshot {
+                stream: row.stream.clone(),
+                first_seq: row.first_seq,
+                last_seq: row.last_seq,
+                readers: Vec::new(),
+            });
+        }
+        if let (Some((consumer, acked)), Some(s)) = (row.consumer, streams.last_mut()) {
+            s.readers.push(ReaderSnapshot {
+                consumer,
+                acked,
+                lag: (row.last_seq - acked).max(0),
+            });
+        }
+    }
+    NamespaceSnapshot {
+        keys: rows.page,
+        counts: rows.counts,
+        groups,
+        fleets,
+        elections,
+        streams,
+        truncated: rows.recipes.next_cursor.is_some() || rows.streams_truncated,
+    }
+}
+
+/// The largest page of keys a snapshot reads: the same bound as `list`.
+pub const MAX_SNAPSHOT_KEYS: usize = validate::MAX_LIST_LIMIT;

@@ -1,0 +1,149 @@
+//! `Client::snapshot` (what `accord top` shows): a page of keys with exact counts under its
+//! prefix, groups with their members, fleets with their members and shards (owned and not),
+//! elections with their leaders, and streams with each named consumer's position and lag,
+//! made by the real recipes on every store.
+
+use std::time::{Duration, Instant};
+
+use accord::{
+    AcquireOptions, CampaignOptions, FleetOptions, JoinOptions, ListQuery, Metadata, StreamStart,
+    SubscribeOptions,
+};
+
+use crate::support::Harness;
+
+fn zone(z: &str) -> Metadata {
+    let mut m = Metadata::new();
+    m.insert("zone".into(), z.into());
+    m
+}
+
+pub async fn t1_snapshot_shows_every_section(h: &Harness) {
+    let a = h.client("a").await;
+    let b = h.client("b").await;
+
+    // Keys: under jobs/, one held, one done, three free.
+    let held = a
+        .try_acquire("jobs/1", AcquireOptions::new())
+        .await
+        .unwrap()
+        .unwrap();
+    let done = a
+        .try_acquire("jobs/2", AcquireOptions::new())
+        .await
+        .unwrap()
+        .unwrap();
+    done.done(None).await.unwrap();
+    a.offer("jobs/", ["jobs/3", "jobs/4", "jobs/5"], None)
+        .await
+        .unwrap();
+
+    // A group of two, a fleet of one member holding all 3 shards, an election, a stream.
+    let ma = a
+        .join("workers", JoinOptions::new().metadata(zone("a")))
+        .await
+        .unwrap();
+    let mb = b.join("workers", JoinOptions::new()).await.unwrap();
+    let fleet = a
+        .fleet(
+            "orders",
+            FleetOptions::shards(3)
+                .ttl(Duration::from_secs(5))
+                .period(Duration::from_millis(100)),
+        )
+        .await
+        .unwrap();
+    let started = Instant::now();
+    while fleet.shards().len() < 3 {
+        // A bound, never a correctness condition: the fleet takes its shards in one period.
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "shards not taken"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let leadership = b
+        .election("chief")
+        .unwrap()
+        .campaign("b", CampaignOptions::new())
+        .await
+        .unwrap();
+    a.publish_many("events", ["1", "2", "3", "4", "5"])
+        .await
+        .unwrap();
+    b.publish("quiet", "x").await.unwrap();
+    let reader = a
+        .subscribe(
+            "events",
+            SubscribeOptions::new()
+                .consumer("billing")
+                .start(StreamStart::Earliest),
+        )
+        .await
+        .unwrap();
+    let first = reader.next().await.unwrap().unwrap();
+    let second = reader.next().await.unwrap().unwrap();
+    assert_eq!((first.seq, second.seq), (1, 2));
+    reader.ack(2).await.unwrap();
+
+    // A page of 2 under jobs/: the counts are of all five keys.
+    let snap = a
+        .snapshot(ListQuery::new().prefix("jobs/").limit(2))
+        .await
+        .unwrap();
+    let keys: Vec<&str> = snap.keys.items.iter().map(|i| i.key.as_str()).collect();
+    assert_eq!(keys, ["jobs/1", "jobs/2"]);
+    assert!(snap.keys.next_cursor.is_some());
+    assert_eq!(
+        (snap.counts.held, snap.counts.free, snap.counts.done),
+        (1, 3, 1)
+    );
+    assert_eq!(snap.counts.keys(), 5);
+
+    assert_eq!(snap.groups.len(), 1, "{:?}", snap.groups);
+    let g = &snap.groups[0];
+    assert_eq!(g.group, "workers");
+    let owners: Vec<&str> = g.members.iter().map(|m| m.owner.as_str()).collect();
+    assert_eq!(owners.len(), 2);
+    assert!(owners.contains(&a.owner()) && owners.contains(&b.owner()));
+    let member_a = g.members.iter().find(|m| m.owner == a.owner()).unwrap();
+    assert_eq!(member_a.metadata, zone("a"));
+    assert!(member_a.expires_at.is_some());
+
+    assert_eq!(snap.fleets.len(), 1, "{:?}", snap.fleets);
+    let f = &snap.fleets[0];
+    assert_eq!(f.fleet, "orders");
+    assert_eq!(f.members.len(), 1);
+    assert_eq!(f.members[0].owner, a.owner());
+    assert_eq!(f.shards_of(a.owner()), ["0", "1", "2"]);
+    assert!(f.unowned().is_empty());
+
+    assert_eq!(snap.elections.len(), 1, "{:?}", snap.elections);
+    assert_eq!(snap.elections[0].election, "chief");
+    assert_eq!(snap.elections[0].leader, b.owner());
+
+    let streams: Vec<&str> = snap.streams.iter().map(|s| s.stream.as_str()).collect();
+    assert_eq!(streams, ["events", "quiet"]);
+    let ev = &snap.streams[0];
+    assert_eq!((ev.first_seq, ev.last_seq, ev.length()), (1, 5, 5));
+    assert_eq!(ev.readers.len(), 1);
+    assert_eq!(ev.readers[0].consumer, "billing");
+    assert_eq!((ev.readers[0].acked, ev.readers[0].lag), (2, 3));
+    assert!(snap.streams[1].readers.is_empty());
+    assert!(!snap.truncated);
+
+    // The fleet closed: its shards stay as rows, unowned; its member is gone.
+    fleet.close().await;
+    let snap = a.snapshot(ListQuery::new().limit(1)).await.unwrap();
+    let f = &snap.fleets[0];
+    assert!(f.members.is_empty(), "{f:?}");
+    assert_eq!(f.unowned(), ["0", "1", "2"]);
+
+    reader.close().await;
+    leadership.resign().await.unwrap();
+    ma.leave().await.unwrap();
+    mb.leave().await.unwrap();
+    held.release().await.unwrap();
+    a.close().await;
+    b.close().await;
+}
