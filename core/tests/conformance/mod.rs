@@ -53,7 +53,7 @@ macro_rules! conformance_suite {
             notify::n4_limits_and_quoting: [],
             notify::n4_own_channels_are_reserved: [],
             notify::n5_listener_reconnects: [connection_termination],
-            notify::n5_reconnected_comes_before_the_new_connections_messages: [connection_termination],
+            notify::n5_reconnected_comes_first: [connection_termination],
             notify::n6_close_ends_waits: [],
             input::g11_bad_input_is_refused: [],
             ending::g4_lost_fires_with_a_release_in_flight: [network_faults],

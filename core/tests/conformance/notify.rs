@@ -244,7 +244,7 @@ pub async fn n5_listener_reconnects(h: &Harness) {
 /// (the chaos run caught messages heard while the new connection proved it hears overtaking
 /// `Reconnected`). The sender numbers its notifications back to back, so some are always in
 /// flight while the listener reconnects.
-pub async fn n5_reconnected_comes_before_the_new_connections_messages(h: &Harness) {
+pub async fn n5_reconnected_comes_first(h: &Harness) {
     let owner = "o1";
     let ch = h.channel("n5c");
     let listener = h.client(owner).await;
