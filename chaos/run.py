@@ -21,6 +21,14 @@ audit tables that triggers fill inside the transactions that change the rows, so
 worker: `chaos_lease_audit` (every INSERT or UPDATE of accord.leases in the run's namespace:
 key, owner, fence, expires_at, done, the server's clock and a sequence value taken while the row
 is locked, so per key in row-lock order) and `chaos_write_audit` (every accepted fenced write).
+The recipes (chaos/workers/source.py, subscriber.py/.js, member.py/.js): a source notifies
+numbered messages (each committed with its number into `chaos_notify_audit`) and publishes to
+a durable stream; subscribers in Python and Node (one through the proxy) listen and read the
+stream as named consumers; fleet members in Python and Node share a fleet's shards. Listener
+gaps are judged against the notify audit (each must be announced by `Reconnected`), readers
+against the stream's own table (every event, in order, at least once per consumer), shards by
+the lease audit like every key.
+
 Exit status 1 on any violation, or (with --require-all) when a fault kind was never injected or
 no lease was granted.
 """
@@ -53,8 +61,19 @@ NAMESPACE = "chaos"
 KEYS = [f"k{i}" for i in range(4)]
 POOL = "pool/"
 POOL_SIZE = 400
+#: The listeners' channel, the stream the readers consume, the fleet the members share.
+CHANNEL = "chaos_listen"
+STREAM = "chaos"
+FLEET = "chaosfleet"
+SHARDS = 6
+#: How long, after the nemesis, every listener and reader has to receive what was sent before
+#: it ended (a hung listening connection is found by a probe every 10 s, reconnects back off up
+#: to 5 s): past it, the one that did not is a violation, it failed silently.
+CATCH_UP = 60
 KINDS = [
     "kill9",
+    "kill9_member",
+    "kill9_reader",
     "sigstop",
     "terminate",
     "restart_fast",
@@ -200,6 +219,11 @@ class Worker:
     #: True between a grant and the worker's write with it: a fault then makes a stale writer.
     before_write: bool = False
     stopped: bool = False
+    #: lease (fenced writes), member (of the fleet), subscriber (listens and reads the stream)
+    #: or source (notifies and publishes).
+    role: str = "lease"
+    #: A member's shards by its own reports: shard → fence.
+    shards: dict[str, int] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -211,6 +235,8 @@ class Run:
     events: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     faults: list[dict[str, Any]] = field(default_factory=list)
+    #: (worker name, "msg" | "entry") → the highest n or seq it reported (for the catch-up).
+    top: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def reader(self, worker: Worker, process: subprocess.Popen[str], name: str) -> None:
         assert process.stdout is not None
@@ -221,10 +247,19 @@ class Run:
                 continue
             event["w"] = name
             event["lang"] = worker.lang
+            event["role"] = worker.role
             with self.lock:
                 self.events.append(event)
+                if event["ev"] in ("msg", "entry"):
+                    got = event["n" if event["ev"] == "msg" else "seq"]
+                    top = (name, event["ev"])
+                    self.top[top] = max(self.top.get(top, 0), got)
                 if process is worker.process:
-                    if event["ev"] == "granted":
+                    if event["ev"] == "assigned":
+                        worker.shards[event["shard"]] = event["fence"]
+                    elif event["ev"] == "revoked":
+                        worker.shards.pop(event["shard"], None)
+                    elif event["ev"] == "granted":
                         worker.holding = (event["key"], event["fence"])
                         worker.before_write = True
                     elif event["ev"] in ("write", "write_error"):
@@ -247,6 +282,7 @@ def start(worker: Worker, run: Run, logs: Path) -> None:
     stderr.close()
     worker.process, worker.holding, worker.stopped = process, None, False
     worker.before_write = False
+    worker.shards = {}
     threading.Thread(target=run.reader, args=(worker, process, worker.name), daemon=True).start()
 
 
@@ -284,6 +320,10 @@ def build_workers(pair: Pair, proxy: Proxy, ttl_ms: int) -> tuple[list[Worker], 
         "CHAOS_PGUSER": "postgres",
         "CHAOS_PGPASSWORD": pair.password,
         "CHAOS_PGDATABASE": "postgres",
+        "CHAOS_CHANNEL": CHANNEL,
+        "CHAOS_STREAM": STREAM,
+        "CHAOS_FLEET": FLEET,
+        "CHAOS_SHARDS": str(SHARDS),
     }
     py = sys.executable
     bindir = subprocess.run(
@@ -333,6 +373,27 @@ def build_workers(pair: Pair, proxy: Proxy, ttl_ms: int) -> tuple[list[Worker], 
         ),
     }
     workers.append(Worker("proxied", "python", programs["python"], proxied_env))
+    # The recipes: a source that notifies and publishes, subscribers that listen and read the
+    # stream (one of them through the proxy), fleet members.
+    workers.append(Worker("source", "python", [py, str(HERE / "workers/source.py")], common))
+    workers[-1].role = "source"
+    subscribers = [("sub_py", "python", common), ("sub_node", "node", common)]
+    subscribers.append(("sub_proxied", "node", proxied_env))
+    for slot, lang, env in subscribers:
+        if available[lang]:
+            program = [py, str(HERE / "workers/subscriber.py")]
+            if lang == "node":
+                program = ["node", str(HERE / "workers/subscriber.js")]
+            # The consumer's name is the slot's: a restarted reader resumes after its last ack.
+            workers.append(Worker(slot, lang, program, env | {"CHAOS_CONSUMER": slot}))
+            workers[-1].role = "subscriber"
+    for slot, lang in [("fleet_py0", "python"), ("fleet_py1", "python"), ("fleet_node0", "node")]:
+        if available[lang]:
+            program = [py, str(HERE / "workers/member.py")]
+            if lang == "node":
+                program = ["node", str(HERE / "workers/member.js")]
+            workers.append(Worker(slot, lang, program, dict(common)))
+            workers[-1].role = "member"
     missing = [lang for lang, ok in available.items() if not ok]
     return workers, missing
 
@@ -343,11 +404,15 @@ def build_workers(pair: Pair, proxy: Proxy, ttl_ms: int) -> tuple[list[Worker], 
 
 SETUP = f"""
 DROP TRIGGER IF EXISTS chaos_lease_audit ON accord.leases;
-DROP TABLE IF EXISTS chaos_resource, chaos_lease_audit, chaos_write_audit;
+DROP TABLE IF EXISTS chaos_resource, chaos_lease_audit, chaos_write_audit, chaos_notify_audit;
 DROP FUNCTION IF EXISTS chaos_lease_audit(), chaos_write_audit();
 DROP SEQUENCE IF EXISTS chaos_audit_seq;
 DELETE FROM accord.leases WHERE namespace = '{NAMESPACE}';
 DELETE FROM accord.tickets WHERE namespace = '{NAMESPACE}';
+DELETE FROM accord.stream_events WHERE namespace = '{NAMESPACE}';
+DELETE FROM accord.stream_acks WHERE namespace = '{NAMESPACE}';
+DELETE FROM accord.streams WHERE namespace = '{NAMESPACE}';
+CREATE TABLE chaos_notify_audit (n bigint PRIMARY KEY, at timestamptz NOT NULL);
 CREATE TABLE chaos_resource (key text PRIMARY KEY, fence bigint NOT NULL, writer text);
 CREATE SEQUENCE chaos_audit_seq;
 CREATE TABLE chaos_lease_audit (
@@ -387,7 +452,7 @@ def setup(pair: Pair) -> None:
     with accord.Client.connect(url, namespace=NAMESPACE) as client:
         with pair.connect() as db:
             db.execute(SETUP)
-            for key in KEYS:
+            for key in KEYS + [f"accord.fleet/{FLEET}/s/{i}" for i in range(SHARDS)]:
                 db.execute("INSERT INTO chaos_resource VALUES (%s, 0, NULL)", (key,))
         client.offer(POOL, [f"{POOL}{i:04}" for i in range(POOL_SIZE)])
 
@@ -422,12 +487,16 @@ class Nemesis:
             if fresh or time.monotonic() > end:
                 break
             time.sleep(0.005)
-        candidates = fresh or holding or [w for w in self.workers if w.slot != "proxied"]
+        others = [w for w in self.workers if w.slot != "proxied" and w.role == "lease"]
+        candidates = fresh or holding or others
         ordered = sorted(candidates, key=lambda w: w.slot)
         return self.rng.choice(ordered) if ordered else None
 
     def inject(self, kind: str) -> None:
+        began = time.time()
         getattr(self, kind)()
+        if self.run.faults and self.run.faults[-1]["kind"] == kind:
+            self.run.faults[-1]["began"] = began
         # A worker that exited by itself (not one of our kills) is counted and restarted.
         for worker in self.workers:
             if worker.process and worker.process.poll() is not None:
@@ -458,6 +527,31 @@ class Nemesis:
             worker.process.wait()
             time.sleep(0.3)
             start(worker, self.run, self.logs)
+
+    def kill9_member(self) -> None:
+        """SIGKILL of a fleet member (seeded choice), restarted under a new owner: the fault
+        records the shards it held, by its own reports, to time their retaking."""
+        self._kill_role("kill9_member", "member")
+
+    def kill9_reader(self) -> None:
+        """SIGKILL of a subscriber (seeded choice; it reads the stream as a named consumer),
+        restarted: it resumes after its last ack, so what it got and had not acked comes again."""
+        self._kill_role("kill9_reader", "subscriber")
+
+    def _kill_role(self, kind: str, role: str) -> None:
+        choices = sorted((w for w in self.workers if w.role == role), key=lambda w: w.slot)
+        if not choices:
+            return
+        worker = self.rng.choice(choices)
+        assert worker.process is not None
+        with self.run.lock:
+            shards = dict(worker.shards)
+            name = worker.name
+        worker.process.kill()
+        self.record(kind, worker=name, shards=shards)
+        worker.process.wait()
+        time.sleep(0.3)
+        start(worker, self.run, self.logs)
 
     def sigstop(self) -> None:
         for _ in range(20):
@@ -611,6 +705,7 @@ def judge(
     prev: dict[str, tuple[Any, ...]] = {}
     top: dict[str, int] = {}
     double = backwards = regranted_done = 0
+    double_keys: list[str] = []
     superseded: set[tuple[str, int]] = set()
     for row in leases:
         seq, at, _op, key, owner, fence, expires, _done, granted_at, attempt = row
@@ -632,6 +727,7 @@ def judge(
                     superseded.add((key, before[5]))
                 elif before[6] is not None and before[6] > when:
                     double += 1
+                    double_keys.append(key)
                     violations.append(
                         f"double grant of {key}: fence {fence} to {owner} at {when:.3f} while "
                         f"fence {before[5]} of {before[4]} was live until {before[6]:.3f}"
@@ -663,7 +759,8 @@ def judge(
             unknown += 1
             violations.append(f"write on {key} with fence {fence} by {writer}: no such grant")
     # What workers were told must be in the server's record (synchronous standby, fsync on).
-    told_grants = {(e["key"], e["fence"]) for e in events if e["ev"] in ("granted", "claimed")}
+    told = ("granted", "claimed", "assigned")
+    told_grants = {(e["key"], e["fence"]) for e in events if e["ev"] in told}
     told_writes = {(e["key"], e["fence"]) for e in events if e["ev"] == "write" and e["accepted"]}
     audited_writes = {(w[2], w[3]) for w in writes}
     lost_grants = told_grants - granted.keys()
@@ -678,6 +775,8 @@ def judge(
     refused = [e for e in events if e["ev"] == "write" and not e["accepted"]]
     by_lang: dict[str, dict[str, int]] = {}
     for e in events:
+        if e.get("role", "lease") != "lease":
+            continue
         counts = by_lang.setdefault(e["lang"], {"granted": 0, "accepted": 0, "refused": 0})
         if e["ev"] == "granted":
             counts["granted"] += 1
@@ -688,6 +787,7 @@ def judge(
         "grants": len(grants),
         "keys": sorted(top),
         "double": double,
+        "double_keys": double_keys,
         "backwards": backwards,
         "regranted_done": regranted_done,
         "superseded": len(superseded),
@@ -705,6 +805,246 @@ def judge(
         "lease_rows": leases,
         "events": events,
     }
+
+
+def fault_at(faults: list[dict[str, Any]], at: float) -> str:
+    """The kind of the last fault that began at or before `at` (none before the first)."""
+    kind = "none"
+    for fault in faults:
+        if fault.get("began", fault["t"]) <= at:
+            kind = fault["kind"]
+    return kind
+
+
+def judge_listeners(
+    sent: dict[int, float], events: list[dict[str, Any]], faults: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """`sent`: the notify audit (n → the server's clock at its commit). Each listener (one
+    process incarnation) gets messages in commit order, so what it missed between two messages
+    it got is known exactly: such a gap must be announced by a `reconnected` between the two
+    (G8: the listening side never fails silently), else it is a violation; a message twice or
+    going back is one too. A gap is laid to the last fault begun before its first missed message
+    was sent."""
+    violations: list[str] = []
+    gaps: list[dict[str, Any]] = []
+    per: dict[str, list[dict[str, Any]]] = {}
+    for e in events:
+        if e.get("role") == "subscriber" and e["ev"] in ("msg", "reconnected"):
+            per.setdefault(e["w"], []).append(e)
+    by_listener: dict[str, dict[str, Any]] = {}
+    phantom = 0
+    for name, evs in per.items():
+        stats = by_listener.setdefault(
+            name, {"lang": evs[0]["lang"], "received": 0, "reconnected": 0, "gaps": 0}
+        )
+        last: int | None = None
+        reconnected = False
+        for e in evs:
+            if e["ev"] == "reconnected":
+                reconnected = True
+                stats["reconnected"] += 1
+                continue
+            n = e["n"]
+            stats["received"] += 1
+            if n not in sent:
+                phantom += 1
+            if last is not None:
+                if n <= last:
+                    violations.append(f"listener {name} got message {n} after {last}")
+                    continue
+                missed = [m for m in range(last + 1, n) if m in sent]
+                if missed:
+                    stats["gaps"] += 1
+                    gaps.append(
+                        {
+                            "w": name,
+                            "len": len(missed),
+                            "kind": fault_at(faults, sent[missed[0]]),
+                            "covered": reconnected,
+                        }
+                    )
+                    if not reconnected:
+                        violations.append(
+                            f"listener {name} missed {len(missed)} messages ({missed[0]}.."
+                            f"{missed[-1]}) with no Reconnected before message {n}"
+                        )
+            last = n
+            reconnected = False
+    return {
+        "violations": violations,
+        "gaps": gaps,
+        "silent": sum(1 for g in gaps if not g["covered"]),
+        "by_listener": by_listener,
+        "phantom": phantom,
+        "sent": len(sent),
+    }
+
+
+def judge_stream(table: list[tuple[int, str]], events: list[dict[str, Any]]) -> dict[str, Any]:
+    """`table`: the stream's stored events (seq, payload) in seq order. The contract
+    (docs/semantics.md, Durable streams): seqs without holes, every acknowledged publish stored
+    once with its payload; a subscription delivers every event once, in seq order, across
+    reconnects; a named consumer restarted resumes after its last ack, so it may get again what
+    it had not acked (at least once), never skip one."""
+    violations: list[str] = []
+    payload_of = dict(table)
+    top = table[-1][0] if table else 0
+    holes = top - len(payload_of)
+    if holes:
+        violations.append(f"the stream has {holes} holes in seqs 1..{top}")
+    acked = [(e["i"], e["seq"], e["w"]) for e in events if e["ev"] == "published"]
+    for i, seq, w in acked:
+        if payload_of.get(seq) != f"{w}:{i}":
+            violations.append(f"publish {w}:{i} acknowledged with seq {seq}, not on record")
+    counts: dict[str, int] = {}
+    for payload in payload_of.values():
+        counts[payload] = counts.get(payload, 0) + 1
+    twice = sum(1 for c in counts.values() if c > 1)
+    if twice:
+        violations.append(f"{twice} payloads stored more than once")
+    failed = {
+        f"{e['w']}:{e['i']}" for e in events if e["ev"] == "error" and e.get("op") == "publish"
+    }
+    stored_anyway = sum(1 for p in failed if p in counts)
+    # Each reader's entries by incarnation (slot.N, N increasing), each in delivery order.
+    incarnations: dict[str, dict[int, list[dict[str, Any]]]] = {}
+    for e in events:
+        if e["ev"] == "entry":
+            slot, _, inc = e["w"].rpartition(".")
+            incarnations.setdefault(slot, {}).setdefault(int(inc), []).append(e)
+    readers: dict[str, dict[str, Any]] = {}
+    for slot, by_inc in sorted(incarnations.items()):
+        got = 0  # the highest seq the consumer was delivered, any incarnation
+        r = readers.setdefault(
+            slot, {"lang": "", "delivered": 0, "duplicates": 0, "gaps": 0, "restarts": 0}
+        )
+        for inc in sorted(by_inc):
+            prev: int | None = None
+            for e in by_inc[inc]:
+                r["lang"] = e["lang"]
+                seq = e["seq"]
+                r["delivered"] += 1
+                if seq in payload_of and payload_of[seq] != e["p"]:
+                    violations.append(f"reader {e['w']} got seq {seq} with another payload")
+                if prev is None:
+                    if seq > got + 1:
+                        r["gaps"] += 1
+                        violations.append(
+                            f"reader {e['w']} started at seq {seq}; the consumer had got {got}"
+                        )
+                elif seq != prev + 1:
+                    r["gaps"] += 1
+                    violations.append(f"reader {e['w']} got seq {seq} after {prev}")
+                if seq <= got:
+                    r["duplicates"] += 1
+                got = max(got, seq)
+                prev = seq
+            r["restarts"] = len(by_inc) - 1
+        r["got"] = got
+    return {
+        "violations": violations,
+        "stored": len(table),
+        "last": top,
+        "acked": len(acked),
+        "failed": len(failed),
+        "stored_anyway": stored_anyway,
+        "readers": readers,
+    }
+
+
+def check_recipes(db: psycopg.Connection[Any], run: Run) -> dict[str, Any]:
+    """Reads the notify audit and the stream's table and judges listeners and readers."""
+    sent = {
+        n: at
+        for n, at in db.execute(
+            "SELECT n, extract(epoch FROM at)::float8 FROM chaos_notify_audit"
+        ).fetchall()
+    }
+    table = [
+        (seq, bytes(payload).decode())
+        for seq, payload in db.execute(
+            "SELECT seq, payload FROM accord.stream_events WHERE namespace = %s AND stream = %s"
+            " ORDER BY seq",
+            (NAMESPACE, STREAM),
+        ).fetchall()
+    ]
+    with run.lock:
+        events = list(run.events)
+        faults = list(run.faults)
+    return {"listen": judge_listeners(sent, events, faults), "stream": judge_stream(table, events)}
+
+
+def measure_fleet(result: dict[str, Any], run: Run) -> dict[str, Any]:
+    """Rebalancing after the kill -9 of a member: from the kill to the last of the shards it
+    held (by its reports) granted again to anyone, from the audit; and the fleet's figures."""
+    prefix = f"accord.fleet/{FLEET}/"
+    by_key: dict[str, list[dict[str, Any]]] = {}
+    for g in result["grant_rows"]:
+        by_key.setdefault(g["key"], []).append(g)
+    rebalance: list[float] = []
+    unretaken = 0
+    for fault in run.faults:
+        if fault["kind"] != "kill9_member" or not fault.get("shards"):
+            continue
+        times = []
+        for shard, fence in fault["shards"].items():
+            later = [g for g in by_key.get(f"{prefix}s/{shard}", []) if g["fence"] > fence]
+            if not later:
+                unretaken += 1
+            elif later[0]["at"] >= fault.get("began", fault["t"]):
+                times.append(later[0]["at"] - fault["t"])
+        if times:
+            rebalance.append(max(times))
+    with run.lock:
+        events = list(run.events)
+    reasons: dict[str, int] = {}
+    for e in events:
+        if e["ev"] == "revoked":
+            reasons[e["reason"]] = reasons.get(e["reason"], 0) + 1
+    return {
+        "shard_grants": sum(1 for g in result["grant_rows"] if g["key"].startswith(prefix + "s/")),
+        "member_grants": sum(1 for g in result["grant_rows"] if g["key"].startswith(prefix + "m/")),
+        "double": sum(1 for k in result["double_keys"] if k.startswith(prefix)),
+        "rebalance": rebalance,
+        "unretaken": unretaken,
+        "reasons": reasons,
+        "assigned": sum(1 for e in events if e["ev"] == "assigned"),
+    }
+
+
+def catch_up(pair: Pair, run: Run, workers: list[Worker]) -> dict[str, Any]:
+    """After the nemesis, waits (up to CATCH_UP s) until every subscriber has got a message
+    and a stream event sent after the last fault: one that does not failed silently."""
+    with pair.wait_primary() as db:
+        row = db.execute("SELECT coalesce(max(n), 0) FROM chaos_notify_audit").fetchone()
+        last_n = row[0] if row else 0
+        row = db.execute(
+            "SELECT coalesce(max(seq), 0) FROM accord.stream_events"
+            " WHERE namespace = %s AND stream = %s",
+            (NAMESPACE, STREAM),
+        ).fetchone()
+        last_seq = row[0] if row else 0
+    began = time.time()
+    end = time.monotonic() + CATCH_UP
+    while True:
+        behind = []
+        with run.lock:
+            for w in workers:
+                if w.role != "subscriber":
+                    continue
+                n, seq = run.top.get((w.name, "msg"), 0), run.top.get((w.name, "entry"), 0)
+                if n < last_n:
+                    behind.append(
+                        f"listener {w.name} got message {n}, the source had sent {last_n}"
+                    )
+                if seq < last_seq:
+                    behind.append(f"reader {w.name} got seq {seq}, the stream had {last_seq}")
+        if not behind or time.monotonic() > end:
+            break
+        time.sleep(0.05)
+    took = time.time() - began
+    log(f"catch-up after the nemesis: {took:.1f} s, behind: {behind or 'none'}")
+    return {"took": took, "behind": behind}
 
 
 def selftest() -> None:
@@ -739,6 +1079,41 @@ def selftest() -> None:
     clean = judge(leases[:3] + leases[-2:], writes[:1], events)["violations"]
     if got != (1, 1, 1, 1, 8, 1) or clean:
         raise SystemExit(f"the checker's self-test failed: {got}, {r['violations']}, {clean}")
+    selftest_recipes()
+
+
+def selftest_recipes() -> None:
+    """The listener and stream checkers on made-up histories: a silent gap, a covered one, a
+    message going back; a hole in the stream, an acknowledged publish not stored, a reader
+    skipping an event, and a restarted reader's duplicates (allowed)."""
+    sent = {n: float(n) for n in range(1, 11)}
+    faults = [{"kind": "terminate", "t": 5.5, "began": 5.5}]
+
+    def msg(n: int | None) -> dict[str, Any]:
+        ev = {"ev": "msg", "n": n} if n is not None else {"ev": "reconnected"}
+        return ev | {"w": "l.1", "lang": "x", "role": "subscriber"}
+
+    history = [msg(1), msg(2), msg(5), msg(None), msg(8), msg(7), msg(9)]
+    r = judge_listeners(sent, history, faults)
+    got = (len(r["gaps"]), r["silent"], len(r["violations"]), r["gaps"][1]["kind"])
+    clean = judge_listeners(sent, [msg(1), msg(None), msg(4), msg(5)], faults)["violations"]
+    if got != (2, 1, 2, "terminate") or clean:
+        raise SystemExit(f"the listener checker's self-test failed: {got}, {clean}")
+    table = [(1, "s.1:1"), (2, "s.1:2"), (3, "s.1:3"), (5, "s.1:5")]
+    published = [{"ev": "published", "i": i, "seq": i, "w": "s.1"} for i in (1, 2, 4)]
+
+    def entry(w: str, seq: int) -> dict[str, Any]:
+        return {"ev": "entry", "seq": seq, "p": f"s.1:{seq}", "w": w, "lang": "x"}
+
+    reads = [entry("r.1", 1), entry("r.1", 2), entry("r.1", 3)]
+    reads += [entry("r.2", 2), entry("r.2", 3), entry("r.2", 5)]
+    s = judge_stream(table, published + reads)
+    seen = (len(s["violations"]), s["readers"]["r"]["duplicates"], s["readers"]["r"]["gaps"])
+    clean = judge_stream(table[:3], published[:2] + reads[:5])["violations"]
+    if seen != (3, 2, 1) or clean:
+        raise SystemExit(
+            f"the stream checker's self-test failed: {seen}, {s['violations']}, {clean}"
+        )
 
 
 def measure(result: dict[str, Any], run: Run) -> dict[str, list[Any]]:
@@ -795,9 +1170,108 @@ def measure(result: dict[str, Any], run: Run) -> dict[str, list[Any]]:
 # The report
 
 
+def recipe_lines(recipes: dict[str, Any]) -> list[str]:
+    """The report's sections on listeners, the stream and the fleet."""
+    listen, stream, fleet = recipes["listen"], recipes["stream"], recipes["fleet"]
+    caught = recipes["catch_up"]
+    per_kind: dict[str, list[int]] = {}
+    for gap in listen["gaps"]:
+        per_kind.setdefault(gap["kind"], []).append(gap["len"])
+    lines = [
+        "",
+        "## Listeners",
+        "",
+        (
+            f"The source's notifications on record: {listen['sent']}. A listener's gap is a run "
+            "of messages on record it did not get between two it got (a listener gets them in "
+            "commit order, so the run is exact); G8 allows one only when the listener was told "
+            "`Reconnected` between the two. Each gap is laid to the last fault begun before its "
+            "first missed message was sent."
+        ),
+        "",
+        "| fault kind | gaps | messages missed | longest gap |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for kind, lens in sorted(per_kind.items()):
+        lines.append(f"| {kind} | {len(lens)} | {sum(lens)} | {max(lens)} |")
+    if not per_kind:
+        lines.append("| (none) | 0 | 0 | 0 |")
+    lines += [
+        "",
+        "| listener (incarnation) | language | messages | `Reconnected` | gaps |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
+    for name, st in sorted(listen["by_listener"].items()):
+        lines.append(
+            f"| {name} | {st['lang']} | {st['received']} | {st['reconnected']} | {st['gaps']} |"
+        )
+    lines += [
+        "",
+        (
+            f"**Gaps without a `Reconnected` (silent): {listen['silent']}.** Messages got that "
+            f"are not on the server's record: {listen['phantom']} (a commit PostgreSQL made "
+            "visible on a primary that was then lost; a notification is sent at commit). After "
+            f"the nemesis, every subscriber had got a message and a stream event sent after the "
+            f"last fault within {caught['took']:.1f} s (a listener or reader still behind after "
+            f"{CATCH_UP} s would have failed silently: "
+            f"{len(caught['behind'])})."
+        ),
+        "",
+        "## Stream",
+        "",
+        (
+            f"The stream `{STREAM}` on record: {stream['stored']} events, seqs 1..{stream['last']}; "
+            f"publishes acknowledged {stream['acked']}, failed on the connection "
+            f"{stream['failed']} (of which stored anyway {stream['stored_anyway']}: a publish "
+            "whose answer was lost is not repeated, so it is stored once or not at all). The "
+            "contract (docs/semantics.md, Durable streams): seqs without holes, every "
+            "acknowledged publish stored once; a subscription delivers every event once, in seq "
+            "order, across reconnects; a consumer restarted resumes after its last ack, so it "
+            "gets again what it had not acked (at least once) and never skips one."
+        ),
+        "",
+        (
+            "| reader (consumer) | language | delivered | duplicates (after a restart) "
+            "| restarts | gaps or reorders |"
+        ),
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for slot, r in sorted(stream["readers"].items()):
+        lines.append(
+            f"| {slot} | {r['lang']} | {r['delivered']} | {r['duplicates']} | {r['restarts']} "
+            f"| {r['gaps']} |"
+        )
+    gaps = sum(r["gaps"] for r in stream["readers"].values())
+    lines += [
+        "",
+        (
+            f"**Gaps or reorders in a subscription, or skips by a restarted consumer: {gaps}; "
+            f"stream violations in all (holes, acknowledged publishes not stored or stored "
+            f"twice, wrong payloads, gaps): {len(stream['violations'])}.**"
+        ),
+        "",
+        "## Fleet",
+        "",
+        (
+            f"Shard grants on record {fleet['shard_grants']}, member grants "
+            f"{fleet['member_grants']}, assignments reported {fleet['assigned']}; revocations "
+            "reported by reason: "
+            + (", ".join(f"{k} {v}" for k, v in sorted(fleet["reasons"].items())) or "none")
+            + f". **Shards granted while another member's grant was live: {fleet['double']}** "
+            "(the lease audit, on the server's clock, as for every key). Rebalancing after the "
+            "kill -9 of a member (from the kill to the last of the shards it held granted again, "
+            f"from the audit): {summary(fleet['rebalance'])}; shards never retaken: "
+            f"{fleet['unretaken']}. A killed member renews nothing: its shards expire a ttl after "
+            "its last renewal and the survivors take them at their next period."
+        ),
+    ]
+    return lines
+
+
 def report(
     args: Any,
     result: dict[str, Any],
+    recipes: dict[str, Any],
     latencies: dict[str, list[Any]],
     run: Run,
     workers: list[Worker],
@@ -844,6 +1318,18 @@ def report(
             "server through the run's TCP proxy."
         ),
         (
+            "- Recipes: `source` (Python) sends a numbered notification on the channel "
+            f"`{CHANNEL}` about every 50 ms, each in a transaction that also inserts its number "
+            "into an audit table (so the server's record of what was sent is exactly what "
+            f"committed), and publishes `source.N:i` to the durable stream `{STREAM}` as often. "
+            "Subscribers `sub_py` (Python), `sub_node` (Node) and `sub_proxied` (Node, through "
+            "the proxy) each listen on the channel and read the stream as a named consumer (their "
+            "slot's name), acking every event after reporting it. Fleet members `fleet_py0`, "
+            f"`fleet_py1` (Python) and `fleet_node0` (Node) share the fleet `{FLEET}` of "
+            f"{SHARDS} shards (ttl {args.ttl_ms} ms) and make a fenced write to a row of the "
+            "resource table for every shard assigned (the shard's lease key)."
+        ),
+        (
             "- The checker trusts no worker: triggers write every INSERT/UPDATE of `accord.leases` "
             "(key, owner, fence, expires_at, done, granted_at, `clock_timestamp()` and a sequence "
             "value taken while the row is locked, so per key in row-lock order) and every accepted "
@@ -877,7 +1363,11 @@ def report(
             "its synchronous standby"
         ),
         "proxy_freeze": "the proxy stops moving bytes for 1.5 ttl + 0.2-1 s (connections open)",
-        "proxy_cut": "the proxy closes the proxied worker's connections",
+        "proxy_cut": "the proxy closes the proxied workers' connections (`proxied`, `sub_proxied`)",
+        "kill9_member": "SIGKILL of a fleet member (restarted under a new owner)",
+        "kill9_reader": (
+            "SIGKILL of a subscriber (restarted; its consumer resumes after its last ack)"
+        ),
     }
     for kind in KINDS:
         lines.append(f"| {kind} | {what[kind]} | {counts[kind]} |")
@@ -907,11 +1397,17 @@ def report(
         "",
         "| check | value |",
         "| --- | ---: |",
-        f"| grants (server record) | {r['grants']} |",
-        f"| fenced writes accepted (server record) | {r['accepted']} |",
+        f"| grants (server record; the fleet's included) | {r['grants']} |",
+        (
+            f"| fenced writes accepted (server record; the fleet members' included) | "
+            f"{r['accepted']} |"
+        ),
         f"| fenced writes refused (stale writers caught; workers' reports) | {r['refused']} |",
         f"| work-pool keys done | {r['pool_done']} |",
-        f"| **double grants** (a grant while the previous one was live) | **{r['double']}** |",
+        (
+            f"| **double grants** (a grant while the previous one was live; any key, the fleet's "
+            f"shards and memberships included) | **{r['double']}** |"
+        ),
         f"| **stale writes accepted** | **{r['stale']}** |",
         f"| fences not increasing per key | {r['backwards']} |",
         f"| done keys granted again | {r['regranted_done']} |",
@@ -947,6 +1443,9 @@ def report(
             "still consistent, which is what a fence promises; it shows what the lost signal "
             "is for (the workers here do not consult it before writing)."
         ),
+    ]
+    lines += recipe_lines(recipes)
+    lines += [
         "",
         "## Latencies",
         "",
@@ -1022,6 +1521,7 @@ def main() -> int:
     nemesis = Nemesis(pair, proxy, workers, run, logs, args)
     try:
         nemesis.loop(time.time() + args.duration)
+        caught = catch_up(pair, run, workers)
         time.sleep(2)
     finally:
         proxy.freeze(False)
@@ -1039,9 +1539,14 @@ def main() -> int:
     time.sleep(0.5)  # the readers drain the pipes
     with pair.wait_primary() as db:
         result = check(db, run)
+        recipes = check_recipes(db, run)
+    result["violations"] += recipes["listen"]["violations"] + recipes["stream"]["violations"]
+    result["violations"] += [f"failed silently: {b}" for b in caught["behind"]]
+    recipes["fleet"] = measure_fleet(result, run)
+    recipes["catch_up"] = caught
     latencies = measure(result, run)
     wall = time.time() - began
-    text = report(args, result, latencies, run, workers, missing, wall)
+    text = report(args, result, recipes, latencies, run, workers, missing, wall)
     if args.report:
         args.report.write_text(text)
         log(f"report written to {args.report}")

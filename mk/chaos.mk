@@ -2,7 +2,10 @@
 # `accord run` hold leases and make fenced writes on a durable primary with a synchronous
 # standby (scripts/failover-pair.sh, ACCORD_PAIR_FSYNC=on) while a seeded nemesis kills -9,
 # SIGSTOPs, terminates backends, restarts and crashes the primary, fails over, and freezes or
-# cuts a proxied worker's connections. The checker judges from audit tables the server fills.
+# cuts a proxied worker's connections. Beside them, the recipes: a source notifies and publishes
+# to a stream, subscribers (Python, Node, one proxied) listen and read it, fleet members (Python,
+# Node) share shards, and the nemesis also kills members and readers. The checker judges from
+# audit tables the server fills (and the stream's own table).
 #
 #   make chaos        the full run (CHAOS_DURATION=300 s of faults, CHAOS_SEED=1), writes
 #                     docs/reliability.md; exit 1 on any violation
@@ -39,5 +42,6 @@ test-chaos: chaos-build ## a short chaos run: every fault kind once, no violatio
 
 lint-chaos: python-venv ## ruff and mypy --strict on chaos/, gofmt on chaos/go
 	$(PY_VENV)/bin/ruff check chaos && $(PY_VENV)/bin/ruff format --check chaos
-	MYPYPATH=python $(PY_VENV)/bin/mypy --strict chaos/run.py chaos/workers/worker.py
+	MYPYPATH=python $(PY_VENV)/bin/mypy --strict chaos/run.py chaos/workers/worker.py \
+	  chaos/workers/source.py chaos/workers/subscriber.py chaos/workers/member.py
 	@out=$$(gofmt -l chaos/go); [ -z "$$out" ] || { echo "gofmt needed: $$out" >&2; exit 1; }

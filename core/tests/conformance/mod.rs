@@ -54,6 +54,7 @@ macro_rules! conformance_suite {
             notify::n4_limits_and_quoting: [],
             notify::n4_own_channels_are_reserved: [],
             notify::n5_listener_reconnects: [connection_termination],
+            notify::n5_reconnected_comes_first: [connection_termination],
             notify::n6_close_ends_waits: [],
             notify::n7_notifications_sent_together_each_arrive: [],
             input::g11_bad_input_is_refused: [],

@@ -239,6 +239,57 @@ pub async fn n5_listener_reconnects(h: &Harness) {
     );
 }
 
+/// A listener whose connection dropped is told `Reconnected` before any message its new
+/// connection heard, so every gap in a numbered sequence is announced before the next message
+/// (the chaos run caught messages heard while the new connection proved it hears overtaking
+/// `Reconnected`). The sender numbers its notifications back to back, so some are always in
+/// flight while the listener reconnects.
+pub async fn n5_reconnected_comes_first(h: &Harness) {
+    let owner = "o1";
+    let ch = h.channel("n5c");
+    let listener = h.client(owner).await;
+    let sender = h.client("o2").await;
+    let sub = listener.listen([&ch]).await.unwrap();
+    let sending = {
+        let ch = ch.clone();
+        tokio::spawn(async move {
+            for i in 1u64.. {
+                sender.notify(&ch, &i.to_string()).await.unwrap();
+            }
+        })
+    };
+    let mut last = next_message(&sub).await.payload.parse::<u64>().unwrap();
+    assert!(h.terminate_connections(owner).await >= 1);
+    // Told since the last message; and how many messages came since the first Reconnected.
+    let mut told = false;
+    let mut after: Option<u32> = None;
+    while after.is_none_or(|n| n < 50) {
+        match tokio::time::timeout(10 * SEC, sub.recv()).await {
+            Ok(Ok(Some(Event::Reconnected))) => {
+                told = true;
+                after.get_or_insert(0);
+            }
+            Ok(Ok(Some(Event::Message(m)))) => {
+                let n = m.payload.parse::<u64>().unwrap();
+                assert!(n > last, "message {n} after {last}");
+                assert!(
+                    n == last + 1 || told,
+                    "messages {}..{} missed with no Reconnected before message {n}",
+                    last + 1,
+                    n - 1
+                );
+                if let Some(count) = after.as_mut() {
+                    *count += 1;
+                }
+                told = false;
+                last = n;
+            }
+            other => panic!("expected a message or Reconnected, got {other:?}"),
+        }
+    }
+    sending.abort();
+}
+
 pub async fn n6_close_ends_waits(h: &Harness) {
     let o1 = h.client("o1").await;
     let o2 = h.client("o2").await;

@@ -7,6 +7,11 @@
 //! PgBouncer in transaction mode (or with `listen_url` naming another database) LISTEN succeeds
 //! and then hears nothing; the probe turns that into an error naming `listen_url` instead of a
 //! subscription that stays silent.
+//!
+//! A new connection hears notifications as soon as its LISTEN takes effect, before the probe
+//! came back; those are held until then and handed on after `Reconnected`, so that a
+//! subscriber never gets a message of the new connection before being told of the gap (the
+//! chaos run's listeners caught messages overtaking `Reconnected`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -41,6 +46,10 @@ pub(crate) type ProbeSender = Arc<
 
 /// The probe a connection is waiting to hear: its payload, and whom to tell.
 type Expected = Arc<std::sync::Mutex<Option<(String, tokio::sync::oneshot::Sender<()>)>>>;
+
+/// What a connection heard before it counted as listening (`None` once it does: then events go
+/// straight to the sink). Delivering under this lock keeps the flush and later events in order.
+type Held = Arc<std::sync::Mutex<Option<Vec<BackendEvent>>>>;
 
 struct State {
     client: Option<Arc<Client>>,
@@ -222,13 +231,14 @@ impl Listener {
         let mut backoff = BACKOFF_MIN;
         let mut connected_before = false;
         while !self.shutdown.is_cancelled() {
-            match self.connect_and_listen().await {
+            match self.connect_and_listen(connected_before).await {
                 Ok(connected) => {
                     backoff = BACKOFF_MIN;
                     self.failure.send_replace(None);
+                    // `Reconnected` was delivered by connect_and_listen, before anything the
+                    // new connection heard.
                     if connected_before {
                         tracing::info!(target: "accord", server = %self.spec.display, "listening connection re-established");
-                        self.sink.deliver(BackendEvent::Reconnected);
                     } else {
                         tracing::debug!(target: "accord", server = %self.spec.display, "listening connection open");
                     }
@@ -264,8 +274,13 @@ impl Listener {
         self.state.lock().await.client = None;
     }
 
-    async fn connect_and_listen(&self) -> Result<Live, Failure> {
+    /// Connects, LISTENs, hears its probe; then tells `Reconnected` (when `reconnect`) and hands
+    /// on what the connection heard meanwhile. On a failure what it heard is dropped with it:
+    /// the next connection's `Reconnected` covers the gap.
+    async fn connect_and_listen(&self, reconnect: bool) -> Result<Live, Failure> {
         let sink = self.sink.clone();
+        let held: Held = Arc::new(std::sync::Mutex::new(Some(Vec::new())));
+        let hold = held.clone();
         let wakeup_channel = self.wakeup_channel.clone();
         let probe_channel = self.probe_channel.clone();
         let expected: Expected = Arc::default();
@@ -283,7 +298,12 @@ impl Listener {
                         }
                         return;
                     }
-                    sink.deliver(to_event(&wakeup_channel, n.channel(), n.payload()));
+                    let event = to_event(&wakeup_channel, n.channel(), n.payload());
+                    let mut held = hold.lock().unwrap_or_else(|e| e.into_inner());
+                    match held.as_mut() {
+                        Some(queue) => queue.push(event),
+                        None => sink.deliver(event),
+                    }
                 }
             })
             .await
@@ -310,6 +330,15 @@ impl Listener {
             }
         }
         self.hear_probe(&expected).await?;
+        {
+            let mut held = held.lock().unwrap_or_else(|e| e.into_inner());
+            if reconnect {
+                self.sink.deliver(BackendEvent::Reconnected);
+            }
+            for event in held.take().unwrap_or_default() {
+                self.sink.deliver(event);
+            }
+        }
         state.client = Some(client.clone());
         self.generation.send_modify(|g| *g += 1);
         drop(state);
