@@ -55,10 +55,10 @@ test: lint ## lint, then every test suite against a throwaway PostgreSQL (what C
 test-suites: $(TEST_SUITES) ## every test suite, without the lints (db)
 
 test-rust: ## the core's tests and doc tests, and README's quick start run twice (db)
-	$(CARGO) test -p accord --all-targets
-	$(CARGO) test -p accord --doc
+	$(CARGO) test -p accord-coord --all-targets
+	$(CARGO) test -p accord-coord --doc
 	@# README's Rust quick start (core/examples/quickstart.rs), twice in a row: it must run again.
-	$(CARGO) build -p accord --example quickstart
+	$(CARGO) build -p accord-coord --example quickstart
 	ACCORD_URL="$$ACCORD_TEST_DATABASE_URL" target/debug/examples/quickstart
 	ACCORD_URL="$$ACCORD_TEST_DATABASE_URL" target/debug/examples/quickstart
 
@@ -74,7 +74,7 @@ fmt: ## cargo fmt of every crate
 # The schema SQL for DBAs who apply migrations by hand (SCHEMA=accord by default).
 SCHEMA ?= accord
 migrate-sql: ## print the schema SQL for applying migrations by hand (SCHEMA=accord)
-	@$(CARGO) run --quiet -p accord --example migration_sql -- $(SCHEMA)
+	@$(CARGO) run --quiet -p accord-coord --example migration_sql -- $(SCHEMA)
 
 clean: ## cargo clean, and the module develop-python put in python/accord; .venv, node_modules stay
 	$(CARGO) clean

@@ -9,7 +9,7 @@ Runs under scripts/failover-pair.sh (which exports ACCORD_TEST_FAILOVER_URL, _DI
 Workers (each loops acquire → a little work → fenced write through a plain SQL connection of its
 own → a little work → release, and prints JSON lines):
 
-    rust    target/debug/examples/chaos_worker      (cargo build -p accord --example chaos_worker)
+    rust    target/debug/examples/chaos_worker      (cargo build -p accord-coord --example chaos_worker)
     python  chaos/workers/worker.py                 (the package installed in the venv)
     node    chaos/workers/worker.js                 (the addon built in node/)
     c       target/chaos/worker_c                   (libaccord + libpq)

@@ -4,7 +4,7 @@
 #   ACCORD_BENCH_PAIRS=2000 ACCORD_BENCH_WARMUP=200   fewer pairs, for a quick run
 #
 # Both link a RELEASE libaccord, installed (`make install`) into a bench-only prefix and loaded
-# from there as a shared library (rpath). The tests own target/lib (a debug libaccord.a), and
+# from there as a shared library (rpath). The tests own bindings/go/lib (a debug libaccord.a), and
 # the Go build cache does not hash external static libraries, so a static link could silently
 # reuse a stale or debug build; a shared library is read when the bench runs, and the make
 # targets check that the binaries load the one installed here, the bench programs report the

@@ -1,6 +1,7 @@
 # The C ABI (bindings/c → libaccord.so, libaccord.a, include/accord.h) and the Go package over it.
 #
-#   make install PREFIX=/usr/local   header, both libraries, accord.pc (release build)
+#   make install PREFIX=/usr/local   header, both libraries, accord.pc, the CMake package config
+#                                    (release build)
 #   make test-c / make test-go       (with a database: see scripts/with-postgres.sh)
 
 PREFIX ?= /usr/local
@@ -10,6 +11,10 @@ C_PROFILE ?= release
 C_CARGO_FLAGS = $(if $(filter release,$(C_PROFILE)),--release,)
 C_LIBDIR = target/$(C_PROFILE)
 C_TEST_PREFIX := $(CURDIR)/target/c-install
+# Where the Go package links libaccord.a from by default (bindings/go/accord.go): the module's
+# lib/<GOOS>_<GOARCH>/, git-ignored here; a released module carries the release build there
+# (mk/dist.mk). Prebuilt for linux/amd64 only: elsewhere, -tags accord_pkgconfig.
+GO_LIB_DIR := bindings/go/lib/linux_amd64
 CC ?= cc
 
 .PHONY: build-c build-c-tests install header-fresh test-c test-c-valgrind test-go lint-go
@@ -29,8 +34,8 @@ header-fresh: build-c
 	  echo "include/accord.h is stale: the build regenerated it; commit the new header." >&2; \
 	  git --no-pager diff --stat -- include/accord.h >&2; exit 1; }
 
-install: build-c ## header, libraries and accord.pc into PREFIX (/usr/local), release build
-	install -d "$(PREFIX)/include" "$(PREFIX)/lib/pkgconfig"
+install: build-c ## header, libraries, accord.pc and CMake config into PREFIX (/usr/local), release build
+	install -d "$(PREFIX)/include" "$(PREFIX)/lib/pkgconfig" "$(PREFIX)/lib/cmake/accord"
 	install -m 644 include/accord.h "$(PREFIX)/include/accord.h"
 	install -m 644 $(C_LIBDIR)/libaccord.a "$(PREFIX)/lib/libaccord.a"
 	install -m 755 $(C_LIBDIR)/libaccord.so "$(PREFIX)/lib/libaccord.so.$(ACCORD_VERSION)"
@@ -38,6 +43,9 @@ install: build-c ## header, libraries and accord.pc into PREFIX (/usr/local), re
 	ln -sf libaccord.so.0 "$(PREFIX)/lib/libaccord.so"
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(ACCORD_VERSION)|' bindings/c/accord.pc.in \
 	  >"$(PREFIX)/lib/pkgconfig/accord.pc"
+	for f in accordConfig accordConfigVersion; do \
+	  sed -e 's|@VERSION@|$(ACCORD_VERSION)|g' bindings/c/cmake/$$f.cmake.in >"$(PREFIX)/lib/cmake/accord/$$f.cmake" || exit 1; \
+	done
 
 # C tests: built against an installed copy (header, library, pkg-config), run, then run again
 # under valgrind (no leak, no error).
@@ -74,9 +82,9 @@ test-c-valgrind:
 lint-go: ## gofmt on every Go package
 	@out=$$(gofmt -l bindings/go examples/go demo/go bench/go); [ -z "$$out" ] || { echo "gofmt needed: $$out" >&2; exit 1; }
 
-# The Go package links libaccord.a from target/lib (a stable place whatever the profile).
+# The Go package links libaccord.a from $(GO_LIB_DIR), whatever the profile.
 test-go: build-c-tests ## go vet and go test of bindings/go, then examples/go (db)
-	mkdir -p target/lib && cp $(C_LIBDIR)/libaccord.a target/lib/libaccord.a
+	mkdir -p $(GO_LIB_DIR) && cp $(C_LIBDIR)/libaccord.a $(GO_LIB_DIR)/libaccord.a
 	cd bindings/go && go vet ./... && go test -count=1 ./...
 	cd examples/go && go vet ./... && go build -o ../../target/quickstart_go . && \
 	  ACCORD_URL="$$ACCORD_TEST_DATABASE_URL" ../../target/quickstart_go && \

@@ -10,7 +10,7 @@ PREFIX ?= /usr/local
 TEST_SUITES += test-cli
 
 test-cli: ## the accord command's tests (db)
-	$(CARGO) test -p accord-cli
+	$(CARGO) test -p accord-coord-cli
 
 install-cli: ## cargo install of the accord command into PREFIX/bin
 	$(CARGO) install --locked --path cli --root "$(PREFIX)"

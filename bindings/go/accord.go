@@ -3,9 +3,12 @@
 // as every other accord binding, through libaccord's C ABI, so Go workers share keys, fences and
 // channels with Rust, Python, Node and C workers.
 //
-// Linking: inside the accord repository the package links target/lib/libaccord.a (`make
-// test-go` puts it there). Elsewhere, install libaccord (`make install PREFIX=…`) and build with
-// `-tags accord_pkgconfig`, which takes the flags from pkg-config.
+// Linking: by default the package links the static libaccord in lib/<GOOS>_<GOARCH>/ of the
+// module, next to this file, so `go get` is all a user runs: no Rust toolchain. A released
+// module carries it (and lib/include/accord.h) for linux/amd64; inside the accord repository
+// `make test-go` puts the debug build there. On another platform, or to link an installed
+// libaccord (the release tarball, or `make install PREFIX=…`), build with `-tags
+// accord_pkgconfig`, which takes the flags from pkg-config.
 //
 //	client, err := accord.Connect(ctx, "postgres://localhost/app", &accord.ClientOptions{Namespace: "reports"})
 //	lease, err := client.Acquire(ctx, "daily", nil)
@@ -64,8 +67,8 @@
 package accord
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../../include
-#cgo !accord_pkgconfig LDFLAGS: ${SRCDIR}/../../target/lib/libaccord.a -lgcc_s -lutil -lrt -lpthread -lm -ldl
+#cgo !accord_pkgconfig CFLAGS: -I${SRCDIR}/../../include -I${SRCDIR}/lib/include
+#cgo linux,amd64,!accord_pkgconfig LDFLAGS: ${SRCDIR}/lib/linux_amd64/libaccord.a -lgcc_s -lutil -lrt -lpthread -lm -ldl
 #cgo accord_pkgconfig pkg-config: accord
 #include <stdlib.h>
 #include "accord.h"
@@ -83,6 +86,16 @@ import (
 	"time"
 	"unsafe"
 )
+
+// Version is the version of this module, which is that of the libaccord it links: every accord
+// package carries the workspace's version (scripts/check-versions.sh), and the Go test checks
+// this constant against the linked library's accord_version().
+const Version = "0.1.0"
+
+// libraryVersion is accord_version() of the linked libaccord.
+func libraryVersion() string {
+	return C.GoString(C.accord_version())
+}
 
 // ClientOptions of Connect. The zero value of each field means its default: namespace
 // "default", owner host-pid-random, ttl 30 s, schema "accord", two command connections,

@@ -1,5 +1,5 @@
 //! The `accord` command, run as a separate process against the PostgreSQL named by
-//! `ACCORD_TEST_DATABASE_URL` (`scripts/with-postgres.sh cargo test -p accord-cli`). Each test
+//! `ACCORD_TEST_DATABASE_URL` (`scripts/with-postgres.sh cargo test -p accord-coord-cli`). Each test
 //! uses its own namespace.
 
 mod support;
@@ -16,7 +16,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_accord");
 fn database_url() -> String {
     std::env::var("ACCORD_TEST_DATABASE_URL").expect(
         "ACCORD_TEST_DATABASE_URL is not set: run the tests with `make test` \
-         (or scripts/with-postgres.sh cargo test -p accord-cli)",
+         (or scripts/with-postgres.sh cargo test -p accord-coord-cli)",
     )
 }
 

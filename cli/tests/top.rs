@@ -1,6 +1,6 @@
 //! `accord top`: `--once`'s table, the prefix filter, `--prometheus`'s /metrics, and the live
 //! view in a real terminal (tmux, when installed). Run against the PostgreSQL named by
-//! `ACCORD_TEST_DATABASE_URL` (`scripts/with-postgres.sh cargo test -p accord-cli`); each test
+//! `ACCORD_TEST_DATABASE_URL` (`scripts/with-postgres.sh cargo test -p accord-coord-cli`); each test
 //! uses its own namespace.
 
 mod support;
@@ -22,7 +22,7 @@ impl Env {
     fn new(test: &str) -> Env {
         let url = std::env::var("ACCORD_TEST_DATABASE_URL").expect(
             "ACCORD_TEST_DATABASE_URL is not set: run the tests with `make test` \
-             (or scripts/with-postgres.sh cargo test -p accord-cli)",
+             (or scripts/with-postgres.sh cargo test -p accord-coord-cli)",
         );
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

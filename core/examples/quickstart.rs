@@ -2,7 +2,7 @@
 //! and a notification; then the key is reset, so that it runs again and again (and after the
 //! other languages' quick starts, which use the same namespace and key).
 //!
-//!     ACCORD_URL=postgres://app:secret@localhost/app cargo run -p accord --example quickstart
+//!     ACCORD_URL=postgres://app:secret@localhost/app cargo run -p accord-coord --example quickstart
 
 use std::time::Duration;
 

@@ -31,6 +31,11 @@
 //! The guarantees (G1–G12) are described in `docs/semantics.md`.
 #![warn(missing_docs)]
 
+// The crates.io page of accord-coord is core/README.md: its Rust example must compile.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctest;
+
 // The layers, each using only those listed before it (docs/architecture.md):
 // error, metadata, validate, options, rules → backend → session → lease, subscription →
 // client.

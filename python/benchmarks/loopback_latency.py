@@ -3,7 +3,7 @@ core/examples/loopback_latency.rs (same schema, pool size and key), to run side 
 A quick look, not the benchmark suite:
 
     ACCORD_URL=postgres://… python benchmarks/loopback_latency.py [rounds]
-    ACCORD_URL=postgres://… cargo run --release -p accord --example loopback_latency [rounds]
+    ACCORD_URL=postgres://… cargo run --release -p accord-coord --example loopback_latency [rounds]
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ by a hand-off, not by an expiry" are read from the coordinator, not from what me
     ACCORD_TEST_DATABASE_URL=postgres://... .venv/bin/python tests/polyglot/fleet.py
 
 Needs the Python package installed in the venv, the Node addon built (node/), and the Rust
-member (`cargo build -p accord --example contend`); `make test-polyglot` does all of it.
+member (`cargo build -p accord-coord --example contend`); `make test-polyglot` does all of it.
 """
 
 from __future__ import annotations

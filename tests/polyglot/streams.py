@@ -13,7 +13,7 @@ Python and Node processes on one PostgreSQL.
     ACCORD_TEST_DATABASE_URL=postgres://... .venv/bin/python tests/polyglot/streams.py
 
 Needs the Python package installed in the venv, the Node addon built (node/), and the Rust
-worker (`cargo build -p accord --example contend`); `make test-polyglot` does all of it.
+worker (`cargo build -p accord-coord --example contend`); `make test-polyglot` does all of it.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ pub struct Message {
     pub payload: String,
 }
 
-/// What a [`Subscription`] yields.
+/// What a [`Subscription`](crate::Subscription) yields.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// A notification on one of the subscription's channels.
