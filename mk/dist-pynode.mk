@@ -20,15 +20,17 @@
 # --target <triple>) into $(NODE_DIST_BUILD) before node/scripts/dist.js packs what is there.
 
 DIST := dist
-PY_DIST_TOOLS := "ziglang>=0.13,<0.16"
+# zig links both packages against glibc 2.17 (maturin uses it for the wheel, napi through
+# cargo-zigbuild for the addon): they install on older Linux than this machine's glibc 2.36.
+PY_DIST_TOOLS := "ziglang>=0.13,<0.16" "cargo-zigbuild>=0.20,<0.25"
 PY_DIST_TOOLS_STAMP := $(PY_VENV)/.accord-dist-tools
 # The oldest glibc the wheel may need (maturin refuses a wheel that needs a newer one).
 PY_DIST_COMPAT := manylinux2014
 NODE_DIST_BUILD := target/dist-node
 
-.PHONY: dist-python test-dist-python
+.PHONY: dist-python dist-node test-dist-python test-dist-node
 
-TEST_SUITES += test-dist-python
+TEST_SUITES += test-dist-python test-dist-node
 
 $(PY_DIST_TOOLS_STAMP): mk/dist-pynode.mk | python-venv
 	$(PY_VENV)/bin/python -m pip install --quiet --disable-pip-version-check $(PY_DIST_TOOLS)
@@ -45,5 +47,19 @@ dist-python: $(PY_DIST_TOOLS_STAMP) ## dist/: the Python abi3 wheel (manylinux20
 	PATH="$(CURDIR)/$(PY_VENV)/bin:$$PATH" $(PY_VENV)/bin/maturin sdist --quiet -m python/Cargo.toml --out $(DIST)
 	@ls -l $(DIST)/accord_coord-*
 
+# The release addon is built into $(NODE_DIST_BUILD) (with a loader and index.d.ts that
+# node/scripts/dist.js compares with the committed ones), so that node/ keeps whatever addon it
+# has (test-node's debug one). --cross-compile with a versioned target: cargo zigbuild (from
+# .venv, with the venv's zig) links against glibc 2.17; the loader is the same.
+dist-node: node-deps $(PY_DIST_TOOLS_STAMP) ## dist/: the npm package and its linux-x64-gnu addon package (release, glibc ≥ 2.17)
+	@mkdir -p $(DIST) && rm -f $(DIST)/accord-coord-*.tgz
+	rm -rf $(NODE_DIST_BUILD)
+	cd node && PATH="$(CURDIR)/$(PY_VENV)/bin:$$PATH" $(NAPI) build --platform --release --strip \
+	  --cross-compile --target x86_64-unknown-linux-gnu.2.17 -o $(CURDIR)/$(NODE_DIST_BUILD)
+	cd node && node scripts/dist.js $(CURDIR)/$(NODE_DIST_BUILD) $(CURDIR)/$(DIST)
+
 test-dist-python: dist-python ## the wheel in a fresh venv without Rust: README's install line and quick start
 	PYTHON=$(PYTHON) tests/dist/python.sh
+
+test-dist-node: dist-node ## the npm tarballs in an empty project without Rust, offline: README's quick start
+	tests/dist/node.sh
