@@ -27,6 +27,9 @@ PY_DIST_TOOLS_STAMP := $(PY_VENV)/.accord-dist-tools
 # The oldest glibc the wheel may need (maturin refuses a wheel that needs a newer one).
 PY_DIST_COMPAT := manylinux2014
 NODE_DIST_BUILD := target/dist-node
+# Cargo's own target dir for the addon: sharing target/ with the wheel's zig build made each of the
+# two rebuild most crates after the other (their build environments differ).
+NODE_DIST_CARGO := target/dist-node-cargo
 
 .PHONY: dist-python dist-node test-dist-python test-dist-node
 
@@ -54,8 +57,9 @@ dist-python: $(PY_DIST_TOOLS_STAMP) ## dist/: the Python abi3 wheel (manylinux20
 dist-node: node-deps $(PY_DIST_TOOLS_STAMP) ## dist/: the npm package and its linux-x64-gnu addon package (release, glibc ≥ 2.17)
 	@mkdir -p $(DIST) && rm -f $(DIST)/accord-coord-*.tgz
 	rm -rf $(NODE_DIST_BUILD)
-	cd node && PATH="$(CURDIR)/$(PY_VENV)/bin:$$PATH" $(NAPI) build --platform --release --strip \
-	  --cross-compile --target x86_64-unknown-linux-gnu.2.17 -o $(CURDIR)/$(NODE_DIST_BUILD)
+	cd node && PATH="$(CURDIR)/$(PY_VENV)/bin:$$PATH" CARGO_TARGET_DIR=$(CURDIR)/$(NODE_DIST_CARGO) \
+	  $(NAPI) build --platform --release --strip --cross-compile --target x86_64-unknown-linux-gnu.2.17 \
+	  -o $(CURDIR)/$(NODE_DIST_BUILD)
 	cd node && node scripts/dist.js $(CURDIR)/$(NODE_DIST_BUILD) $(CURDIR)/$(DIST)
 
 test-dist-python: dist-python ## the wheel in a fresh venv without Rust: README's install line and quick start
