@@ -47,7 +47,7 @@ dist-python: $(PY_DIST_TOOLS_STAMP) ## dist/: the Python abi3 wheel (manylinux20
 	@mkdir -p $(DIST) && rm -f $(DIST)/accord_coord-*
 	PATH="$(CURDIR)/$(PY_VENV)/bin:$$PATH" $(PY_VENV)/bin/maturin build --release --strip --quiet \
 	  --zig --compatibility $(PY_DIST_COMPAT) -m python/Cargo.toml --out $(DIST)
-	PATH="$(CURDIR)/$(PY_VENV)/bin:$$PATH" $(PY_VENV)/bin/maturin sdist --quiet -m python/Cargo.toml --out $(DIST)
+	PATH="$(CURDIR)/$(PY_VENV)/bin:$$PATH" $(PY_VENV)/bin/maturin sdist -m python/Cargo.toml --out $(DIST)
 	@ls -l $(DIST)/accord_coord-*
 
 # The release addon is built into $(NODE_DIST_BUILD) (with a loader and index.d.ts that
