@@ -32,7 +32,7 @@ bench-python: bench-python-venv wheel-python ## the Python bench program, releas
 	  echo "bench-python: no database; run it as scripts/with-postgres.sh make bench-python" >&2; \
 	  exit 1; }
 	$(BENCH_PY) -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall \
-	  $$(ls -t $(PY_WHEELS)/accord-*.whl | head -n 1)
+	  $$(ls -t $(PY_WHEELS)/accord_coord-*.whl | head -n 1)
 	mkdir -p $(BENCH_OUT_DIR)
 	ACCORD_BENCH_URL="$${ACCORD_BENCH_URL:-$$ACCORD_TEST_DATABASE_URL}" ACCORD_BENCH_OUT=$(BENCH_OUT_DIR)/python.json \
 	  ACCORD_BENCH_STATEMENTS=$(BENCH_OUT_DIR)/statements.json \

@@ -1,12 +1,13 @@
-# The Node.js package (node/: the napi-rs crate `accord-node` and the `accord` npm package).
+# The Node.js package (node/: the napi-rs crate `accord-node` and the `accord-coord` npm package;
+# mk/dist-pynode.mk packs it for people to install).
 # npm packages stay under node/ (installed from the committed package-lock.json); nothing global.
 #
 #   make test-node    npm install, the addon built (debug), tsc on the examples, then node --test
 #                     against a database (see scripts/with-postgres.sh): L1–L9, N1–N6,
 #                     AbortSignal, process exit, bad arguments, examples, the Rust contender,
-#                     the generated index.js/index.d.ts fresh, npm pack + install of the tarball
+#                     the generated index.js/index.d.ts fresh, what npm pack takes
 #   make lint-node    the examples and the committed index.d.ts pass `tsc --strict` (no database)
-#   make build-node   the release addon in node/ (what `npm pack` then ships)
+#   make build-node   the release addon in node/ (what the bench loads)
 #   make develop-node the debug addon in node/ (build-node-debug), for `require` from node/ while
 #                     changing the code: much quicker to rebuild than build-node
 
@@ -28,7 +29,7 @@ $(NODE_STAMP): node/package.json node/package-lock.json
 
 node-deps: $(NODE_STAMP) ## npm install in node/ (from the committed lock)
 
-build-node: node-deps ## the release addon in node/ (what npm pack ships); regenerates index.js/.d.ts
+build-node: node-deps ## the release addon in node/ (what the bench loads); regenerates index.js/.d.ts
 	cd node && $(NAPI) build --platform --release
 
 # Built into node/build/ so that the committed loader and index.d.ts are left as they are for

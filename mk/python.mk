@@ -1,12 +1,12 @@
 # The Python package (python/: the pyo3 crate `accord-python` and the `accord` package, built by
-# maturin). Everything Python runs from a venv the Makefile makes in .venv (git-ignored), with
+# maturin; on PyPI `accord-coord`). Everything Python runs from a venv the Makefile makes in .venv (git-ignored), with
 # packages from PyPI.
 #
-#   make test-python        build and install the package into .venv (pip install ./python),
-#                           pytest against a database (see scripts/with-postgres.sh), the lints,
+#   make test-python        install the release wheel of dist-python (mk/dist-pynode.mk) into
+#                           .venv, pytest against a database (see scripts/with-postgres.sh), the lints,
 #                           and the clean-venv wheel check
 #   make lint-python        ruff + mypy --strict on the package, its stubs, examples and tests
-#   make wheel-python       maturin build --release → target/python-wheels
+#   make wheel-python       the release wheel: dist-python's, in dist/
 #   make test-python-wheel  the wheel installs into a clean venv and works there
 #   make develop-python     a debug build installed editable into .venv (maturin develop): the
 #                           quick loop while changing the code; not what the tests use
@@ -18,7 +18,8 @@ PY := $(PY_VENV)/bin/python
 PY_TOOLS := "maturin>=1.9.4,<2" "pytest>=8,<10" "pytest-asyncio>=1.0,<2" "pytest-timeout>=2,<3" \
 	"mypy>=2.4,<2.5" "ruff>=0.17,<0.18" "psycopg[binary]>=3.1,<4"
 PY_TOOLS_STAMP := $(PY_VENV)/.accord-python-tools
-PY_WHEELS := target/python-wheels
+# The release wheel: the one of dist-python (mk/dist-pynode.mk), the one people install.
+PY_WHEELS = $(DIST)
 PY_CLEAN_VENV := target/python-clean-venv
 
 .PHONY: python-venv python-install develop-python test-python lint-python wheel-python test-python-wheel
@@ -34,11 +35,12 @@ $(PY_TOOLS_STAMP): mk/python.mk
 
 python-venv: $(PY_TOOLS_STAMP) ## .venv with maturin, pytest, mypy, ruff, psycopg
 
-# The package as users install it: PEP 517 through maturin (a release build). The tools are in
-# the venv already, so without build isolation.
-python-install: python-venv ## the package into .venv as users get it: pip install ./python (release)
-	PATH="$(CURDIR)/$(PY_VENV)/bin:$$PATH" $(PY) -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps \
-	  --force-reinstall ./python
+# The package as users install it: the release wheel that goes to PyPI (dist-python). One
+# release build serves the tests, the demo, the bench and dist/ (`pip install ./python` would be a
+# second one, with another linker: it builds from source as the sdist does).
+python-install: python-venv wheel-python ## the release wheel (dist-python's) into .venv, as users get it
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-index --no-deps --force-reinstall \
+	  $$(ls -t $(PY_WHEELS)/accord_coord-*.whl | head -n 1)
 
 # For working on the code: `maturin develop` builds the extension in debug (target/debug, shared
 # with `cargo build`) and installs the package editable into .venv: the compiled module goes into
@@ -64,13 +66,12 @@ test-python: python-install lint-python ## release install, stubtest, pytest, th
 	cd python && ../$(PY_VENV)/bin/pytest -p no:cacheprovider -q -ra
 	$(MAKE) --no-print-directory test-python-wheel
 
-wheel-python: python-venv ## maturin build --release → target/python-wheels
-	$(PY_VENV)/bin/maturin build --release --quiet -m python/Cargo.toml --out $(PY_WHEELS)
+wheel-python: dist-python ## the release wheel: dist-python's (abi3, manylinux2014), in dist/
 
 # A venv with nothing but the wheel: import, connect, try_acquire, release.
 test-python-wheel: wheel-python ## the wheel installs into a clean venv and works there
 	rm -rf $(PY_CLEAN_VENV)
 	$(PYTHON) -m venv $(PY_CLEAN_VENV)
 	$(PY_CLEAN_VENV)/bin/pip install --quiet --disable-pip-version-check --no-index \
-	  $$(ls -t $(PY_WHEELS)/accord-*.whl | head -n 1)
+	  $$(ls -t $(PY_WHEELS)/accord_coord-*.whl | head -n 1)
 	cd target && $(CURDIR)/$(PY_CLEAN_VENV)/bin/python $(CURDIR)/python/tests/wheel_check.py

@@ -2,7 +2,7 @@
 // SQL (`NOTIFY jobs, 'hi'`), until Ctrl-C. After a `reconnected` event, notifications sent while
 // the connection was down were missed: re-read whatever state they were about.
 //   ACCORD_URL=postgres://… node listener.mjs jobs alerts
-import { connect } from 'accord'
+import { connect } from 'accord-coord'
 
 const url = process.env.ACCORD_URL ?? 'postgres://app:secret@localhost/app'
 const channels = process.argv.length > 2 ? process.argv.slice(2) : ['jobs']

@@ -2,7 +2,7 @@
 //   ACCORD_URL=postgres://app:secret@localhost/app node quickstart.mjs   (after tsc)
 // It resets the key it marks done at the end, so that it runs again and again, before or after
 // the other languages' quick starts (the same namespace and key).
-import { connect } from 'accord'
+import { connect } from 'accord-coord'
 
 const url = process.env.ACCORD_URL ?? 'postgres://app:secret@localhost/app'
 await using client = await connect(url, { namespace: 'reports', ttl: 10_000 })

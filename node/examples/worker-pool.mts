@@ -3,7 +3,7 @@
 // a file whose worker crashed is picked up by another once the lease expires. Ctrl-C (an
 // AbortSignal) stops waiting workers, leaving nothing held.
 //   ACCORD_URL=postgres://… node worker-pool.mjs [workers] [files]
-import { connect, type Client, type Lease } from 'accord'
+import { connect, type Client, type Lease } from 'accord-coord'
 
 const url = process.env.ACCORD_URL ?? 'postgres://app:secret@localhost/app'
 const workers = Number(process.argv[2] ?? 4)

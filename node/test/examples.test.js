@@ -7,7 +7,7 @@ const path = require('node:path')
 const { before, test } = require('node:test')
 const { accord, databaseUrl, PACKAGE_DIR, SEC } = require('./support')
 
-// Inside the package, so that `import ... from 'accord'` resolves to it (self-reference).
+// Inside the package, so that `import ... from 'accord-coord'` resolves to it (self-reference).
 const out = path.join(PACKAGE_DIR, 'build', 'examples')
 const tsc = path.join(PACKAGE_DIR, 'node_modules', 'typescript', 'bin', 'tsc')
 
