@@ -5,48 +5,11 @@
 'use strict'
 const path = require('path')
 const { connect } = require(path.join(__dirname, '..', '..', 'node'))
-const pg = require(path.join(__dirname, '..', '..', 'node', 'node_modules', 'pg'))
+const { env, sleep, say, err, write: fencedWrite } = require('./fenced_write')
 
-const env = process.env
 const name = env.CHAOS_NAME
 const ttl = Number(env.CHAOS_TTL_MS)
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
-const say = (event) => process.stdout.write(JSON.stringify({ ...event, t: Date.now() / 1000 }) + '\n')
-const err = (e) => String(e && e.message).slice(0, 200)
-const WRITE = 'UPDATE chaos_resource SET fence = $1, writer = $2 WHERE key = $3 AND fence < $1'
-
-let db = null
-// node-postgres takes one host: try each, keep the one that is not in recovery.
-async function writer() {
-  if (db) return db
-  for (const hostport of env.CHAOS_WRITER_HOSTS.split(',')) {
-    const [host, port] = hostport.split(':')
-    const c = new pg.Client({
-      host, port: Number(port), user: env.CHAOS_PGUSER, password: env.CHAOS_PGPASSWORD,
-      database: env.CHAOS_PGDATABASE, application_name: 'chaos-writer', connectionTimeoutMillis: 3000,
-    })
-    c.on('error', () => { if (db === c) db = null })
-    try {
-      await c.connect()
-      const { rows } = await c.query('SELECT pg_is_in_recovery() AS r')
-      if (!rows[0].r) { db = c; return c }
-    } catch (e) { /* the next host */ }
-    c.end().catch(() => {})
-  }
-  throw new Error('no primary reachable')
-}
-
-async function write(key, fence) {
-  const c = await writer()
-  try {
-    const r = await c.query(WRITE, [fence.toString(), name, key])
-    return r.rowCount === 1
-  } catch (e) {
-    db = null
-    c.end().catch(() => {})
-    throw e
-  }
-}
+const write = (key, fence) => fencedWrite(name, key, fence)
 
 async function main() {
   let fleet
