@@ -74,7 +74,11 @@ fn list_in(
     };
     // Free or held only: the keys not done, through leases_undone (SQLite uses a partial
     // index when the statement carries its condition as written).
-    let undone = if range.undone_only { "AND NOT done" } else { "" };
+    let undone = if range.undone_only {
+        "AND NOT done"
+    } else {
+        ""
+    };
     let mut keys = conn
         .prepare_cached(&format!(
             "SELECT key, owner, fence, expires_at_ms, done, metadata, updated_at_ms,
