@@ -16,7 +16,7 @@ const contend = path.join(targetDir, 'debug', 'examples', 'contend')
 before(() => {
   // make test-node builds it first; this keeps `node --test` usable on its own.
   if (!fs.existsSync(contend)) {
-    execFileSync('cargo', ['build', '-p', 'accord', '--example', 'contend'], {
+    execFileSync('cargo', ['build', '-p', 'accord-coord', '--example', 'contend'], {
       cwd: REPO_DIR,
       stdio: 'inherit',
     })

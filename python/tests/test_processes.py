@@ -231,7 +231,7 @@ def contend_bin() -> Iterator[str]:
     if cargo is None:
         pytest.skip("cargo is needed to build the Rust contender")
     subprocess.run(
-        [cargo, "build", "-q", "-p", "accord", "--example", "contend"], cwd=REPO, check=True
+        [cargo, "build", "-q", "-p", "accord-coord", "--example", "contend"], cwd=REPO, check=True
     )
     meta = subprocess.run(
         [cargo, "metadata", "--format-version", "1", "--no-deps"],
