@@ -813,17 +813,6 @@ pub(crate) mod param_types {
         Type::TEXT,
     ];
     pub const RESET: &[Type] = &[Type::TEXT, Type::TEXT];
-    /// The shared holders' page takes the keys' page's first eight parameters, one for one.
-    pub const LIST_HOLDERS: &[Type] = &[
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::INT8,
-        Type::INT8,
-    ];
     pub const LIST_KEYS: &[Type] = &[
         Type::TEXT,
         Type::TEXT,
@@ -835,6 +824,8 @@ pub(crate) mod param_types {
         Type::INT8,
         Type::BOOL,
     ];
+    /// The shared holders' page takes the keys' page's first eight parameters, one for one.
+    pub const LIST_HOLDERS: &[Type] = LIST_KEYS.split_at(8).0;
     pub const NOTIFY: &[Type] = &[Type::TEXT, Type::TEXT];
     pub const NOTIFY_BATCH: &[Type] = &[Type::TEXT_ARRAY, Type::TEXT_ARRAY];
     pub const OFFER: &[Type] = &[
