@@ -217,6 +217,12 @@ fn render(namespace: &str, prefix: &str, snap: Option<&Snapshot>, stats: &accord
         );
         gauge_head(
             &mut o,
+            "accord_waiters",
+            "Acquires waiting in line for the keys under the prefix, read at this scrape.",
+        );
+        let _ = writeln!(o, "accord_waiters{{{labels}}} {}", s.counts.waiting);
+        gauge_head(
+            &mut o,
             "accord_keys_truncated",
             &format!(
                 "1 if more keys lie under the prefix than top's table shows (the first {}); accord_keys counts every key regardless.",
@@ -328,6 +334,24 @@ mod tests {
     #[test]
     fn label_values_are_escaped() {
         assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+
+    #[test]
+    fn waiters_are_a_gauge_of_the_namespace_and_prefix() {
+        let snap = Snapshot {
+            counts: accord::KeyCounts {
+                held: 1,
+                waiting: 3,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let text = render("ns", "p/", Some(&snap), &accord::Stats::default());
+        assert!(text.contains("# TYPE accord_waiters gauge\n"), "{text}");
+        assert!(
+            text.contains("accord_waiters{namespace=\"ns\",prefix=\"p/\"} 3\n"),
+            "{text}"
+        );
     }
 
     #[test]

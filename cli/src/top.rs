@@ -3,8 +3,8 @@
 //!
 //! Every refresh is one `Client::snapshot` (one round trip on PostgreSQL: its statements are
 //! pipelined; one transaction on SQLite): the first page of up to `MAX_LIST_LIMIT` rows under
-//! the prefix, the exact counts by state under it, and the namespace's groups, fleets,
-//! elections and streams. What each section holds is the core's rule (`accord::snapshot`);
+//! the prefix, the exact counts by state under it, the acquires waiting in line for each key,
+//! and the namespace's groups, fleets, elections and streams. What each section holds is the core's rule (`accord::snapshot`);
 //! this file only renders. `--channel` listens on channels and counts what arrives.
 
 use std::io::{IsTerminal, Write};
@@ -67,6 +67,9 @@ pub struct Row {
     /// Held rows: the ttl of the last grant or renewal (expiry minus the row's last change),
     /// when that is at least the time left.
     pub ttl: Option<Duration>,
+    /// Acquires waiting in line for the key (exclusive and shared), on the key's first row in
+    /// key order (its smallest fence) only: 0 on the others, and when none wait.
+    pub waiting: u64,
     pub metadata: Metadata,
 }
 
@@ -104,7 +107,8 @@ pub async fn read(client: &Client, prefix: &str) -> Result<Snapshot, accord::Err
     let rows = page
         .items
         .iter()
-        .map(|i| {
+        .enumerate()
+        .map(|(n, i)| {
             let (left, ttl) = match (i.state, i.expires_at) {
                 (KeyState::Held, Some(t)) => {
                     let left = (t - now).to_std().unwrap_or(Duration::ZERO);
@@ -119,6 +123,12 @@ pub async fn read(client: &Client, prefix: &str) -> Result<Snapshot, accord::Err
                 }
                 _ => (None, None),
             };
+            // The page is in (key, fence) order: a key's first row follows another key's.
+            let first_of_key = n == 0 || page.items.get(n - 1).is_none_or(|p| p.key != i.key);
+            let waiting = match sections.waiters_on(&i.key) {
+                Some(w) if first_of_key => w.total(),
+                _ => 0,
+            };
             Row {
                 key: i.key.clone(),
                 state: i.state,
@@ -127,6 +137,7 @@ pub async fn read(client: &Client, prefix: &str) -> Result<Snapshot, accord::Err
                 fence: i.fence,
                 left,
                 ttl,
+                waiting,
                 metadata: i.metadata.clone(),
             }
         })
@@ -191,7 +202,19 @@ fn counts_line(s: &Snapshot) -> String {
     if c.shared_holders > 0 {
         line.push_str(&format!("  shared holders {}", c.shared_holders));
     }
+    if c.waiting > 0 {
+        line.push_str(&format!("  waiting {}", c.waiting));
+    }
     line
+}
+
+/// The WAIT cell: how many acquires wait in line for the row's key, `-` for none.
+fn wait_cell(r: &Row) -> String {
+    if r.waiting == 0 {
+        "-".into()
+    } else {
+        r.waiting.to_string()
+    }
 }
 
 // ------------------------------------------------------------------------------- channels
@@ -552,8 +575,10 @@ fn render_plain(namespace: &str, prefix: &str, snap: &Snapshot) -> String {
             "(the first {PAGE} keys only; the counts are of every key; narrow the prefix)\n"
         ));
     }
-    let header = ["KEY", "STATE", "HOLDER", "FENCE", "LEFT", "TTL", "METADATA"];
-    let rows: Vec<[String; 7]> = snap
+    let header = [
+        "KEY", "STATE", "HOLDER", "FENCE", "LEFT", "TTL", "WAIT", "METADATA",
+    ];
+    let rows: Vec<[String; 8]> = snap
         .rows
         .iter()
         .map(|r| {
@@ -564,6 +589,7 @@ fn render_plain(namespace: &str, prefix: &str, snap: &Snapshot) -> String {
                 r.fence.to_string(),
                 r.left.map(format_left).unwrap_or_else(|| "-".into()),
                 r.ttl.map(format_left).unwrap_or_else(|| "-".into()),
+                wait_cell(r),
                 metadata_summary(&r.metadata, 60),
             ]
         })
@@ -574,7 +600,7 @@ fn render_plain(namespace: &str, prefix: &str, snap: &Snapshot) -> String {
             *w = (*w).max(c.chars().count());
         }
     }
-    let mut line = |cells: [&str; 7]| {
+    let mut line = |cells: [&str; 8]| {
         let mut s = String::new();
         for (k, c) in cells.iter().enumerate() {
             s.push_str(&format!("{c:<w$}  ", w = widths[k]));
@@ -584,7 +610,7 @@ fn render_plain(namespace: &str, prefix: &str, snap: &Snapshot) -> String {
     };
     line(header);
     for r in &rows {
-        line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5], &r[6]]);
+        line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5], &r[6], &r[7]]);
     }
     text
 }
@@ -733,6 +759,12 @@ impl View {
         if c.shared_holders > 0 {
             second.push(Span::raw(format!("  shared holders {}", c.shared_holders)));
         }
+        if c.waiting > 0 {
+            second.push(Span::styled(
+                format!("  waiting {}", c.waiting),
+                Style::new().fg(Color::Yellow),
+            ));
+        }
         if let Some(e) = &self.error {
             second = vec![Span::styled(
                 format!("refresh failed: {e}"),
@@ -804,6 +836,11 @@ impl View {
                     Cell::from(r.owner.clone().unwrap_or_else(|| "-".into())),
                     Cell::from(r.fence.to_string()),
                     Cell::from(left),
+                    Cell::from(wait_cell(r)).style(if r.waiting > 0 {
+                        Style::new().fg(Color::Yellow)
+                    } else {
+                        Style::new()
+                    }),
                     Cell::from(metadata_summary(&r.metadata, 80)),
                 ])
             })
@@ -832,12 +869,15 @@ impl View {
                 Constraint::Length(holder_width),
                 Constraint::Length(8),
                 Constraint::Length(bar_width as u16 + 8),
+                Constraint::Length(5),
                 Constraint::Fill(1),
             ],
         )
         .header(
-            TableRow::new(vec!["KEY", "STATE", "HOLDER", "FENCE", "LEFT", "METADATA"])
-                .style(Style::new().add_modifier(Modifier::BOLD | Modifier::REVERSED)),
+            TableRow::new(vec![
+                "KEY", "STATE", "HOLDER", "FENCE", "LEFT", "WAIT", "METADATA",
+            ])
+            .style(Style::new().add_modifier(Modifier::BOLD | Modifier::REVERSED)),
         );
         frame.render_widget(table, body);
 

@@ -124,7 +124,7 @@ fn table(text: &str) -> (String, Vec<std::collections::HashMap<String, String>>)
         .collect();
     assert_eq!(
         titles,
-        ["KEY", "STATE", "HOLDER", "FENCE", "LEFT", "TTL", "METADATA"]
+        ["KEY", "STATE", "HOLDER", "FENCE", "LEFT", "TTL", "WAIT", "METADATA"]
     );
     let rows = lines
         .take_while(|l| !l.is_empty())
@@ -188,6 +188,103 @@ fn once_prints_each_state_with_holder_and_fence() {
     // By time left: the held key first.
     let (_, by_left) = table(&env.ok(&["top", "--once", "--sort", "left", "jobs/"]));
     assert_eq!(by_left[0]["KEY"], "jobs/held");
+}
+
+/// A waiting `accord acquire` of `key` as `owner` (`--shared` when asked), until dropped.
+fn wait_on(env: &Env, owner: &str, key: &str, shared: bool) -> Guard {
+    let mut args = vec!["--owner", owner, "acquire", key, "--timeout", "120s"];
+    if shared {
+        args.push("--shared");
+    }
+    Guard(
+        env.cmd(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+#[test]
+fn once_shows_the_waiters_in_line_per_key() {
+    let env = Env::new("wait");
+    let (_holder, fence) = three_states(&env);
+    let _writer = wait_on(&env, "bob", "jobs/held", false);
+    let _reader = wait_on(&env, "carol", "jobs/held", true);
+
+    // Polled: each waiter takes its place in line in its own process. The bound catches hangs.
+    let started = Instant::now();
+    let (head, rows, text) = loop {
+        let text = env.ok(&["top", "--once", "jobs/"]);
+        let (head, rows) = table(&text);
+        if rows
+            .iter()
+            .any(|r| r["KEY"] == "jobs/held" && r["WAIT"] == "2")
+        {
+            break (head, rows, text);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no 2 waiters on jobs/held within 60s:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(head.contains("keys 3  waiting 2"), "{head}");
+    for r in &rows {
+        let (key, wait) = (r["KEY"].as_str(), r["WAIT"].as_str());
+        match key {
+            "jobs/held" => {
+                assert_eq!(r["HOLDER"], "alice", "{text}");
+                assert_eq!(r["FENCE"], fence.to_string(), "{text}");
+                assert_eq!(r["METADATA"], "who=test", "{text}");
+            }
+            _ => assert_eq!(wait, "-", "{key} has no waiter: {text}"),
+        }
+    }
+    // Another prefix counts none of them.
+    let (head, rows) = table(&env.ok(&["top", "--once", "other/"]));
+    assert!(!head.contains("waiting"), "{head}");
+    assert!(rows.iter().all(|r| r["WAIT"] == "-"));
+
+    // A key held shared shows a row per holder; its waiter is counted on the first row only.
+    let _readers = [
+        hold_shared(&env, "r1", "shared/k"),
+        hold_shared(&env, "r2", "shared/k"),
+    ];
+    let _waiter = wait_on(&env, "w", "shared/k", false);
+    let started = Instant::now();
+    let (head, rows, text) = loop {
+        let text = env.ok(&["top", "--once", "shared/"]);
+        let (head, rows) = table(&text);
+        if rows.iter().any(|r| r["WAIT"] != "-") {
+            break (head, rows, text);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no waiter on shared/k within 60s:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(head.contains("shared holders 2  waiting 1"), "{head}");
+    let cells: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r["STATE"].as_str(), r["WAIT"].as_str()))
+        .collect();
+    assert_eq!(cells, [("shared", "1"), ("shared", "-")], "{text}");
+}
+
+/// A shared holder of `key` as `owner`, running until dropped.
+fn hold_shared(env: &Env, owner: &str, key: &str) -> Guard {
+    let mut child = env
+        .cmd(&["--owner", owner, "acquire", key, "--ttl", "30s", "--shared"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(child.stdout.take().unwrap());
+    let guard = Guard(child);
+    expect_line(&lines, "", Duration::from_secs(30));
+    guard
 }
 
 #[test]
@@ -347,6 +444,8 @@ fn prometheus_serves_key_gauges_and_client_counters() {
         sample(&body, &format!("accord_keys_truncated{{{labels}}}")),
         0.0
     );
+    assert!(body.contains("# TYPE accord_waiters gauge\n"), "{body}");
+    assert_eq!(sample(&body, &format!("accord_waiters{{{labels}}}")), 0.0);
     assert!(
         body.contains("# TYPE accord_statements_total counter\n"),
         "{body}"
@@ -685,6 +784,7 @@ fn live_view_in_a_terminal_shows_keys_filters_and_quits_on_q() {
     });
     assert!(pane.contains("accord top"), "{pane}");
     assert!(pane.contains("held 1"), "{pane}");
+    assert!(pane.contains("WAIT"), "the waiters' column: {pane}");
     assert!(pane.contains(&fence.to_string()), "{pane}");
     assert!(pane.contains("other/x"), "{pane}");
 

@@ -487,6 +487,9 @@ pub struct KeyCounts {
     pub done: u64,
     /// Shared holders (granted shared leases) of the held keys.
     pub shared_holders: u64,
+    /// Acquires waiting in line on these keys, exclusive and shared (see
+    /// [`crate::NamespaceSnapshot::waiters`] for which waits are in line).
+    pub waiting: u64,
 }
 
 impl KeyCounts {

@@ -146,6 +146,15 @@ pub(crate) fn wake_range(
     Some((head.ticket, next_exclusive))
 }
 
+/// Whether a ticket is an acquire waiting in line now, as `snapshot` counts waiters: not
+/// granted (a granted ticket is a shared holder) and its place live (a waiter pushes its
+/// ticket's expiry back at each try; one that stopped trying loses its place at that expiry).
+/// The same liveness `grantable_in_turn` and `wake_range` apply to the tickets ahead. Mirrors
+/// `NOT granted AND expires_at > clock_timestamp()`.
+pub(crate) fn waits_in_line(granted: bool, expires_at_ms: i64, now_ms: i64) -> bool {
+    !granted && expires_at_ms > now_ms
+}
+
 /// A shared grant's effect on the key's count of shared holders and their latest expiry:
 /// a count whose holders all expired starts again at one. Mirrors the `acquire_queued`
 /// statement's `shared_holders = CASE WHEN l.shared_until > clock_timestamp() THEN
@@ -313,6 +322,15 @@ mod tests {
             shared,
             expires_at_ms: 1_000,
         }
+    }
+
+    #[test]
+    fn waiters_are_live_tickets_not_granted() {
+        assert!(waits_in_line(false, 101, 100));
+        // At the instant of expiry the place is gone, as `expires_at > clock_timestamp()`.
+        assert!(!waits_in_line(false, 100, 100));
+        // A granted ticket is a shared holder, not a waiter.
+        assert!(!waits_in_line(true, 101, 100));
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! The rule for what each section shows lives here, once: the recipes keep their state in
 //! ordinary keys (`accord.group/…`, `accord.fleet/…`, `accord.election/…`, see their modules),
 //! so the snapshot reads that range and sorts its rows into sections; streams come from their
-//! own tables. Both stores read everything at once: PostgreSQL pipelines its five statements on
-//! one connection (one round trip), SQLite reads them in one transaction.
+//! own tables, and the waiters in line from the tickets under the prefix (`rules::waits_in_line`).
+//! Both stores read everything at once: PostgreSQL pipelines its six statements on one
+//! connection (one round trip), SQLite reads them in one transaction.
 
 use std::collections::BTreeMap;
 
@@ -24,6 +25,9 @@ use crate::validate;
 pub const MAX_SNAPSHOT_RECIPE_ROWS: usize = 10_000;
 /// The stream rows (a stream, or one consumer of a stream) read at most.
 pub const MAX_SNAPSHOT_STREAM_ROWS: usize = 1_000;
+/// The keys with acquires waiting in line listed at most (the first ones in key order);
+/// [`KeyCounts::waiting`] counts every waiter regardless.
+pub const MAX_SNAPSHOT_WAITER_KEYS: usize = 1_000;
 
 /// Where the recipes keep their keys: groups, fleets and elections all start with it.
 const RECIPES_PREFIX: &str = "accord.";
@@ -43,9 +47,48 @@ pub struct NamespaceSnapshot {
     pub elections: Vec<ElectionSnapshot>,
     /// Each stream, by name.
     pub streams: Vec<StreamSnapshot>,
-    /// The recipes' rows went beyond [`MAX_SNAPSHOT_RECIPE_ROWS`], or the streams' beyond
-    /// [`MAX_SNAPSHOT_STREAM_ROWS`]: the sections show the first ones only.
+    /// Each key under the prefix with acquires waiting in line for it, in key order (up to
+    /// [`MAX_SNAPSHOT_WAITER_KEYS`]). A waiter in line is a waiting acquire
+    /// ([`crate::Client::acquire`], exclusive or shared) that found the key held or others in
+    /// line and took a place, live while it keeps trying. Not in line, so not shown: tries
+    /// ([`crate::Client::try_acquire`]), claims of work pools and semaphores (they wait for any
+    /// free key, not for one), and an acquire's first try, before it takes its place. An
+    /// election's campaigners wait in line on its key (`accord.election/<name>`).
+    pub waiters: Vec<KeyWaiters>,
+    /// The recipes' rows went beyond [`MAX_SNAPSHOT_RECIPE_ROWS`], the streams' beyond
+    /// [`MAX_SNAPSHOT_STREAM_ROWS`], or the keys with waiters beyond
+    /// [`MAX_SNAPSHOT_WAITER_KEYS`]: the sections show the first ones only.
     pub truncated: bool,
+}
+
+impl NamespaceSnapshot {
+    /// The acquires waiting in line for `key`, if any (and if `key` is among the first
+    /// [`MAX_SNAPSHOT_WAITER_KEYS`] keys with waiters).
+    pub fn waiters_on(&self, key: &str) -> Option<&KeyWaiters> {
+        // In key order, compared by bytes as both stores compare keys (and as `str` does).
+        self.waiters
+            .binary_search_by(|w| w.key.as_str().cmp(key))
+            .ok()
+            .and_then(|i| self.waiters.get(i))
+    }
+}
+
+/// The acquires waiting in line for one key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyWaiters {
+    /// The key.
+    pub key: String,
+    /// Exclusive acquires in line.
+    pub exclusive: u64,
+    /// Shared acquires in line.
+    pub shared: u64,
+}
+
+impl KeyWaiters {
+    /// Every acquire in line: exclusive and shared.
+    pub fn total(&self) -> u64 {
+        self.exclusive + self.shared
+    }
 }
 
 /// A group's live members (see [`crate::Client::members`]), oldest first.
@@ -155,7 +198,13 @@ pub(crate) async fn read(session: &Session, page: &ListQuery) -> Result<Namespac
     let scope = &session.scope;
     let rows = scope
         .backend
-        .snapshot(&scope.namespace, page, &recipes, MAX_SNAPSHOT_STREAM_ROWS)
+        .snapshot(
+            &scope.namespace,
+            page,
+            &recipes,
+            MAX_SNAPSHOT_STREAM_ROWS,
+            MAX_SNAPSHOT_WAITER_KEYS,
+        )
         .await?;
     Ok(assemble(rows))
 }
@@ -270,7 +319,10 @@ fn assemble(rows: SnapshotRows) -> NamespaceSnapshot {
         fleets,
         elections,
         streams,
-        truncated: rows.recipes.next_cursor.is_some() || rows.streams_truncated,
+        waiters: rows.waiters,
+        truncated: rows.recipes.next_cursor.is_some()
+            || rows.streams_truncated
+            || rows.waiters_truncated,
     }
 }
 

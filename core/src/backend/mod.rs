@@ -24,6 +24,7 @@ use chrono::{DateTime, Utc};
 use crate::error::Result;
 use crate::metadata::Metadata;
 use crate::options::{KeyCounts, ListPage, ListQuery, PoolCounts};
+use crate::snapshot::KeyWaiters;
 
 /// A duration as whole milliseconds, for a statement's bigint parameter (saturating).
 pub(crate) fn millis(d: Duration) -> i64 {
@@ -196,6 +197,12 @@ pub(crate) struct SnapshotRows {
     pub streams: Vec<StreamRow>,
     /// More streams (or consumers) than the limit asked for.
     pub streams_truncated: bool,
+    /// Each key under the page's prefix with live waiting tickets (`rules::waits_in_line`),
+    /// counted exclusive and shared, in key order, up to the limit asked for; every waiter
+    /// under the prefix is counted in `counts.waiting`.
+    pub waiters: Vec<KeyWaiters>,
+    /// More keys with waiters than the limit asked for.
+    pub waiters_truncated: bool,
 }
 
 /// One stream, and one of its consumers (none: a stream nobody acknowledged in).
@@ -358,13 +365,15 @@ pub(crate) trait Backend: StreamStore + Send + Sync + 'static {
     /// Free, held and done keys of the pool.
     async fn counts(&self, namespace: &str, pool: &str) -> Result<PoolCounts>;
     /// One read of what `accord top` shows: `page`'s keys, the counts under its prefix, the
-    /// recipes' rows (`recipes`) and up to `streams` streams' consumers (see [`SnapshotRows`]).
+    /// recipes' rows (`recipes`), up to `streams` streams' consumers and up to `waiter_keys`
+    /// keys with waiters under the prefix (see [`SnapshotRows`]).
     async fn snapshot(
         &self,
         namespace: &str,
         page: &ListQuery,
         recipes: &ListQuery,
         streams: usize,
+        waiter_keys: usize,
     ) -> Result<SnapshotRows>;
     /// The largest payload `notify` carries, in bytes.
     fn max_payload(&self) -> usize;

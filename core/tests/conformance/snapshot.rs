@@ -1,13 +1,13 @@
 //! `Client::snapshot` (what `accord top` shows): a page of keys with exact counts under its
 //! prefix, groups with their members, fleets with their members and shards (owned and not),
 //! elections with their leaders, and streams with each named consumer's position and lag,
-//! made by the real recipes on every store.
+//! made by the real recipes on every store; and the acquires waiting in line for each key.
 
 use std::time::{Duration, Instant};
 
 use accord::{
-    AcquireOptions, CampaignOptions, FleetOptions, JoinOptions, ListQuery, Metadata, StreamStart,
-    SubscribeOptions,
+    AcquireOptions, CampaignOptions, CancellationToken, Client, ErrorKind, FleetOptions,
+    JoinOptions, KeyWaiters, ListQuery, Metadata, NamespaceSnapshot, StreamStart, SubscribeOptions,
 };
 
 use crate::support::Harness;
@@ -146,4 +146,143 @@ pub async fn t1_snapshot_shows_every_section(h: &Harness) {
     held.release().await.unwrap();
     a.close().await;
     b.close().await;
+}
+
+/// Generous bound for what should happen at once: catches hangs, never timing.
+const BOUND: Duration = Duration::from_secs(20);
+
+/// Snapshots under `prefix` until `until` holds of one (polling: a waiter's place in line is
+/// taken by its own task), within [`BOUND`].
+async fn snapshot_until(
+    client: &Client,
+    prefix: &str,
+    what: &str,
+    until: impl Fn(&NamespaceSnapshot) -> bool,
+) -> NamespaceSnapshot {
+    let started = Instant::now();
+    loop {
+        let query = match prefix {
+            "" => ListQuery::new(),
+            p => ListQuery::new().prefix(p),
+        };
+        let snap = client.snapshot(query).await.unwrap();
+        if until(&snap) {
+            return snap;
+        }
+        assert!(
+            started.elapsed() < BOUND,
+            "{what} within {BOUND:?}: {:?}",
+            snap.waiters
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn waiters(key: &str, exclusive: u64, shared: u64) -> KeyWaiters {
+    KeyWaiters {
+        key: key.to_string(),
+        exclusive,
+        shared,
+    }
+}
+
+/// T2: the snapshot counts the acquires waiting in line for each key under its prefix,
+/// exclusive and shared; a granted waiter leaves the count, and so does a cancelled one.
+pub async fn t2_snapshot_counts_waiters_per_key(h: &Harness) {
+    let holder = h.client("holder").await;
+    let writer = h.client("writer").await;
+    let reader = h.client("reader").await;
+    let ttl = AcquireOptions::new().ttl(Duration::from_secs(60));
+
+    let held = holder
+        .try_acquire("q/1", ttl.clone())
+        .await
+        .unwrap()
+        .unwrap();
+    let other = holder
+        .try_acquire("q/0", ttl.clone())
+        .await
+        .unwrap()
+        .unwrap();
+    let outside = holder
+        .try_acquire("z/1", ttl.clone())
+        .await
+        .unwrap()
+        .unwrap();
+    let snap = holder.snapshot(ListQuery::new()).await.unwrap();
+    assert!(snap.waiters.is_empty(), "{:?}", snap.waiters);
+    assert_eq!(snap.counts.waiting, 0);
+
+    // An exclusive waiter, then (once it is in line) a shared one, on q/1.
+    let spawn_wait = |client: &Client, key: &str, options: AcquireOptions| {
+        let (client, key) = (client.clone(), key.to_string());
+        tokio::spawn(async move { client.acquire(&key, options.timeout(BOUND)).await })
+    };
+    let w = spawn_wait(&writer, "q/1", ttl.clone());
+    snapshot_until(&holder, "q/", "the writer in line", |s| {
+        s.waiters_on("q/1").is_some()
+    })
+    .await;
+    let r = spawn_wait(&reader, "q/1", ttl.clone().shared(true));
+    let snap = snapshot_until(&holder, "q/", "the reader in line", |s| {
+        s.waiters_on("q/1").is_some_and(|w| w.total() == 2)
+    })
+    .await;
+    assert_eq!(snap.waiters, vec![waiters("q/1", 1, 1)]);
+    assert_eq!(snap.counts.waiting, 2);
+    assert!(snap.waiters_on("q/0").is_none());
+    assert!(!snap.truncated);
+
+    // A waiter under another prefix is not counted under q/, and a cancelled one leaves.
+    let cancel = CancellationToken::new();
+    let gone = spawn_wait(&reader, "z/1", ttl.clone().cancel(cancel.clone()));
+    let snap = snapshot_until(&holder, "", "the waiter on z/1 in line", |s| {
+        s.waiters_on("z/1").is_some()
+    })
+    .await;
+    assert_eq!(
+        snap.waiters,
+        vec![waiters("q/1", 1, 1), waiters("z/1", 1, 0)]
+    );
+    assert_eq!(snap.counts.waiting, 3);
+    let snap = holder
+        .snapshot(ListQuery::new().prefix("q/"))
+        .await
+        .unwrap();
+    assert_eq!(snap.waiters, vec![waiters("q/1", 1, 1)]);
+    assert_eq!(snap.counts.waiting, 2);
+    cancel.cancel();
+    let err = gone.await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Cancelled, "{err}");
+    // The cancelled acquire left the line before it returned.
+    let snap = holder.snapshot(ListQuery::new()).await.unwrap();
+    assert_eq!(snap.waiters, vec![waiters("q/1", 1, 1)]);
+    assert_eq!(snap.counts.waiting, 2);
+
+    // The holder releases: the writer, first in line, is granted; the reader waits on.
+    held.release().await.unwrap();
+    let w = w.await.unwrap().unwrap();
+    let snap = holder
+        .snapshot(ListQuery::new().prefix("q/"))
+        .await
+        .unwrap();
+    assert_eq!(snap.waiters, vec![waiters("q/1", 0, 1)]);
+    assert_eq!(snap.counts.waiting, 1);
+
+    // The writer releases: the reader is granted, a shared holder now, and nobody waits.
+    w.release().await.unwrap();
+    let r = r.await.unwrap().unwrap();
+    assert!(r.is_shared());
+    let snap = holder.snapshot(ListQuery::new()).await.unwrap();
+    assert!(snap.waiters.is_empty(), "{:?}", snap.waiters);
+    assert_eq!(snap.counts.waiting, 0);
+    assert_eq!(snap.counts.shared_holders, 1);
+    assert!(snap.waiters_on("q/1").is_none());
+
+    r.release().await.unwrap();
+    other.release().await.unwrap();
+    outside.release().await.unwrap();
+    holder.close().await;
+    writer.close().await;
+    reader.close().await;
 }

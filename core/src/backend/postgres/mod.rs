@@ -30,6 +30,7 @@ use crate::options::ClientOptions;
 use crate::options::{
     KeyCounts, KeyState, LeaseInfo, ListPage, ListQuery, PoolCounts, StateFilter,
 };
+use crate::snapshot::KeyWaiters;
 use crate::stats::Recorder;
 
 pub(crate) struct PgBackend {
@@ -495,6 +496,7 @@ impl Backend for PgBackend {
         page: &ListQuery,
         recipes: &ListQuery,
         streams: usize,
+        waiter_keys: usize,
     ) -> Result<SnapshotRows> {
         let list_params = |q: &ListQuery| -> Result<ListParams> {
             let range = q.range()?;
@@ -518,11 +520,12 @@ impl Backend for PgBackend {
         };
         let (p, r) = (list_params(page)?, list_params(recipes)?);
         let streams_limit = i64::try_from(streams).unwrap_or(i64::MAX - 1) + 1;
+        let waiters_limit = i64::try_from(waiter_keys).unwrap_or(i64::MAX - 1) + 1;
         let sql = self.pool.sql();
-        let (p, r, streams_limit) = (&p, &r, &streams_limit);
-        // Five reads on one connection, pipelined: one round trip. Sent by their text, as
+        let (p, r, streams_limit, waiters_limit) = (&p, &r, &streams_limit, &waiters_limit);
+        // Six reads on one connection, pipelined: one round trip. Sent by their text, as
         // `list` is (see `Sql::list_keys`).
-        let (keys, holders, counts, recipe_rows, stream_rows) = self
+        let (keys, holders, counts, recipe_rows, stream_rows, waiter_rows) = self
             .pool
             .run_retrying("snapshot", |c| async move {
                 let (pa, ra) = (p.after(), r.after());
@@ -550,17 +553,21 @@ impl Backend for PgBackend {
                 ];
                 let count_params: [&(dyn ToSql + Sync); 3] = [&namespace, &p.from, &p.below];
                 let stream_params: [&(dyn ToSql + Sync); 2] = [&namespace, streams_limit];
+                let waiter_params: [&(dyn ToSql + Sync); 4] =
+                    [&namespace, &p.from, &p.below, waiters_limit];
                 let keys = pool::typed(&page_params, sql::param_types::LIST_KEYS);
                 let holders = pool::typed(&page_params, sql::param_types::LIST_HOLDERS);
                 let count = pool::typed(&count_params, sql::param_types::COUNT_KEYS);
                 let recipes = pool::typed(&recipe_params, sql::param_types::LIST_KEYS);
                 let streams = pool::typed(&stream_params, sql::param_types::LIST_STREAMS);
+                let waiters = pool::typed(&waiter_params, sql::param_types::LIST_WAITERS);
                 tokio::try_join!(
                     c.client.query_typed(&sql.list_keys, &keys),
                     c.client.query_typed(&sql.list_holders, &holders),
                     c.client.query_typed(&sql.count_keys, &count),
                     c.client.query_typed(&sql.list_keys, &recipes),
                     c.client.query_typed(&sql.list_streams, &streams),
+                    c.client.query_typed(&sql.list_waiters, &waiters),
                 )
             })
             .await?;
@@ -581,6 +588,26 @@ impl Backend for PgBackend {
             .collect();
         let streams_truncated = streams_out.len() > streams;
         streams_out.truncate(streams);
+        let count = |row: &tokio_postgres::Row, i: usize| -> Result<u64> {
+            let n: i64 = row.try_get(i).map_err(Error::internal)?;
+            Ok(u64::try_from(n).unwrap_or(0))
+        };
+        let waiting = match waiter_rows.first() {
+            Some(row) => count(row, 3)?,
+            None => 0,
+        };
+        let mut waiters = waiter_rows
+            .iter()
+            .map(|row| {
+                Ok(KeyWaiters {
+                    key: row.try_get(0).map_err(Error::internal)?,
+                    exclusive: count(row, 1)?,
+                    shared: count(row, 2)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let waiters_truncated = waiters.len() > waiter_keys;
+        waiters.truncate(waiter_keys);
         Ok(SnapshotRows {
             page: ListPage::merged(lease_infos(keys)?, lease_infos(holders)?, page.limit),
             counts: KeyCounts {
@@ -588,10 +615,13 @@ impl Backend for PgBackend {
                 held: n(1),
                 done: n(2),
                 shared_holders: n(3),
+                waiting,
             },
             recipes: ListPage::merged(lease_infos(recipe_rows)?, Vec::new(), recipes.limit),
             streams: streams_out,
             streams_truncated,
+            waiters,
+            waiters_truncated,
         })
     }
 

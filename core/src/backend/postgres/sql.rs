@@ -110,6 +110,7 @@ pub(crate) struct Sql {
     pub claim: String,
     pub counts: String,
     pub count_keys: String,
+    pub list_waiters: String,
     pub list_streams: String,
     /// Durable streams' statements (prepared on first use).
     pub streams: super::streams::StreamSql,
@@ -707,6 +708,20 @@ impl Sql {
                    FROM {s}.leases
                   WHERE namespace = $1 AND key >= $2 AND ($3::text IS NULL OR key < $3)"
             ),
+            // The acquires waiting in line for each key in [$2, $3), exclusive and shared, in
+            // key order, up to $4 keys; each row also carries the waiters of the whole range
+            // (the window sum runs before the LIMIT). Mirrors `rules::waits_in_line`: a ticket
+            // not granted (a granted one is a shared holder) whose place is live.
+            list_waiters: format!(
+                "SELECT key, count(*) FILTER (WHERE NOT shared), count(*) FILTER (WHERE shared),
+                        (sum(count(*)) OVER ())::bigint
+                   FROM {s}.tickets
+                  WHERE namespace = $1 AND key >= $2 AND ($3::text IS NULL OR key < $3)
+                    AND NOT granted AND expires_at > clock_timestamp()
+                  GROUP BY key
+                  ORDER BY key
+                  LIMIT $4"
+            ),
             // Each stream of the namespace with its bounds, once per named consumer (with its
             // acknowledged seq), or once alone; up to $2 rows.
             list_streams: format!(
@@ -847,6 +862,8 @@ pub(crate) mod param_types {
     ];
     pub const COUNTS: &[Type] = &[Type::TEXT, Type::TEXT];
     pub const COUNT_KEYS: &[Type] = &[Type::TEXT, Type::TEXT, Type::TEXT];
+    /// The waiters' range is the counts' ($1-$3), then how many keys at most.
+    pub const LIST_WAITERS: &[Type] = &[Type::TEXT, Type::TEXT, Type::TEXT, Type::INT8];
     pub const LIST_STREAMS: &[Type] = &[Type::TEXT, Type::INT8];
     pub const PUBLISH: &[Type] = &[
         Type::TEXT,

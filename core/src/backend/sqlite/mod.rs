@@ -30,6 +30,7 @@ use crate::options::{
     KeyCounts, KeyState, LeaseInfo, ListPage, ListQuery, ListRange, PoolCounts, StateFilter,
 };
 use crate::rules::{self, Grantable, StoredKey, Waiting};
+use crate::snapshot::KeyWaiters;
 use crate::stats::{Counter, Recorder, Timer};
 
 const WAKEUP_CHANNEL: &str = "accord_wakeup";
@@ -227,6 +228,66 @@ fn count_in(conn: &Connection, ns: &str, range: &ListRange, now: i64) -> Result<
         .map_err(e)?;
     counts.shared_holders = u64::try_from(holders).unwrap_or(0);
     Ok(counts)
+}
+
+/// Each key in `range` with acquires waiting in line (`rules::waits_in_line`), exclusive and
+/// shared, in key order, up to `limit` keys; whether more keys follow; and every waiter in the
+/// range. Reads the range's tickets in primary-key order (shared holders too: the rule, not
+/// the statement, tells them apart), as PostgreSQL's `list_waiters` does.
+fn waiters_in(
+    conn: &Connection,
+    ns: &str,
+    range: &ListRange,
+    limit: usize,
+    now: i64,
+) -> Result<(Vec<KeyWaiters>, bool, u64)> {
+    let e = |e| db_error("list waiters", e);
+    let below = if range.below.is_some() {
+        "AND key < ?3"
+    } else {
+        "AND ?3 IS NULL"
+    };
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT key, shared, granted, expires_at_ms FROM tickets
+              WHERE namespace = ?1 AND key >= ?2 {below}
+              ORDER BY key, ticket"
+        ))
+        .map_err(e)?;
+    let mut rows = stmt
+        .query(params![ns, range.from, range.below])
+        .map_err(e)?;
+    let (mut out, mut truncated, mut waiting) = (Vec::<KeyWaiters>::new(), false, 0u64);
+    while let Some(row) = rows.next().map_err(e)? {
+        let (granted, expires_at_ms): (bool, i64) =
+            (row.get(2).map_err(e)?, row.get(3).map_err(e)?);
+        if !rules::waits_in_line(granted, expires_at_ms, now) {
+            continue;
+        }
+        waiting += 1;
+        let key: String = row.get(0).map_err(e)?;
+        let shared: bool = row.get(1).map_err(e)?;
+        if out.last().is_none_or(|w| w.key != key) {
+            if out.len() == limit {
+                // Past the limit: only counted.
+                truncated = true;
+                continue;
+            }
+            out.push(KeyWaiters {
+                key,
+                exclusive: 0,
+                shared: 0,
+            });
+        }
+        if let Some(w) = out.last_mut() {
+            if shared {
+                w.shared += 1;
+            } else {
+                w.exclusive += 1;
+            }
+        }
+    }
+    Ok((out, truncated, waiting))
 }
 
 /// Each stream of the namespace with its bounds, once per named consumer (none: once alone);
@@ -1224,6 +1285,7 @@ impl Backend for SqliteBackend {
         page: &ListQuery,
         recipes: &ListQuery,
         streams: usize,
+        waiter_keys: usize,
     ) -> Result<SnapshotRows> {
         let ns = namespace.to_string();
         let (page, recipes) = (page.clone(), recipes.clone());
@@ -1233,9 +1295,12 @@ impl Backend for SqliteBackend {
             let tx = conn.transaction().map_err(|e| db_error("snapshot", e))?;
             let now = now_ms();
             let keys = list_in(&tx, &ns, &page, &page_range, now)?;
-            let counts = count_in(&tx, &ns, &page_range, now)?;
+            let mut counts = count_in(&tx, &ns, &page_range, now)?;
             let recipe_rows = list_in(&tx, &ns, &recipes, &recipe_range, now)?;
             let (streams, streams_truncated) = streams_in(&tx, &ns, streams)?;
+            let (waiters, waiters_truncated, waiting) =
+                waiters_in(&tx, &ns, &page_range, waiter_keys, now)?;
+            counts.waiting = waiting;
             tx.commit().map_err(|e| db_error("snapshot", e))?;
             Ok(SnapshotRows {
                 page: keys,
@@ -1243,6 +1308,8 @@ impl Backend for SqliteBackend {
                 recipes: recipe_rows,
                 streams,
                 streams_truncated,
+                waiters,
+                waiters_truncated,
             })
         })
         .await
