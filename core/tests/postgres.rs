@@ -727,3 +727,42 @@ fn walk_plan(value: &serde_json::Value, visit: &mut dyn FnMut(&serde_json::Value
         _ => {}
     }
 }
+
+/// The snapshot lists at most `MAX_SNAPSHOT_WAITER_KEYS` keys with waiters (the first ones in
+/// key order) and says it is truncated, while `counts.waiting` counts every waiter: 1,001 keys
+/// with one live waiting ticket each (written directly: 1,001 waiting acquires would test
+/// nothing more), exclusive on odd keys, shared on even ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_bounds_the_waiters_and_counts_them_all() {
+    let h = Harness::postgres("waiters").await;
+    let client = h.client("a").await;
+    let n = accord::MAX_SNAPSHOT_WAITER_KEYS as i64 + 1;
+    h.admin()
+        .execute(
+            "INSERT INTO accord.tickets
+                    (namespace, key, ticket, owner, shared, attempt, granted, expires_at,
+                     updated_at)
+             SELECT $1, 'w/' || lpad(i::text, 5, '0'), i, 'o', i % 2 = 0, 0, false,
+                    clock_timestamp() + interval '1 hour', clock_timestamp()
+               FROM generate_series(1, $2::bigint) i",
+            &[&h.tag, &n],
+        )
+        .await
+        .unwrap();
+    let snap = client
+        .snapshot(accord::ListQuery::new().prefix("w/"))
+        .await
+        .unwrap();
+    assert_eq!(snap.waiters.len(), accord::MAX_SNAPSHOT_WAITER_KEYS);
+    assert!(snap.truncated);
+    assert_eq!(snap.counts.waiting, n as u64);
+    let first: Vec<(&str, u64, u64)> = snap.waiters[..2]
+        .iter()
+        .map(|w| (w.key.as_str(), w.exclusive, w.shared))
+        .collect();
+    assert_eq!(first, [("w/00001", 1, 0), ("w/00002", 0, 1)]);
+    assert_eq!(snap.waiters.last().unwrap().key, "w/01000");
+    assert!(snap.waiters_on("w/00500").is_some());
+    assert!(snap.waiters_on("w/01001").is_none());
+    client.close().await;
+}

@@ -1674,3 +1674,48 @@ fn deliver_to(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `waiters_in` on a real (in-memory) store: live waiting tickets only, grouped per key in
+    /// key order, bounded in keys while every waiter in the range is counted.
+    #[test]
+    fn waiters_are_grouped_per_key_and_bounded() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        store::migrate(&mut conn).unwrap();
+        let now = 1_000_000;
+        let ticket = |key: &str, n: i64, shared: bool, granted: bool, expires: i64| {
+            conn.execute(
+                "INSERT INTO tickets (namespace, key, ticket, owner, shared, attempt, granted,
+                                      expires_at_ms, updated_at_ms)
+                 VALUES ('ns', ?1, ?2, 'o', ?3, 0, ?4, ?5, 0)",
+                params![key, n, shared, granted, expires],
+            )
+            .unwrap();
+        };
+        ticket("q/b", 1, false, false, now + 1);
+        ticket("q/b", 2, true, false, now + 1);
+        ticket("q/b", 3, true, false, now + 1);
+        // A shared holder (granted) and a waiter whose place expired: not waiters.
+        ticket("q/a", 4, true, true, now + 1);
+        ticket("q/a", 5, false, false, now);
+        ticket("q/c", 6, false, false, now + 1);
+        ticket("z/a", 7, false, false, now + 1);
+        let range = ListQuery::new().prefix("q/").range().unwrap();
+
+        let (all, truncated, waiting) = waiters_in(&conn, "ns", &range, 10, now).unwrap();
+        let got: Vec<(&str, u64, u64)> = all
+            .iter()
+            .map(|w| (w.key.as_str(), w.exclusive, w.shared))
+            .collect();
+        assert_eq!(got, [("q/b", 1, 2), ("q/c", 1, 0)]);
+        assert_eq!((truncated, waiting), (false, 4));
+
+        let (first, truncated, waiting) = waiters_in(&conn, "ns", &range, 1, now).unwrap();
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].key, "q/b");
+        assert_eq!((truncated, waiting), (true, 4));
+    }
+}

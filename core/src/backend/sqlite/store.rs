@@ -218,7 +218,7 @@ impl Store {
 
 /// The versioned schema, applied in one IMMEDIATE transaction: concurrent processes starting
 /// at once serialize on SQLite's write lock, and the version is re-read under it.
-fn migrate(conn: &mut Connection) -> Result<()> {
+pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
     let steps = [
         "CREATE TABLE leases (
              namespace     TEXT NOT NULL,
