@@ -493,9 +493,10 @@ pub fn render_sections(snap: &Snapshot, channels: Option<&Channels>) -> String {
     }
     if s.truncated {
         text.push_str(&format!(
-            "(the first {} recipe rows and {} stream rows only)\n",
+            "(the first {} recipe rows, {} stream rows and {} keys with waiters only)\n",
             accord::MAX_SNAPSHOT_RECIPE_ROWS,
-            accord::MAX_SNAPSHOT_STREAM_ROWS
+            accord::MAX_SNAPSHOT_STREAM_ROWS,
+            accord::MAX_SNAPSHOT_WAITER_KEYS
         ));
     }
     if let Some(ch) = channels {
