@@ -714,6 +714,104 @@ async fn renewals_follow_the_key_index_whatever_the_statistics() {
     client.close().await;
 }
 
+/// Work pools at scale: `offer` and `claim` find their rows by key (or by the pool's index)
+/// whatever the statistics say. They mislead in the usual way here: ANALYZE ran while the table
+/// held another namespace's rows only, so they say this namespace is empty. Joined to the table
+/// by key, the statements then read the whole namespace: an offer of 1,000 keys read it twice
+/// (0.8 s at 500,000 rows), and a claim of 1,000 keys read it once per key (6 minutes at
+/// 600,000). No plan may scan the namespace, and both statements do their work.
+#[tokio::test]
+async fn pools_follow_the_key_index_whatever_the_statistics() {
+    let h = Harness::postgres("pool_plan").await;
+    let schema = format!("pp_{}", h.tag);
+    let client = h
+        .client_with("o1", h.options("o1").schema(schema.clone()))
+        .await;
+    let ns = h.tag.as_str();
+    let db = h.admin();
+    db.execute(
+        &format!(
+            "INSERT INTO \"{schema}\".leases (namespace, key, fence, done, updated_at, pool, offered)
+             SELECT 'elsewhere', 'jobs/' || i, i, i % 2 = 0, now(), 'jobs/', i
+               FROM generate_series(1, 20000) AS i"
+        ),
+        &[],
+    )
+    .await
+    .unwrap();
+    db.batch_execute(&format!("ANALYZE \"{schema}\".leases"))
+        .await
+        .unwrap();
+    // After ANALYZE: this namespace's pool (free keys) and 500 keys in no pool (to adopt).
+    db.execute(
+        &format!(
+            "INSERT INTO \"{schema}\".leases (namespace, key, fence, done, updated_at, pool, offered)
+             SELECT $1, 'jobs/' || lpad(i::text, 6, '0'), 20000 + i, false, now(),
+                    CASE WHEN i > 500 THEN 'jobs/' END, CASE WHEN i > 500 THEN i END
+               FROM generate_series(1, 100000) AS i"
+        ),
+        &[&ns],
+    )
+    .await
+    .unwrap();
+    let statements: std::collections::HashMap<_, _> =
+        accord::statements(&schema).unwrap().into_iter().collect();
+    let channel = accord::wakeup_channel(&schema).unwrap();
+    // 500 keys in no pool and 500 new ones.
+    let offered: Vec<String> = (1..=500)
+        .map(|i| format!("jobs/{i:06}"))
+        .chain((1..=500).map(|i| format!("jobs/new-{i}")))
+        .collect();
+    let (pool, none, limit, attempt, ttl) = ("jobs/", None::<String>, 1000i64, 7i64, 60_000i64);
+    let checks: [(&str, Vec<&(dyn tokio_postgres::types::ToSql + Sync)>); 2] = [
+        ("offer", vec![&ns, &pool, &offered, &none, &channel]),
+        (
+            "claim",
+            vec![
+                &ns, &pool, &limit, &attempt, &"o1", &ttl, &none, &none, &"jobs0",
+            ],
+        ),
+    ];
+    for (name, params) in &checks {
+        let explain = db
+            .prepare(&format!("EXPLAIN (FORMAT JSON) {}", statements[name]))
+            .await
+            .unwrap();
+        let plan: serde_json::Value = db.query_one(&explain, params).await.unwrap().get(0);
+        // A scan of the namespace: the table read whole, or an index of keys read with no
+        // key to look up and no range of keys (a pool's own index, by namespace and pool, is
+        // the claim's way in; its range of the key order, the empty claim's).
+        let mut scans = Vec::new();
+        walk_plan(&plan, &mut |node| {
+            let cond = node["Index Cond"].as_str().unwrap_or("");
+            let keyed = cond.contains("key =")
+                || (cond.contains("key >=") && cond.contains("key <"))
+                || node["Index Name"] == "leases_pool";
+            match node["Node Type"].as_str().unwrap_or("") {
+                "Seq Scan" if node["Relation Name"] == "leases" => scans.push(node.clone()),
+                "Index Scan" | "Index Only Scan" | "Bitmap Index Scan"
+                    if node["Index Name"]
+                        .as_str()
+                        .is_some_and(|i| i.starts_with("leases"))
+                        && !keyed =>
+                {
+                    scans.push(node.clone())
+                }
+                _ => {}
+            }
+        });
+        assert!(scans.is_empty(), "{name} scans the namespace: {plan:#}");
+    }
+    // And they do their work: every offered key joins, a claim takes a full batch.
+    assert_eq!(client.offer(pool, offered, None).await.unwrap(), 1000);
+    let claimed = client
+        .claim(pool, accord::ClaimOptions::new().limit(1000))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1000);
+    client.close().await;
+}
+
 /// Calls `visit` on every node of an EXPLAIN (FORMAT JSON) plan.
 fn walk_plan(value: &serde_json::Value, visit: &mut dyn FnMut(&serde_json::Value)) {
     match value {

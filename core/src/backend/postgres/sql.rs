@@ -619,13 +619,31 @@ impl Sql {
             // and offer order one sequence value), or a row that was in no pool (whatever its
             // state). A key already in a pool, held or done, stays as it is, and takes no
             // sequence value, row lock or WAL. One wake-up per offer that changed something.
+            //
+            // Each key is looked up by itself (LATERAL, as in `renew_batch`), and only a row in
+            // no pool is locked, then updated by its ctid. Written as joins, the planner chose
+            // by the statistics, and for a namespace they had not seen (its rows came after the
+            // last ANALYZE) it read every row of the namespace twice per offer: 1,000 keys into
+            // a namespace of 500,000 took 0.8 s, and filling a pool grew quadratic.
             offer: format!(
-                "WITH k AS (SELECT DISTINCT key FROM unnest($3::text[]) AS u(key)),
+                "WITH k AS MATERIALIZED (
+                   SELECT DISTINCT key FROM unnest($3::text[]) AS u(key) ORDER BY key),
+                 seen AS MATERIALIZED (
+                   SELECT k.key, x.unpooled FROM k
+                    CROSS JOIN LATERAL (
+                      SELECT l.pool IS NULL AS unpooled FROM {s}.leases l
+                       WHERE l.namespace = $1 AND l.key = k.key OFFSET 0) x),
+                 unpooled AS MATERIALIZED (
+                   SELECT x.row_id FROM seen
+                    CROSS JOIN LATERAL (
+                      SELECT l.ctid AS row_id FROM {s}.leases l
+                       WHERE l.namespace = $1 AND l.key = seen.key AND l.pool IS NULL
+                         FOR UPDATE) x
+                    WHERE seen.unpooled),
                  adopted AS (
                    UPDATE {s}.leases AS l
                       SET pool = $2, offered = nextval({seq}::regclass), updated_at = clock_timestamp()
-                     FROM k
-                    WHERE l.namespace = $1 AND l.key = k.key AND l.pool IS NULL
+                    WHERE l.ctid = ANY (ARRAY(SELECT row_id FROM unpooled))
                    RETURNING l.key),
                  created AS (
                    INSERT INTO {s}.leases
@@ -633,8 +651,7 @@ impl Sql {
                    SELECT $1, n.key, n.seq, false, COALESCE($4::text::jsonb, '{{}}'::jsonb),
                           clock_timestamp(), $2, n.seq
                      FROM (SELECT k.key, nextval({seq}::regclass) AS seq FROM k
-                            WHERE NOT EXISTS (SELECT 1 FROM {s}.leases l
-                                               WHERE l.namespace = $1 AND l.key = k.key)) n
+                            WHERE NOT EXISTS (SELECT 1 FROM seen WHERE seen.key = k.key)) n
                    ON CONFLICT (namespace, key) DO NOTHING
                    RETURNING key),
                  changed AS (SELECT (SELECT count(*) FROM adopted) + (SELECT count(*) FROM created) AS n)
@@ -648,9 +665,17 @@ impl Sql {
             // expiry are SET expressions, computed once the row is locked (as in acquire). When
             // nothing is granted, one row tells how long until the soonest holder expires.
             // $8, when set, bounds the keys from above (a semaphore's permits below its limit).
+            // $9 is past every key of the pool (they all start with its prefix, $2): the soonest
+            // expiry is looked for in that range of the key order, never in the namespace.
+            //
+            // The picked rows are updated by their ctids (they are locked: the ctids stay
+            // theirs), a TID scan whatever the statistics say. Joined to the table by key
+            // instead, for a namespace the statistics had not seen the planner looped over
+            // the namespace once per picked key: 1,000 keys of a namespace of 600,000 took 6
+            // minutes.
             claim: format!(
                 "WITH picked AS (
-                   SELECT l.key FROM {s}.leases l
+                   SELECT l.ctid AS row_id FROM {s}.leases l
                     WHERE l.namespace = $1 AND l.pool = $2 AND NOT l.done
                       AND ((l.expires_at IS NULL OR l.expires_at <= clock_timestamp())
                            AND (l.shared_until IS NULL OR l.shared_until <= clock_timestamp())
@@ -666,8 +691,7 @@ impl Sql {
                           metadata = CASE WHEN $7::text IS NULL THEN l.metadata
                                           ELSE l.metadata || $7::text::jsonb END,
                           updated_at = clock_timestamp(), granted_at = clock_timestamp()
-                     FROM picked
-                    WHERE l.namespace = $1 AND l.key = picked.key
+                    WHERE l.ctid = ANY (ARRAY(SELECT row_id FROM picked))
                    RETURNING l.key, l.fence, l.expires_at, l.metadata)
                  SELECT key, fence, expires_at, metadata::text, NULL::bigint AS remaining_ms
                    FROM taken
@@ -677,6 +701,7 @@ impl Sql {
                    FROM {s}.leases l
                   WHERE NOT EXISTS (SELECT 1 FROM taken)
                     AND l.namespace = $1 AND l.pool = $2 AND NOT l.done
+                    AND l.key >= $2 AND l.key < $9::text
                     AND l.expires_at > clock_timestamp()
                     AND ($8::text IS NULL OR l.key < $8::text)"
             ),
@@ -842,6 +867,7 @@ pub(crate) mod param_types {
         Type::INT8,
         Type::TEXT,
         Type::INT8,
+        Type::TEXT,
         Type::TEXT,
         Type::TEXT,
     ];
