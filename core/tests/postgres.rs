@@ -812,6 +812,90 @@ async fn pools_follow_the_key_index_whatever_the_statistics() {
     client.close().await;
 }
 
+/// A page deep in the key order is an index range scan whatever the plan was built from. With
+/// the page's rows under a subquery sorted above it, the subquery was planned for reading the
+/// whole range, and the index scan survived only while the statistics said it was cheaper
+/// than a bitmap scan and a sort of the whole range. A generic plan (`plan_cache_mode`, or a
+/// statement prepared by name) has only the statistics: with another namespace in the table
+/// it sorted every key after the cursor (a million keys and 100,000 leases of another client:
+/// 448 ms a page instead of 0.4). Both plans, generic and custom, must read the range in index
+/// order without a sort; and the page is the right one.
+#[tokio::test]
+async fn deep_pages_follow_the_key_index_whatever_the_statistics() {
+    let h = Harness::postgres("page_plan").await;
+    let schema = format!("lp_{}", h.tag);
+    let client = h
+        .client_with("o1", h.options("o1").schema(schema.clone()))
+        .await;
+    let ns = h.tag.as_str();
+    let db = h.admin();
+    // 100,000 keys of this namespace and 10,000 held leases of another, analyzed.
+    db.execute(
+        &format!(
+            "INSERT INTO \"{schema}\".leases (namespace, key, owner, fence, expires_at, updated_at)
+             SELECT CASE WHEN i <= 100000 THEN $1 ELSE 'others' END, 'k/' || lpad(i::text, 7, '0'),
+                    'w', i, CASE WHEN i > 100000 THEN now() + interval '1 hour' END, now()
+               FROM generate_series(1, 110000) AS i"
+        ),
+        &[&ns],
+    )
+    .await
+    .unwrap();
+    db.batch_execute(&format!("ANALYZE \"{schema}\".leases"))
+        .await
+        .unwrap();
+    let statements: std::collections::HashMap<_, _> =
+        accord::statements(&schema).unwrap().into_iter().collect();
+    // The page after the cursor half way: (key, fence) ('k/0050000', 50000), 100 keys.
+    db.batch_execute(&format!(
+        "PREPARE deep_page(text, text, text, text, text, text, bigint, bigint, boolean) AS {}",
+        statements["list_keys"]
+    ))
+    .await
+    .unwrap();
+    for mode in ["force_generic_plan", "force_custom_plan"] {
+        let rows = db
+            .simple_query(&format!(
+                "SET plan_cache_mode = {mode};
+                 EXPLAIN (FORMAT JSON) EXECUTE deep_page('{ns}', 'k/0050000', NULL, NULL, NULL,
+                                                        'k/0050000', 50000, 101, false)"
+            ))
+            .await
+            .unwrap();
+        let text = rows
+            .iter()
+            .find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_string),
+                _ => None,
+            })
+            .unwrap();
+        let plan: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let (mut ranges, mut others) = (0, Vec::new());
+        walk_plan(&plan, &mut |node| match node["Node Type"].as_str() {
+            Some("Index Scan") if node["Index Name"] == "leases_pkey" => ranges += 1,
+            Some("Sort" | "Incremental Sort" | "Seq Scan" | "Bitmap Heap Scan") => {
+                others.push(node["Node Type"].clone())
+            }
+            _ => {}
+        });
+        assert!(
+            ranges == 1 && others.is_empty(),
+            "{mode}: the deep page is not one index range scan: {plan:#}"
+        );
+    }
+    db.batch_execute("RESET plan_cache_mode; DEALLOCATE deep_page")
+        .await
+        .unwrap();
+    let page = client
+        .list(accord::ListQuery::new().cursor(r#"["k/0050000", 50000]"#))
+        .await
+        .unwrap();
+    let keys: Vec<&str> = page.items.iter().map(|i| i.key.as_str()).collect();
+    assert_eq!(keys.len(), 100);
+    assert_eq!((keys[0], keys[99]), ("k/0050001", "k/0050100"));
+    client.close().await;
+}
+
 /// Calls `visit` on every node of an EXPLAIN (FORMAT JSON) plan.
 fn walk_plan(value: &serde_json::Value, visit: &mut dyn FnMut(&serde_json::Value)) {
     match value {
