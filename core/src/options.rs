@@ -444,6 +444,20 @@ pub(crate) fn prefix_end(prefix: &str) -> Option<String> {
     None
 }
 
+/// A string past every key that starts with `prefix`: its `prefix_end`, or, for a prefix of
+/// nothing but U+10FFFF (which has none), the prefix followed by more U+10FFFF than a key's
+/// bytes can hold.
+pub(crate) fn pool_end(prefix: &str) -> String {
+    prefix_end(prefix).unwrap_or_else(|| {
+        let mut end = prefix.to_string();
+        end.extend(std::iter::repeat_n(
+            '\u{10FFFF}',
+            validate::MAX_NAME_BYTES / 4 + 1,
+        ));
+        end
+    })
+}
+
 /// One key as the coordinator knows it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LeaseInfo {
@@ -574,7 +588,7 @@ impl PoolCounts {
 
 #[cfg(test)]
 mod tests {
-    use super::prefix_end;
+    use super::{pool_end, prefix_end};
 
     #[test]
     fn a_prefix_ends_at_the_next_string_in_code_point_order() {
@@ -583,5 +597,9 @@ mod tests {
         assert_eq!(prefix_end("a\u{D7FF}"), Some("a\u{E000}".into()));
         assert_eq!(prefix_end("\u{10FFFF}\u{10FFFF}"), None);
         assert_eq!(prefix_end(""), None);
+        assert_eq!(pool_end("a/"), "a0");
+        let end = pool_end("\u{10FFFF}");
+        let longest = "\u{10FFFF}".repeat(crate::validate::MAX_NAME_BYTES / 4);
+        assert!(longest.len() <= crate::validate::MAX_NAME_BYTES && longest < end);
     }
 }

@@ -714,6 +714,188 @@ async fn renewals_follow_the_key_index_whatever_the_statistics() {
     client.close().await;
 }
 
+/// Work pools at scale: `offer` and `claim` find their rows by key (or by the pool's index)
+/// whatever the statistics say. They mislead in the usual way here: ANALYZE ran while the table
+/// held another namespace's rows only, so they say this namespace is empty. Joined to the table
+/// by key, the statements then read the whole namespace: an offer of 1,000 keys read it twice
+/// (0.8 s at 500,000 rows), and a claim of 1,000 keys read it once per key (6 minutes at
+/// 600,000). No plan may scan the namespace, and both statements do their work.
+#[tokio::test]
+async fn pools_follow_the_key_index_whatever_the_statistics() {
+    let h = Harness::postgres("pool_plan").await;
+    let schema = format!("pp_{}", h.tag);
+    let client = h
+        .client_with("o1", h.options("o1").schema(schema.clone()))
+        .await;
+    let ns = h.tag.as_str();
+    let db = h.admin();
+    db.execute(
+        &format!(
+            "INSERT INTO \"{schema}\".leases (namespace, key, fence, done, updated_at, pool, offered)
+             SELECT 'elsewhere', 'jobs/' || i, i, i % 2 = 0, now(), 'jobs/', i
+               FROM generate_series(1, 20000) AS i"
+        ),
+        &[],
+    )
+    .await
+    .unwrap();
+    db.batch_execute(&format!("ANALYZE \"{schema}\".leases"))
+        .await
+        .unwrap();
+    // After ANALYZE: this namespace's pool (free keys) and 500 keys in no pool (to adopt).
+    db.execute(
+        &format!(
+            "INSERT INTO \"{schema}\".leases (namespace, key, fence, done, updated_at, pool, offered)
+             SELECT $1, 'jobs/' || lpad(i::text, 6, '0'), 20000 + i, false, now(),
+                    CASE WHEN i > 500 THEN 'jobs/' END, CASE WHEN i > 500 THEN i END
+               FROM generate_series(1, 100000) AS i"
+        ),
+        &[&ns],
+    )
+    .await
+    .unwrap();
+    let statements: std::collections::HashMap<_, _> =
+        accord::statements(&schema).unwrap().into_iter().collect();
+    let channel = accord::wakeup_channel(&schema).unwrap();
+    // 500 keys in no pool and 500 new ones.
+    let offered: Vec<String> = (1..=500)
+        .map(|i| format!("jobs/{i:06}"))
+        .chain((1..=500).map(|i| format!("jobs/new-{i}")))
+        .collect();
+    let (pool, none, limit, attempt, ttl) = ("jobs/", None::<String>, 1000i64, 7i64, 60_000i64);
+    let checks: [(&str, Vec<&(dyn tokio_postgres::types::ToSql + Sync)>); 2] = [
+        ("offer", vec![&ns, &pool, &offered, &none, &channel]),
+        (
+            "claim",
+            vec![
+                &ns, &pool, &limit, &attempt, &"o1", &ttl, &none, &none, &"jobs0",
+            ],
+        ),
+    ];
+    for (name, params) in &checks {
+        let explain = db
+            .prepare(&format!("EXPLAIN (FORMAT JSON) {}", statements[name]))
+            .await
+            .unwrap();
+        let plan: serde_json::Value = db.query_one(&explain, params).await.unwrap().get(0);
+        // A scan of the namespace: the table read whole, or an index of keys read with no
+        // key to look up and no range of keys (a pool's own index, by namespace and pool, is
+        // the claim's way in; its range of the key order, the empty claim's).
+        let mut scans = Vec::new();
+        walk_plan(&plan, &mut |node| {
+            let cond = node["Index Cond"].as_str().unwrap_or("");
+            let keyed = cond.contains("key =")
+                || (cond.contains("key >=") && cond.contains("key <"))
+                || node["Index Name"] == "leases_pool";
+            match node["Node Type"].as_str().unwrap_or("") {
+                "Seq Scan" if node["Relation Name"] == "leases" => scans.push(node.clone()),
+                "Index Scan" | "Index Only Scan" | "Bitmap Index Scan"
+                    if node["Index Name"]
+                        .as_str()
+                        .is_some_and(|i| i.starts_with("leases"))
+                        && !keyed =>
+                {
+                    scans.push(node.clone())
+                }
+                _ => {}
+            }
+        });
+        assert!(scans.is_empty(), "{name} scans the namespace: {plan:#}");
+    }
+    // And they do their work: every offered key joins, a claim takes a full batch.
+    assert_eq!(client.offer(pool, offered, None).await.unwrap(), 1000);
+    let claimed = client
+        .claim(pool, accord::ClaimOptions::new().limit(1000))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1000);
+    client.close().await;
+}
+
+/// A page deep in the key order is an index range scan whatever the plan was built from. With
+/// the page's rows under a subquery sorted above it, the subquery was planned for reading the
+/// whole range, and the index scan survived only while the statistics said it was cheaper
+/// than a bitmap scan and a sort of the whole range. A generic plan (`plan_cache_mode`, or a
+/// statement prepared by name) has only the statistics: with another namespace in the table
+/// it sorted every key after the cursor (a million keys and 100,000 leases of another client:
+/// 448 ms a page instead of 0.4). Both plans, generic and custom, must read the range in index
+/// order without a sort; and the page is the right one.
+#[tokio::test]
+async fn deep_pages_follow_the_key_index_whatever_the_statistics() {
+    let h = Harness::postgres("page_plan").await;
+    let schema = format!("lp_{}", h.tag);
+    let client = h
+        .client_with("o1", h.options("o1").schema(schema.clone()))
+        .await;
+    let ns = h.tag.as_str();
+    let db = h.admin();
+    // 100,000 keys of this namespace and 10,000 held leases of another, analyzed.
+    db.execute(
+        &format!(
+            "INSERT INTO \"{schema}\".leases (namespace, key, owner, fence, expires_at, updated_at)
+             SELECT CASE WHEN i <= 100000 THEN $1 ELSE 'others' END, 'k/' || lpad(i::text, 7, '0'),
+                    'w', i, CASE WHEN i > 100000 THEN now() + interval '1 hour' END, now()
+               FROM generate_series(1, 110000) AS i"
+        ),
+        &[&ns],
+    )
+    .await
+    .unwrap();
+    db.batch_execute(&format!("ANALYZE \"{schema}\".leases"))
+        .await
+        .unwrap();
+    let statements: std::collections::HashMap<_, _> =
+        accord::statements(&schema).unwrap().into_iter().collect();
+    // The page after the cursor half way: (key, fence) ('k/0050000', 50000), 100 keys.
+    db.batch_execute(&format!(
+        "PREPARE deep_page(text, text, text, text, text, text, bigint, bigint, boolean) AS {}",
+        statements["list_keys"]
+    ))
+    .await
+    .unwrap();
+    for mode in ["force_generic_plan", "force_custom_plan"] {
+        let rows = db
+            .simple_query(&format!(
+                "SET plan_cache_mode = {mode};
+                 EXPLAIN (FORMAT JSON) EXECUTE deep_page('{ns}', 'k/0050000', NULL, NULL, NULL,
+                                                        'k/0050000', 50000, 101, false)"
+            ))
+            .await
+            .unwrap();
+        let text = rows
+            .iter()
+            .find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_string),
+                _ => None,
+            })
+            .unwrap();
+        let plan: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let (mut ranges, mut others) = (0, Vec::new());
+        walk_plan(&plan, &mut |node| match node["Node Type"].as_str() {
+            Some("Index Scan") if node["Index Name"] == "leases_pkey" => ranges += 1,
+            Some("Sort" | "Incremental Sort" | "Seq Scan" | "Bitmap Heap Scan") => {
+                others.push(node["Node Type"].clone())
+            }
+            _ => {}
+        });
+        assert!(
+            ranges == 1 && others.is_empty(),
+            "{mode}: the deep page is not one index range scan: {plan:#}"
+        );
+    }
+    db.batch_execute("RESET plan_cache_mode; DEALLOCATE deep_page")
+        .await
+        .unwrap();
+    let page = client
+        .list(accord::ListQuery::new().cursor(r#"["k/0050000", 50000]"#))
+        .await
+        .unwrap();
+    let keys: Vec<&str> = page.items.iter().map(|i| i.key.as_str()).collect();
+    assert_eq!(keys.len(), 100);
+    assert_eq!((keys[0], keys[99]), ("k/0050001", "k/0050100"));
+    client.close().await;
+}
+
 /// Calls `visit` on every node of an EXPLAIN (FORMAT JSON) plan.
 fn walk_plan(value: &serde_json::Value, visit: &mut dyn FnMut(&serde_json::Value)) {
     match value {

@@ -672,7 +672,8 @@ impl Backend for PgBackend {
     async fn claim(&self, r: &ClaimRequest<'_>) -> Result<Claimed> {
         let ttl = millis(r.ttl);
         let limit = i64::try_from(r.limit).unwrap_or(i64::MAX);
-        let params: [&(dyn ToSql + Sync); 8] = [
+        let pool_end = crate::options::pool_end(r.pool);
+        let params: [&(dyn ToSql + Sync); 9] = [
             &r.namespace,
             &r.pool,
             &limit,
@@ -681,6 +682,7 @@ impl Backend for PgBackend {
             &ttl,
             &r.metadata,
             &r.below,
+            &pool_end,
         ];
         // Safe to repeat: the attempt token makes a second try re-grant the first one's keys.
         let rows = self
