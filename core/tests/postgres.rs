@@ -948,3 +948,71 @@ async fn snapshot_bounds_the_waiters_and_counts_them_all() {
     assert!(snap.waiters_on("w/01001").is_none());
     client.close().await;
 }
+
+/// Renewals are written in place (HOT): each lease's new version lands on its row's page, so
+/// no index gets an entry and the WAL carries one record per renewal. With pages filled to
+/// the brim (the table's default) a tick found no room and moved every row it renewed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_stay_on_their_page() {
+    let h = Harness::postgres("renew_hot").await;
+    let schema = format!("hot_{}", h.tag);
+    let client = h
+        .client_with(
+            "o1",
+            h.options("o1")
+                .schema(schema.clone())
+                .ttl(Duration::from_secs(3)),
+        )
+        .await;
+    let keys: Vec<String> = (0..500).map(|i| format!("hot/{i:03}")).collect();
+    let leases: Vec<_> = futures_util::future::join_all(
+        keys.iter()
+            .map(|k| client.try_acquire(k, AcquireOptions::new())),
+    )
+    .await
+    .into_iter()
+    .map(|r| r.unwrap().expect("a free key"))
+    .collect();
+    let db = h.admin();
+    // Each key's page: the block number of its row's ctid.
+    let pages = || async {
+        let rows = db
+            .query(
+                &format!(
+                    "SELECT key, (ctid::text::point)[0]::bigint FROM \"{schema}\".leases
+                      WHERE namespace = $1 ORDER BY key"
+                ),
+                &[&h.tag],
+            )
+            .await
+            .unwrap();
+        rows.iter()
+            .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1)))
+            .collect::<Vec<_>>()
+    };
+    let before = pages().await;
+    assert_eq!(before.len(), 500);
+    // One renewal of every lease by the keepalive (the bound only catches a hang).
+    let seen: Vec<_> = leases.iter().map(|l| l.expires_at()).collect();
+    assert!(
+        support::eventually(Duration::from_secs(30), || async {
+            leases.iter().zip(&seen).all(|(l, s)| l.expires_at() > *s)
+        })
+        .await,
+        "the keepalive did not renew every lease"
+    );
+    let after = pages().await;
+    let moved: Vec<_> = before
+        .iter()
+        .zip(&after)
+        .filter(|(b, a)| b != a)
+        .map(|(b, _)| b.0.as_str())
+        .collect();
+    assert!(
+        moved.is_empty(),
+        "{} of 500 renewed rows left their page (not HOT), e.g. {:?}",
+        moved.len(),
+        &moved[..moved.len().min(5)]
+    );
+    client.close().await;
+}

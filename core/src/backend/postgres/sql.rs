@@ -1029,6 +1029,16 @@ pub(crate) fn migrations(schema: &str) -> Vec<Vec<String>> {
         vec![format!(
             "CREATE INDEX leases_undone ON {s}.leases (namespace, key) WHERE NOT done"
         )],
+        // Version 7: half of each page left free, so that a renewal stays on its row's page
+        // (HOT: no index entry, one WAL record). Version 5 made renewals HOT-eligible, but a
+        // page filled to the brim has no room for the new version, and a tick renews every
+        // lease on a page in one transaction, whose old versions cannot be pruned before it
+        // commits: the page needs room for a second copy of its rows. Measured with 100,000
+        // held leases renewed in statements of 10,000 (four rounds): fill factor 100, 3% of
+        // the renewals HOT and 187 MB of WAL; 70, 76% and 103 MB; 50, 99% and 73 MB, at half
+        // the server time. The price: pages of keys never updated again (done keys) are half
+        // empty. Applies to pages written from now on; VACUUM FULL rewrites the rest.
+        vec![format!("ALTER TABLE {s}.leases SET (fillfactor = 50)")],
     ]
 }
 
