@@ -11,6 +11,9 @@
  * prints "HELD <fence>" once it holds it, keeps it until its standard input ends (a line or
  * EOF: the test decides when, no timer does), then releases it and prints "RELEASED <ms>", the
  * wall-clock time just before the release.
+ *
+ * ACCORD_TEST_ONLY=test_a,test_b runs only those test functions of main()'s table (and skips the
+ * check that every status was seen); ACCORD_TEST_TIMES prints how long each one took.
  */
 #define _GNU_SOURCE
 #include <accord.h>
@@ -2295,6 +2298,62 @@ static int hold(const char *namespace, const char *key) {
   return 0;
 }
 
+static int burst;
+static const char *self;
+static void run_notify(void) { test_notify(burst); }
+static void run_l3_stalled_holder(void) { test_l3_stalled_holder(self); }
+
+#define TEST(f) {#f, f}
+static const struct {
+  const char *name;
+  void (*run)(void);
+} tests[] = {
+    TEST(test_status_names),
+    TEST(test_bad_input),
+    TEST(test_environment_errors),
+    TEST(test_migration_sql),
+    TEST(test_l1_l2_l4),
+    TEST(test_l5_done),
+    TEST(test_stats),
+    TEST(test_l7_list),
+    TEST(test_l8_l9_waiting),
+    {"test_l3_stalled_holder", run_l3_stalled_holder},
+    TEST(test_fork_detection),
+    {"test_notify", run_notify},
+    TEST(test_n6_close),
+    TEST(test_close_ends_leases),
+    TEST(test_pool_bad_input),
+    TEST(test_p1_offer),
+    TEST(test_p3_claim_batch),
+    TEST(test_p4_waiting_claim),
+    TEST(test_p6_semaphore),
+    TEST(test_membership),
+    TEST(test_fleet_bad_input),
+    TEST(test_fleet),
+    TEST(test_x1_shared),
+    TEST(test_x2_fair),
+    TEST(test_election),
+    TEST(test_streams),
+    TEST(test_stream_payloads_retention_bad_input),
+    TEST(test_embedded_stores),
+    TEST(test_listen_url),
+    TEST(test_statement_timeout),
+};
+#undef TEST
+
+/* Whether `name` is one of the comma-separated names in `list`. */
+static int named(const char *list, const char *name) {
+  size_t len = strlen(name);
+  for (const char *p = list; *p;) {
+    const char *end = strchr(p, ',');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    if (n == len && !strncmp(p, name, n)) return 1;
+    if (!end) break;
+    p = end + 1;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc == 5 && !strcmp(argv[1], "hold")) {
     url = argv[2];
@@ -2310,42 +2369,26 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (getenv("ACCORD_TEST_SLOW")) slow = atoi(getenv("ACCORD_TEST_SLOW"));
-  int burst = slow > 1 ? 1000 : 10000;
+  burst = slow > 1 ? 1000 : 10000;
+  self = argv[0];
   fmt(ns_prefix, sizeof ns_prefix, "c-%d-%lld", getpid(), (long long)now_ms());
+  int under_valgrind = getenv("ACCORD_TEST_UNDER_VALGRIND") != NULL;
+  int timed = getenv("ACCORD_TEST_TIMES") != NULL;
+  const char *only = getenv("ACCORD_TEST_ONLY");
+  int ran = 0;
 
-  test_status_names();
-  test_bad_input();
-  test_environment_errors();
-  test_migration_sql();
-  test_l1_l2_l4();
-  test_l5_done();
-  test_stats();
-  test_l7_list();
-  test_l8_l9_waiting();
-  test_l3_stalled_holder(argv[0]);
-  /* Under valgrind the forked child's leak check would count the parent's runtime, whose
-   * threads (and the stacks referencing its memory) do not exist in a child: skip it there. */
-  if (!getenv("ACCORD_TEST_UNDER_VALGRIND")) test_fork_detection();
-  test_notify(burst);
-  test_n6_close();
-  test_close_ends_leases();
-  test_pool_bad_input();
-  test_p1_offer();
-  test_p3_claim_batch();
-  test_p4_waiting_claim();
-  test_p6_semaphore();
-  test_membership();
-  test_fleet_bad_input();
-  test_fleet();
-  test_x1_shared();
-  test_x2_fair();
-  test_election();
-  test_streams();
-  test_stream_payloads_retention_bad_input();
-  test_embedded_stores();
-  test_listen_url();
-  test_statement_timeout();
-  check_every_status_seen();
+  for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+    /* Under valgrind the forked child's leak check would count the parent's runtime, whose
+     * threads (and the stacks referencing its memory) do not exist in a child: skip it there. */
+    if (under_valgrind && tests[i].run == test_fork_detection) continue;
+    if (only && !named(only, tests[i].name)) continue;
+    int64_t started = mono_ms();
+    tests[i].run();
+    ran++;
+    if (timed) fprintf(stderr, "%-45s %6lld ms\n", tests[i].name, (long long)(mono_ms() - started));
+  }
+  if (!ran) FAIL("ACCORD_TEST_ONLY=%s names no test of main()'s table", only);
+  if (!only) check_every_status_seen();
 
   accord_shutdown();
   printf("C tests: %d checks passed\n", checks);
