@@ -262,6 +262,14 @@ static void test_bad_input(void) {
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "options",
                 accord_client_options_set_statement_timeout_ms(NULL, 1000, &err));
   accord_client_options_free(o);
+  /* A pool size out of 1..=64 is refused at connect, before anything is sent. */
+  o = accord_client_options_new();
+  MUST(accord_client_options_set_pool_size(o, 0, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "pool_size", accord_client_connect(url, o, &c, &err));
+  MUST(accord_client_options_set_pool_size(o, 65, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "pool_size", accord_client_connect(url, o, &c, &err));
+  CHECK(c == NULL);
+  accord_client_options_free(o);
 
   c = client("bad", "o1");
   accord_lease *lease = NULL;
@@ -318,6 +326,9 @@ static void test_l1_l2_l4(void) {
   CHECK(!strcmp(accord_lease_key(lease), "a"));
   CHECK(!strcmp(accord_lease_owner(lease), "o1"));
   CHECK(!strcmp(accord_client_owner(o1), "o1"));
+  char ns[128];
+  fmt(ns, sizeof ns, "%s-l1", ns_prefix);
+  CHECK(!strcmp(accord_client_namespace(o1), ns) && accord_client_namespace(NULL) == NULL);
   CHECK(accord_lease_fence(lease) > 0);
   CHECK(accord_lease_ttl_ms(lease) == 60000);
   int64_t expires = accord_lease_expires_at_ms(lease);
