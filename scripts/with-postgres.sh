@@ -4,7 +4,9 @@
 # port, fsync off) and stopped when the command ends, whether it passes or fails.
 #
 # For the fault tests the cluster's folder and binaries are exported too
-# (ACCORD_TEST_PGDATA, ACCORD_TEST_PG_BINDIR), so a test can restart the server.
+# (ACCORD_TEST_PGDATA, ACCORD_TEST_PG_BINDIR), so a test can restart the server. The same server
+# over its Unix socket (trust, no password exchange) is ACCORD_TEST_SOCKET_URL: the C tests under
+# valgrind connect there (mk/c.mk says why).
 set -euo pipefail
 
 if [ -n "${ACCORD_TEST_DATABASE_URL:-}" ]; then
@@ -78,6 +80,9 @@ fi
   || { cat "$tmp/server.log" >&2; exit 1; }
 
 export ACCORD_TEST_DATABASE_URL="postgres://postgres:$password@127.0.0.1:$port/postgres"
+# The socket's folder as the URL's host, percent-encoded (libpq and tokio-postgres both read a
+# host starting with "/" as a socket folder).
+export ACCORD_TEST_SOCKET_URL="postgres://postgres@$(printf '%s' "$tmp" | sed 's|/|%2F|g'):$port/postgres"
 
 # PgBouncer in front of it, when the system has one (`apt-get install pgbouncer`): one process,
 # two pools over the same database, `session` and `transaction`, for the deployment tests (O1).

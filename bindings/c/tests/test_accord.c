@@ -11,6 +11,9 @@
  * prints "HELD <fence>" once it holds it, keeps it until its standard input ends (a line or
  * EOF: the test decides when, no timer does), then releases it and prints "RELEASED <ms>", the
  * wall-clock time just before the release.
+ *
+ * ACCORD_TEST_ONLY=test_a,test_b runs only those test functions of main()'s table (and skips the
+ * check that every status was seen); ACCORD_TEST_TIMES prints how long each one took.
  */
 #define _GNU_SOURCE
 #include <accord.h>
@@ -28,6 +31,12 @@
 static const char *url;
 static char ns_prefix[64];
 static int slow = 1; /* timing bounds are multiplied by this under valgrind */
+/* Under valgrind (ACCORD_TEST_UNDER_VALGRIND; mk/c.mk says what that pass covers): the same
+ * calls, allocations and frees, with less of the repeating and waiting that memcheck makes slow.
+ * The notification burst is 50 messages, not 10,000 (the 50th allocates and frees what the
+ * 10,000th does); a fleet's period and hand-off timeout, which only pace test_fleet, are short,
+ * while its ttl, the bound a renewal must beat, stays stretched by `slow`. */
+static int lean;
 static int checks;
 /* Which statuses the checks below were returned (EXPECT, EXPECT_NAMING, saw()). */
 #define STATUS_COUNT 13 /* ACCORD_OK ..= ACCORD_TRIMMED */
@@ -259,6 +268,14 @@ static void test_bad_input(void) {
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "options",
                 accord_client_options_set_statement_timeout_ms(NULL, 1000, &err));
   accord_client_options_free(o);
+  /* A pool size out of 1..=64 is refused at connect, before anything is sent. */
+  o = accord_client_options_new();
+  MUST(accord_client_options_set_pool_size(o, 0, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "pool_size", accord_client_connect(url, o, &c, &err));
+  MUST(accord_client_options_set_pool_size(o, 65, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "pool_size", accord_client_connect(url, o, &c, &err));
+  CHECK(c == NULL);
+  accord_client_options_free(o);
 
   c = client("bad", "o1");
   accord_lease *lease = NULL;
@@ -315,6 +332,9 @@ static void test_l1_l2_l4(void) {
   CHECK(!strcmp(accord_lease_key(lease), "a"));
   CHECK(!strcmp(accord_lease_owner(lease), "o1"));
   CHECK(!strcmp(accord_client_owner(o1), "o1"));
+  char ns[128];
+  fmt(ns, sizeof ns, "%s-l1", ns_prefix);
+  CHECK(!strcmp(accord_client_namespace(o1), ns) && accord_client_namespace(NULL) == NULL);
   CHECK(accord_lease_fence(lease) > 0);
   CHECK(accord_lease_ttl_ms(lease) == 60000);
   int64_t expires = accord_lease_expires_at_ms(lease);
@@ -1248,7 +1268,14 @@ static accord_fleet_options *fleet_opts(int64_t shards) {
   accord_fleet_options *o = accord_fleet_options_new();
   MUST(accord_fleet_options_set_shards(o, shards, &err));
   MUST(accord_fleet_options_set_ttl_ms(o, 1500 * slow, &err));
-  MUST(accord_fleet_options_set_period_ms(o, 250 * slow, &err));
+  /* The ttl is the bound a member's renewals must beat: stretched by `slow`. The period only
+   * paces the rebalancing the test waits for: under valgrind 500 ms, not 2.5 s. */
+  MUST(accord_fleet_options_set_period_ms(o, 250 * (lean ? 2 : slow), &err));
+  /* A member leaves a shard it handed off alone for the hand-off timeout (default: the ttl)
+   * plus two periods, so after b's close a takes b's shards back only then. The test reads its
+   * events at once, so the hand-offs themselves never wait for this timeout; under valgrind a
+   * short one keeps that retake from waiting out the stretched ttl. */
+  if (lean) MUST(accord_fleet_options_set_handoff_timeout_ms(o, 2000, &err));
   return o;
 }
 
@@ -2295,6 +2322,62 @@ static int hold(const char *namespace, const char *key) {
   return 0;
 }
 
+static int burst;
+static const char *self;
+static void run_notify(void) { test_notify(burst); }
+static void run_l3_stalled_holder(void) { test_l3_stalled_holder(self); }
+
+#define TEST(f) {#f, f}
+static const struct {
+  const char *name;
+  void (*run)(void);
+} tests[] = {
+    TEST(test_status_names),
+    TEST(test_bad_input),
+    TEST(test_environment_errors),
+    TEST(test_migration_sql),
+    TEST(test_l1_l2_l4),
+    TEST(test_l5_done),
+    TEST(test_stats),
+    TEST(test_l7_list),
+    TEST(test_l8_l9_waiting),
+    {"test_l3_stalled_holder", run_l3_stalled_holder},
+    TEST(test_fork_detection),
+    {"test_notify", run_notify},
+    TEST(test_n6_close),
+    TEST(test_close_ends_leases),
+    TEST(test_pool_bad_input),
+    TEST(test_p1_offer),
+    TEST(test_p3_claim_batch),
+    TEST(test_p4_waiting_claim),
+    TEST(test_p6_semaphore),
+    TEST(test_membership),
+    TEST(test_fleet_bad_input),
+    TEST(test_fleet),
+    TEST(test_x1_shared),
+    TEST(test_x2_fair),
+    TEST(test_election),
+    TEST(test_streams),
+    TEST(test_stream_payloads_retention_bad_input),
+    TEST(test_embedded_stores),
+    TEST(test_listen_url),
+    TEST(test_statement_timeout),
+};
+#undef TEST
+
+/* Whether `name` is one of the comma-separated names in `list`. */
+static int named(const char *list, const char *name) {
+  size_t len = strlen(name);
+  for (const char *p = list; *p;) {
+    const char *end = strchr(p, ',');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    if (n == len && !strncmp(p, name, n)) return 1;
+    if (!end) break;
+    p = end + 1;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc == 5 && !strcmp(argv[1], "hold")) {
     url = argv[2];
@@ -2310,42 +2393,26 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (getenv("ACCORD_TEST_SLOW")) slow = atoi(getenv("ACCORD_TEST_SLOW"));
-  int burst = slow > 1 ? 1000 : 10000;
+  lean = getenv("ACCORD_TEST_UNDER_VALGRIND") != NULL;
+  burst = lean ? 50 : slow > 1 ? 1000 : 10000;
+  self = argv[0];
   fmt(ns_prefix, sizeof ns_prefix, "c-%d-%lld", getpid(), (long long)now_ms());
+  int timed = getenv("ACCORD_TEST_TIMES") != NULL;
+  const char *only = getenv("ACCORD_TEST_ONLY");
+  int ran = 0;
 
-  test_status_names();
-  test_bad_input();
-  test_environment_errors();
-  test_migration_sql();
-  test_l1_l2_l4();
-  test_l5_done();
-  test_stats();
-  test_l7_list();
-  test_l8_l9_waiting();
-  test_l3_stalled_holder(argv[0]);
-  /* Under valgrind the forked child's leak check would count the parent's runtime, whose
-   * threads (and the stacks referencing its memory) do not exist in a child: skip it there. */
-  if (!getenv("ACCORD_TEST_UNDER_VALGRIND")) test_fork_detection();
-  test_notify(burst);
-  test_n6_close();
-  test_close_ends_leases();
-  test_pool_bad_input();
-  test_p1_offer();
-  test_p3_claim_batch();
-  test_p4_waiting_claim();
-  test_p6_semaphore();
-  test_membership();
-  test_fleet_bad_input();
-  test_fleet();
-  test_x1_shared();
-  test_x2_fair();
-  test_election();
-  test_streams();
-  test_stream_payloads_retention_bad_input();
-  test_embedded_stores();
-  test_listen_url();
-  test_statement_timeout();
-  check_every_status_seen();
+  for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+    /* Under valgrind the forked child's leak check would count the parent's runtime, whose
+     * threads (and the stacks referencing its memory) do not exist in a child: skip it there. */
+    if (lean && tests[i].run == test_fork_detection) continue;
+    if (only && !named(only, tests[i].name)) continue;
+    int64_t started = mono_ms();
+    tests[i].run();
+    ran++;
+    if (timed) fprintf(stderr, "%-45s %6lld ms\n", tests[i].name, (long long)(mono_ms() - started));
+  }
+  if (!ran) FAIL("ACCORD_TEST_ONLY=%s names no test of main()'s table", only);
+  if (!only) check_every_status_seen();
 
   accord_shutdown();
   printf("C tests: %d checks passed\n", checks);
