@@ -111,6 +111,12 @@ impl Client {
         self.session.keepalive.statements()
     }
 
+    /// Number of renewals the keepalive has had confirmed so far: one per lease per renewal
+    /// (a tick that renews 1,000 leases counts 1,000).
+    pub fn keepalive_renewals(&self) -> u64 {
+        self.session.keepalive.renewals()
+    }
+
     /// Waits until `key` is granted, then returns its lease. Fails with `Done` if the key is
     /// done, `Timeout` after the options' timeout, `Cancelled` when its cancel token fires,
     /// `Closed` when the client closes. In every failure nothing is left held.

@@ -154,7 +154,8 @@ impl Lease {
             .await?;
         match renewed {
             Some(r) => {
-                self.grant.confirm(sent, r.expires_at, Some(r.metadata));
+                self.grant
+                    .confirm(sent, Instant::now(), r.expires_at, Some(r.metadata));
                 self.grant.require_held()
             }
             None => {
@@ -191,7 +192,7 @@ impl Lease {
             .await?;
         match renewed.first() {
             Some((_, expires_at)) => {
-                self.grant.confirm(sent, *expires_at, None);
+                self.grant.confirm(sent, Instant::now(), *expires_at, None);
                 self.grant.require_held()
             }
             None => {

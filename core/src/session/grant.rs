@@ -115,6 +115,10 @@ pub(crate) struct GrantState {
     pub metadata: Metadata,
     /// Send time of the latest confirmed grant or renewal, on the monotonic clock.
     pub renewed_from: Instant,
+    /// When that confirmation arrived: the keepalive renews a lease ahead of time (to carry
+    /// it in a statement it sends anyway) only once this is a while ago, never again right
+    /// after a slow statement confirmed it (see `keepalive::scan`).
+    pub confirmed_at: Instant,
 }
 
 /// A grant this client holds (or held): what the lease handle, the keepalive and the
@@ -159,6 +163,7 @@ impl Grant {
                 expires_at: g.expires_at,
                 metadata: g.metadata,
                 renewed_from: sent,
+                confirmed_at: Instant::now(),
             }),
             lost: CancellationToken::new(),
             ended: CancellationToken::new(),
@@ -214,8 +219,15 @@ impl Grant {
         true
     }
 
-    /// Records a renewal the coordinator confirmed; `sent` is when its statement was sent.
-    pub fn confirm(&self, sent: Instant, expires_at: DateTime<Utc>, metadata: Option<Metadata>) {
+    /// Records a renewal the coordinator confirmed; `sent` is when its statement was sent,
+    /// `received` when its answer arrived (now, or the instant a batch's answer came).
+    pub fn confirm(
+        &self,
+        sent: Instant,
+        received: Instant,
+        expires_at: DateTime<Utc>,
+        metadata: Option<Metadata>,
+    ) {
         let mut state = self.lock();
         if let Some(metadata) = metadata {
             state.metadata = metadata;
@@ -223,8 +235,9 @@ impl Grant {
         if state.status.is_live() && sent > state.renewed_from {
             // A confirmation arriving after the deadline passed cannot revive the lease: the
             // holder may already have acted on lost.
-            if Instant::now() < self.deadline(&state) {
+            if received < self.deadline(&state) {
                 state.renewed_from = sent;
+                state.confirmed_at = received;
                 state.expires_at = expires_at;
             }
         }

@@ -5,6 +5,7 @@
 //! different moments fall into step after their first renewal and share one statement.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -26,6 +27,31 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 /// statements share the pool's connections and none grows with the number held.
 pub(crate) const RENEW_CHUNK: usize = 10_000;
 
+/// Hashes a fence: fences are distinct values of one sequence, so a multiply spreads them
+/// well, and a tick of 100,000 leases spent a sixth of its CPU in the default (SipHash, made
+/// to resist keys chosen by an attacker, which fences are not).
+#[derive(Default)]
+pub(crate) struct FenceHasher(u64);
+
+impl Hasher for FenceHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_i64(&mut self, fence: i64) {
+        self.0 = (fence as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// A map keyed by fence.
+pub(crate) type ByFence<V> = HashMap<i64, V, BuildHasherDefault<FenceHasher>>;
+
 /// The leases a client holds, by fence (unique per grant).
 #[derive(Default)]
 pub(crate) struct Keepalive {
@@ -33,11 +59,13 @@ pub(crate) struct Keepalive {
     changed: Notify,
     /// Renew statements sent so far (observable in tests and benchmarks).
     ticks: std::sync::atomic::AtomicU64,
+    /// Renewals the coordinator confirmed so far, one per lease renewed.
+    renewals: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Default)]
 struct Held {
-    by_fence: HashMap<i64, Arc<Grant>>,
+    by_fence: ByFence<Arc<Grant>>,
     /// When the task will look again, as its last scan decided (None before the first). Kept
     /// under the same lock as the map, so that an insert either is seen by a scan or sees the
     /// wake time that scan set.
@@ -85,6 +113,10 @@ impl Keepalive {
         self.ticks.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    pub fn renewals(&self) -> u64 {
+        self.renewals.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub fn len(&self) -> usize {
         self.held.lock().unwrap().by_fence.len()
     }
@@ -119,7 +151,13 @@ fn scan(keepalive: &Keepalive, now: Instant, may_send: bool, retry_after: Instan
         // A lease whose release or done is in flight is watched, not renewed.
         if may_send && state.status == LeaseStatus::Held {
             let renew_at = lease.renew_at(&state);
-            if renew_at <= now + lease.ttl / 6 {
+            // Due, or due within half a renew interval and confirmed at least that long ago:
+            // it rides along in this tick's statement, so that leases fall into step. Timed
+            // from the confirmation, not the send: a tick whose statements took longer than
+            // half an interval would otherwise find every lease it just renewed due again
+            // (measured at 100,000 leases: each renewed every 1.3 s instead of every 2 s).
+            let early = lease.ttl / 6;
+            if renew_at <= now || (renew_at <= now + early && now >= state.confirmed_at + early) {
                 scan.due.push(lease.clone());
             } else {
                 scan.next_wake = scan.next_wake.min(renew_at);
@@ -194,10 +232,14 @@ pub(crate) async fn run(scope: Arc<Scope>, keepalive: Arc<Keepalive>, closed: Ca
                 match result {
                     Ok(renewed) => {
                         backoff = RETRY_MIN;
-                        let renewed: HashMap<i64, DateTime<Utc>> = renewed.into_iter().collect();
+                        keepalive
+                            .renewals
+                            .fetch_add(renewed.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                        let renewed: ByFence<DateTime<Utc>> = renewed.into_iter().collect();
+                        let received = Instant::now();
                         for lease in sent_leases {
                             match renewed.get(&lease.fence) {
-                                Some(expires_at) => lease.confirm(sent, *expires_at, None),
+                                Some(expires_at) => lease.confirm(sent, received, *expires_at, None),
                                 // A lease whose release or done went out meanwhile may be
                                 // gone for that reason: that statement's answer decides.
                                 None if lease.status() == LeaseStatus::Ending => {}

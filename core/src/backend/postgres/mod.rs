@@ -33,6 +33,23 @@ use crate::options::{
 use crate::snapshot::KeyWaiters;
 use crate::stats::Recorder;
 
+/// A batch's columns, as the batched statements take them (`unnest` of three arrays).
+struct Columns<'a> {
+    keys: Vec<&'a str>,
+    fences: Vec<i64>,
+    ttls: Vec<i64>,
+}
+
+impl Columns<'_> {
+    fn with_capacity(n: usize) -> Self {
+        Columns {
+            keys: Vec::with_capacity(n),
+            fences: Vec::with_capacity(n),
+            ttls: Vec::with_capacity(n),
+        }
+    }
+}
+
 pub(crate) struct PgBackend {
     pool: Arc<Pool>,
     listener: Arc<Listener>,
@@ -317,40 +334,37 @@ impl Backend for PgBackend {
         owner: &str,
         items: &[BatchItem],
     ) -> Result<Vec<(i64, DateTime<Utc>)>> {
-        let column = |shared: bool| {
-            let of = move |i: &&BatchItem| i.shared == shared;
-            (
-                items
-                    .iter()
-                    .filter(of)
-                    .map(|i| i.key.as_str())
-                    .collect::<Vec<&str>>(),
-                items
-                    .iter()
-                    .filter(of)
-                    .map(|i| i.fence)
-                    .collect::<Vec<i64>>(),
-                items
-                    .iter()
-                    .filter(of)
-                    .map(|i| millis(i.ttl))
-                    .collect::<Vec<i64>>(),
-            )
-        };
-        let (keys, fences, ttls) = column(false);
-        let (s_keys, s_fences, s_ttls) = column(true);
+        // The three arrays of each kind, in one pass (sized up front: a tick may carry
+        // 10,000 leases, and growing six vectors by doubling showed in its profile).
+        let shared = items.iter().filter(|i| i.shared).count();
+        let mut exclusive_cols = Columns::with_capacity(items.len() - shared);
+        let mut shared_cols = Columns::with_capacity(shared);
+        for i in items {
+            let cols = if i.shared {
+                &mut shared_cols
+            } else {
+                &mut exclusive_cols
+            };
+            cols.keys.push(i.key.as_str());
+            cols.fences.push(i.fence);
+            cols.ttls.push(millis(i.ttl));
+        }
+        let (e, sh) = (&exclusive_cols, &shared_cols);
         let params: [&(dyn ToSql + Sync); 8] = [
-            &namespace, &owner, &keys, &fences, &ttls, &s_keys, &s_fences, &s_ttls,
+            &namespace, &owner, &e.keys, &e.fences, &e.ttls, &sh.keys, &sh.fences, &sh.ttls,
         ];
         // Not retried here: the keepalive schedules its own retry against the leases' deadlines.
-        let rows = self
+        // One row of two arrays (see `Sql::renew_batch`).
+        let row = self
             .pool
             .run("keepalive", |c| async move {
-                c.query(&c.stmts.renew_batch, &params).await
+                c.query_one(&c.stmts.renew_batch, &params).await
             })
             .await
             .map_err(Failure::into_error)?;
-        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        let fences: Vec<i64> = row.try_get(0).map_err(Error::internal)?;
+        let expiries: Vec<DateTime<Utc>> = row.try_get(1).map_err(Error::internal)?;
+        Ok(fences.into_iter().zip(expiries).collect())
     }
 
     async fn release(&self, l: LeaseRef<'_>) -> Result<bool> {

@@ -408,6 +408,9 @@ impl Sql {
             // that started after the last ANALYZE: its owner id is new) it scanned the table
             // and compared every row with every lease of the batch: 10,000 leases took 75 s,
             // and every one of them was lost.
+            //
+            // The answer is one row of two arrays (fences, expiries), not a row per lease: a
+            // tick's 10,000 rows each cost the client a message to parse and a row to allocate.
             renew_batch: format!(
                 "WITH due AS MATERIALIZED (
                    SELECT mine.row_id, b.ttl_ms
@@ -438,9 +441,10 @@ impl Sql {
                       SET shared_until = GREATEST(l.shared_until, m.until)
                      FROM (SELECT key, max(expires_at) AS until FROM sh GROUP BY key) m
                     WHERE l.namespace = $1 AND l.key = m.key)
-                 SELECT fence, expires_at FROM x
-                 UNION ALL
-                 SELECT fence, expires_at FROM sh"
+                 SELECT COALESCE(array_agg(r.fence), '{{}}'), COALESCE(array_agg(r.expires_at), '{{}}')
+                   FROM (SELECT fence, expires_at FROM x
+                         UNION ALL
+                         SELECT fence, expires_at FROM sh) r"
             ),
             // A retry whose first try committed (its answer lost with the connection) finds
             // the row already released by this very grant (fences are unique per grant): that
