@@ -183,7 +183,7 @@ impl Lease {
                 &self.session.scope.namespace,
                 &self.session.scope.owner,
                 &[BatchItem {
-                    key: self.grant.key.clone(),
+                    key: &self.grant.key,
                     fence: self.grant.fence,
                     ttl: self.grant.ttl,
                     shared: true,

@@ -115,9 +115,9 @@ pub(crate) struct Renewed {
     pub metadata: Metadata,
 }
 
-/// One lease of a batched keepalive.
-pub(crate) struct BatchItem {
-    pub key: String,
+/// One lease of a batched keepalive (borrowing its key from the lease).
+pub(crate) struct BatchItem<'a> {
+    pub key: &'a str,
     pub fence: i64,
     pub ttl: Duration,
     /// A shared holder (a granted ticket) rather than the key's exclusive holder.
@@ -322,7 +322,7 @@ pub(crate) trait Backend: StreamStore + Send + Sync + 'static {
         &self,
         namespace: &str,
         owner: &str,
-        items: &[BatchItem],
+        items: &[BatchItem<'_>],
     ) -> Result<Vec<(i64, DateTime<Utc>)>>;
     /// Free the key if this grant still holds it (and wake its waiters); false otherwise.
     async fn release(&self, lease: LeaseRef<'_>) -> Result<bool>;

@@ -332,7 +332,7 @@ impl Backend for PgBackend {
         &self,
         namespace: &str,
         owner: &str,
-        items: &[BatchItem],
+        items: &[BatchItem<'_>],
     ) -> Result<Vec<(i64, DateTime<Utc>)>> {
         // The three arrays of each kind, in one pass (sized up front: a tick may carry
         // 10,000 leases, and growing six vectors by doubling showed in its profile).
@@ -345,7 +345,7 @@ impl Backend for PgBackend {
             } else {
                 &mut exclusive_cols
             };
-            cols.keys.push(i.key.as_str());
+            cols.keys.push(i.key);
             cols.fences.push(i.fence);
             cols.ttls.push(millis(i.ttl));
         }

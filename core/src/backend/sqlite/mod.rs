@@ -1117,21 +1117,21 @@ impl Backend for SqliteBackend {
         &self,
         namespace: &str,
         owner: &str,
-        items: &[BatchItem],
+        items: &[BatchItem<'_>],
     ) -> Result<Vec<(i64, DateTime<Utc>)>> {
         let (ns, owner) = (namespace.to_string(), owner.to_string());
         let batch = serde_json::to_string(
             &items
                 .iter()
                 .filter(|i| !i.shared)
-                .map(|i| (i.key.as_str(), i.fence, i.ttl.as_millis() as i64))
+                .map(|i| (i.key, i.fence, i.ttl.as_millis() as i64))
                 .collect::<Vec<_>>(),
         )
         .unwrap_or_default();
         let shared: Vec<(String, i64, i64)> = items
             .iter()
             .filter(|i| i.shared)
-            .map(|i| (i.key.clone(), i.fence, i.ttl.as_millis() as i64))
+            .map(|i| (i.key.to_string(), i.fence, i.ttl.as_millis() as i64))
             .collect();
         // One statement for the whole tick (G3), as on PostgreSQL.
         self.write("keepalive", move |tx, now| {
