@@ -113,7 +113,7 @@ fn three_states(env: &Env) -> (Guard, i64) {
 
 /// `--once`'s table: the header line, then the column titles, then one row per line, as
 /// (column title -> cell) maps.
-fn table(text: &str) -> (String, Vec<std::collections::HashMap<String, String>>) {
+fn table(text: &str) -> (String, Rows) {
     let mut lines = text.lines();
     let head = lines.next().expect("a header line").to_string();
     let titles: Vec<String> = lines
@@ -205,6 +205,30 @@ fn wait_on(env: &Env, owner: &str, key: &str, shared: bool) -> Guard {
     )
 }
 
+type Rows = Vec<std::collections::HashMap<String, String>>;
+
+/// `top --once PREFIX` again until its rows show `what` (`seen`); the bound catches hangs.
+fn once_until(
+    env: &Env,
+    prefix: &str,
+    what: &str,
+    seen: impl Fn(&Rows) -> bool,
+) -> (String, Rows, String) {
+    let started = Instant::now();
+    loop {
+        let text = env.ok(&["top", "--once", prefix]);
+        let (head, rows) = table(&text);
+        if seen(&rows) {
+            return (head, rows, text);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no {what} within 60s:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn once_shows_the_waiters_in_line_per_key() {
     let env = Env::new("wait");
@@ -212,23 +236,11 @@ fn once_shows_the_waiters_in_line_per_key() {
     let _writer = wait_on(&env, "bob", "jobs/held", false);
     let _reader = wait_on(&env, "carol", "jobs/held", true);
 
-    // Polled: each waiter takes its place in line in its own process. The bound catches hangs.
-    let started = Instant::now();
-    let (head, rows, text) = loop {
-        let text = env.ok(&["top", "--once", "jobs/"]);
-        let (head, rows) = table(&text);
-        if rows
-            .iter()
+    // Polled: each waiter takes its place in line in its own process.
+    let (head, rows, text) = once_until(&env, "jobs/", "2 waiters on jobs/held", |rows| {
+        rows.iter()
             .any(|r| r["KEY"] == "jobs/held" && r["WAIT"] == "2")
-        {
-            break (head, rows, text);
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no 2 waiters on jobs/held within 60s:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    });
     assert!(head.contains("keys 3  waiting 2"), "{head}");
     for r in &rows {
         let (key, wait) = (r["KEY"].as_str(), r["WAIT"].as_str());
@@ -252,19 +264,9 @@ fn once_shows_the_waiters_in_line_per_key() {
         hold_shared(&env, "r2", "shared/k"),
     ];
     let _waiter = wait_on(&env, "w", "shared/k", false);
-    let started = Instant::now();
-    let (head, rows, text) = loop {
-        let text = env.ok(&["top", "--once", "shared/"]);
-        let (head, rows) = table(&text);
-        if rows.iter().any(|r| r["WAIT"] != "-") {
-            break (head, rows, text);
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no waiter on shared/k within 60s:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let (head, rows, text) = once_until(&env, "shared/", "a waiter on shared/k", |rows| {
+        rows.iter().any(|r| r["WAIT"] != "-")
+    });
     assert!(head.contains("shared holders 2  waiting 1"), "{head}");
     let cells: Vec<(&str, &str)> = rows
         .iter()

@@ -618,11 +618,8 @@ async fn a_turn_named_while_leaving_is_passed_on() {
 #[tokio::test]
 async fn renewals_follow_the_key_index_whatever_the_statistics() {
     let h = Harness::postgres("renew_plan").await;
-    let schema = format!("rp_{}", h.tag);
     // The client creates the schema; the rows are then written directly (fast).
-    let client = h
-        .client_with("o1", h.options("o1").schema(schema.clone()))
-        .await;
+    let (schema, client, statements) = plan_fixture(&h, "rp").await;
     let (ns, owner) = (h.tag.as_str(), "fresh-owner");
     let db = h.admin();
     db.execute(
@@ -653,8 +650,6 @@ async fn renewals_follow_the_key_index_whatever_the_statistics() {
     let fences: Vec<i64> = (1..=LEASES).map(|i| 100_000 + i).collect();
     let ttls: Vec<i64> = vec![60_000; keys.len()];
     let none: (Vec<String>, Vec<i64>) = (Vec::new(), Vec::new());
-    let statements: std::collections::HashMap<_, _> =
-        accord::statements(&schema).unwrap().into_iter().collect();
     let channel = accord::wakeup_channel(&schema).unwrap();
     let renew = &statements["renew_batch"];
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
@@ -690,11 +685,7 @@ async fn renewals_follow_the_key_index_whatever_the_statistics() {
         ),
     ];
     for (name, params) in &checks {
-        let explain = db
-            .prepare(&format!("EXPLAIN (FORMAT JSON) {}", statements[name]))
-            .await
-            .unwrap();
-        let plan: serde_json::Value = db.query_one(&explain, params).await.unwrap().get(0);
+        let plan = custom_plan(db, &statements[name], params).await;
         // The shape that compares the batch with every row: a nested loop over a scan of the
         // table (a hash join reading it once is fine: it is only chosen when it is small).
         let mut scans = 0;
@@ -727,10 +718,7 @@ async fn renewals_follow_the_key_index_whatever_the_statistics() {
 #[tokio::test]
 async fn pools_follow_the_key_index_whatever_the_statistics() {
     let h = Harness::postgres("pool_plan").await;
-    let schema = format!("pp_{}", h.tag);
-    let client = h
-        .client_with("o1", h.options("o1").schema(schema.clone()))
-        .await;
+    let (schema, client, statements) = plan_fixture(&h, "pp").await;
     let ns = h.tag.as_str();
     let db = h.admin();
     db.execute(
@@ -758,8 +746,6 @@ async fn pools_follow_the_key_index_whatever_the_statistics() {
     )
     .await
     .unwrap();
-    let statements: std::collections::HashMap<_, _> =
-        accord::statements(&schema).unwrap().into_iter().collect();
     let channel = accord::wakeup_channel(&schema).unwrap();
     // 500 keys in no pool and 500 new ones.
     let offered: Vec<String> = (1..=500)
@@ -777,11 +763,7 @@ async fn pools_follow_the_key_index_whatever_the_statistics() {
         ),
     ];
     for (name, params) in &checks {
-        let explain = db
-            .prepare(&format!("EXPLAIN (FORMAT JSON) {}", statements[name]))
-            .await
-            .unwrap();
-        let plan: serde_json::Value = db.query_one(&explain, params).await.unwrap().get(0);
+        let plan = custom_plan(db, &statements[name], params).await;
         // A scan of the namespace: the table read whole, or an index of keys read with no
         // key to look up and no range of keys (a pool's own index, by namespace and pool, is
         // the claim's way in; its range of the key order, the empty claim's).
@@ -827,10 +809,7 @@ async fn pools_follow_the_key_index_whatever_the_statistics() {
 #[tokio::test]
 async fn deep_pages_follow_the_key_index_whatever_the_statistics() {
     let h = Harness::postgres("page_plan").await;
-    let schema = format!("lp_{}", h.tag);
-    let client = h
-        .client_with("o1", h.options("o1").schema(schema.clone()))
-        .await;
+    let (schema, client, statements) = plan_fixture(&h, "lp").await;
     let ns = h.tag.as_str();
     let db = h.admin();
     // 100,000 keys of this namespace and 10,000 held leases of another, analyzed.
@@ -848,8 +827,6 @@ async fn deep_pages_follow_the_key_index_whatever_the_statistics() {
     db.batch_execute(&format!("ANALYZE \"{schema}\".leases"))
         .await
         .unwrap();
-    let statements: std::collections::HashMap<_, _> =
-        accord::statements(&schema).unwrap().into_iter().collect();
     // The page after the cursor half way: (key, fence) ('k/0050000', 50000), 100 keys.
     db.batch_execute(&format!(
         "PREPARE deep_page(text, text, text, text, text, text, bigint, bigint, boolean) AS {}",
@@ -898,6 +875,39 @@ async fn deep_pages_follow_the_key_index_whatever_the_statistics() {
     assert_eq!(keys.len(), 100);
     assert_eq!((keys[0], keys[99]), ("k/0050001", "k/0050100"));
     client.close().await;
+}
+
+/// The plan tests' start: a schema of their own (`<prefix>_<tag>`, created by a client's
+/// migration, so that rows can then be written directly), that client, and the schema's
+/// statements by name.
+async fn plan_fixture(
+    h: &Harness,
+    prefix: &str,
+) -> (
+    String,
+    Client,
+    std::collections::HashMap<&'static str, String>,
+) {
+    let schema = format!("{prefix}_{}", h.tag);
+    let client = h
+        .client_with("o1", h.options("o1").schema(schema.clone()))
+        .await;
+    let statements = accord::statements(&schema).unwrap().into_iter().collect();
+    (schema, client, statements)
+}
+
+/// The plan `sql` gets on its first execution with `params` (a custom plan, planned with these
+/// very values), as EXPLAIN (FORMAT JSON) shows it.
+async fn custom_plan(
+    db: &tokio_postgres::Client,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> serde_json::Value {
+    let explain = db
+        .prepare(&format!("EXPLAIN (FORMAT JSON) {sql}"))
+        .await
+        .unwrap();
+    db.query_one(&explain, params).await.unwrap().get(0)
 }
 
 /// Calls `visit` on every node of an EXPLAIN (FORMAT JSON) plan.
