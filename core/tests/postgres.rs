@@ -1030,3 +1030,97 @@ async fn renewals_stay_on_their_page() {
     );
     client.close().await;
 }
+
+/// The fault the first attempt of a listening connection (or of its reconnect) meets: its own
+/// probe notification, on the way from the server, is swallowed and the connection frozen
+/// (`cut: false`) or closed (`cut: true`). Either is a lost connection, not a deaf server.
+fn fail_during_the_probe(cut: bool) -> support::Mode {
+    support::Mode::FailOnceOn {
+        bytes: b"accord_probe_",
+        cut,
+    }
+}
+
+/// Asserts that `error` is not the verdict for a server that cannot deliver notifications.
+fn not_called_deaf(error: &accord::Error) {
+    let text = error.to_string();
+    assert!(
+        !text.contains("listen_url") && !text.contains("PgBouncer"),
+        "a lost connection was reported as a deaf server: {text}"
+    );
+}
+
+/// O1: a listening connection lost while it waits for its own probe notification (a
+/// termination or a frozen network right after it connected) is a connection failure: the
+/// client reconnects with its usual backoff, `listen` waits for that and succeeds, and nothing
+/// blames the deployment. Only a probe that ran its course on a connection that still answers
+/// may call the server deaf (which fails `listen` at once and waits 30 s before trying again).
+#[tokio::test]
+async fn a_listener_lost_during_its_probe_is_not_called_deaf() {
+    for cut in [true, false] {
+        let h = Harness::postgres("probe_fault").await;
+        let (proxy, listen_url) = h.proxy().await;
+        // In plain text, so that the proxy can see the probe go by.
+        let separator = if listen_url.contains('?') { '&' } else { '?' };
+        let listen_url = format!("{listen_url}{separator}sslmode=disable");
+        proxy.set(fail_during_the_probe(cut));
+        // Generous: a frozen connection needs the 3 s probe and the 5 s health check first.
+        let options = h
+            .options("o1")
+            .listen_url(listen_url)
+            .statement_timeout(Duration::from_secs(30));
+        let client = h.client_with("o1", options).await;
+        let sender = h.client("o2").await;
+        let first = h.channel("first");
+        let sub = match client.listen([&first]).await {
+            Ok(sub) => sub,
+            Err(e) => {
+                not_called_deaf(&e);
+                panic!("listen failed (cut: {cut}): {e}")
+            }
+        };
+        assert!(proxy.has_failed(), "the fault never happened (cut: {cut})");
+        sender.notify(&first, "heard").await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(10), sub.recv()).await;
+        assert!(
+            matches!(&got, Ok(Ok(Some(accord::Event::Message(m)))) if m.payload == "heard"),
+            "cut: {cut}: {got:?}"
+        );
+
+        // The same fault on a reconnect: the subscription is told of the gap and hears again,
+        // and a `listen` made meanwhile waits for the reconnect instead of failing.
+        proxy.set(fail_during_the_probe(cut));
+        assert!(h.terminate_connections("o1").await >= 1);
+        assert!(
+            support::eventually(Duration::from_secs(20), || async { proxy.has_failed() }).await,
+            "the reconnect never met the fault (cut: {cut})"
+        );
+        let second = h.channel("second");
+        let during = match client.listen([&second]).await {
+            Ok(sub) => sub,
+            Err(e) => {
+                not_called_deaf(&e);
+                panic!("listen during the reconnect failed (cut: {cut}): {e}")
+            }
+        };
+        let got = tokio::time::timeout(Duration::from_secs(20), sub.recv()).await;
+        assert!(
+            matches!(got, Ok(Ok(Some(accord::Event::Reconnected)))),
+            "cut: {cut}: {got:?}"
+        );
+        sender.notify(&second, "again").await.unwrap();
+        // A subscription made while the connection was down may be told of that gap too.
+        let got = loop {
+            match tokio::time::timeout(Duration::from_secs(10), during.recv()).await {
+                Ok(Ok(Some(accord::Event::Reconnected))) => continue,
+                other => break other,
+            }
+        };
+        assert!(
+            matches!(&got, Ok(Ok(Some(accord::Event::Message(m)))) if m.payload == "again"),
+            "cut: {cut}: {got:?}"
+        );
+        client.close().await;
+        sender.close().await;
+    }
+}
