@@ -69,24 +69,7 @@ async fn g10_printed_sql_and_dml_only_clients() {
         .batch_execute(&script)
         .await
         .expect("the script is idempotent");
-    h.admin()
-        .batch_execute(&format!(
-            "CREATE ROLE \"{role}\" LOGIN PASSWORD 'dml';
-             GRANT USAGE ON SCHEMA \"{schema}\" TO \"{role}\";
-             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA \"{schema}\" TO \"{role}\";
-             GRANT USAGE ON ALL SEQUENCES IN SCHEMA \"{schema}\" TO \"{role}\";"
-        ))
-        .await
-        .unwrap();
-    let config: tokio_postgres::Config = h.url.parse().unwrap();
-    let tokio_postgres::config::Host::Tcp(host) = &config.get_hosts()[0] else {
-        panic!("TCP URL expected")
-    };
-    let url = format!(
-        "postgres://{role}:dml@{host}:{}/{}",
-        config.get_ports()[0],
-        config.get_dbname().unwrap_or("postgres")
-    );
+    let url = dml_role(&h, &schema, &role, "").await;
     for migrate in [false, true] {
         // With migrations on, an up-to-date schema needs no DDL rights either.
         let client = Client::connect(
@@ -103,6 +86,109 @@ async fn g10_printed_sql_and_dml_only_clients() {
         client.reset("a").await.unwrap();
         client.close().await;
     }
+}
+
+/// Creates `role` with DML rights on `schema` (and `settings`, e.g. `ALTER ROLE` clauses run
+/// after), and returns a URL that logs in as it.
+async fn dml_role(h: &Harness, schema: &str, role: &str, settings: &str) -> String {
+    h.admin()
+        .batch_execute(&format!(
+            "CREATE ROLE \"{role}\" LOGIN PASSWORD 'dml';
+             GRANT USAGE ON SCHEMA \"{schema}\" TO \"{role}\";
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA \"{schema}\" TO \"{role}\";
+             GRANT USAGE ON ALL SEQUENCES IN SCHEMA \"{schema}\" TO \"{role}\";
+             {settings}"
+        ))
+        .await
+        .unwrap();
+    let config: tokio_postgres::Config = h.url.parse().unwrap();
+    let tokio_postgres::config::Host::Tcp(host) = &config.get_hosts()[0] else {
+        panic!("TCP URL expected")
+    };
+    format!(
+        "postgres://{role}:dml@{host}:{}/{}",
+        config.get_ports()[0],
+        config.get_dbname().unwrap_or("postgres")
+    )
+}
+
+/// G10: a role with DML rights only, connecting with migrations on (the default) to a schema
+/// one version behind, is told what the path with migrations off says (the versions, the
+/// script to apply) and why it cannot migrate, not PostgreSQL's bare "permission denied".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_that_may_not_migrate_is_told_what_to_apply() {
+    let h = Harness::postgres("behind").await;
+    let schema = format!("accord_{}", h.tag);
+    let role = format!("dml_{}", h.tag);
+    h.admin()
+        .batch_execute(&accord::migration_sql(&schema).unwrap())
+        .await
+        .unwrap();
+    let url = dml_role(&h, &schema, &role, "").await;
+    let latest: i32 = h
+        .admin()
+        .query_one(
+            &format!("DELETE FROM \"{schema}\".schema_migrations WHERE version = (SELECT max(version) FROM \"{schema}\".schema_migrations) RETURNING version"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let err = Client::connect(&url, h.options("o1").schema(schema.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Database, "{err}");
+    let text = err.message();
+    for expected in [
+        format!("is at version {}", latest - 1),
+        format!("needs version {latest}"),
+        "may not migrate".to_string(),
+        "permission denied".to_string(),
+        "accord migrate --print-sql".to_string(),
+    ] {
+        assert!(text.contains(&expected), "{expected:?} missing from: {err}");
+    }
+    h.admin()
+        .execute(
+            &format!("INSERT INTO \"{schema}\".schema_migrations (version) VALUES ($1)"),
+            &[&latest],
+        )
+        .await
+        .unwrap();
+    Client::connect(&url, h.options("o1").schema(schema.clone()))
+        .await
+        .expect("an up-to-date schema needs no DDL rights")
+        .close()
+        .await;
+}
+
+/// A server whose sessions cannot write is refused at connect, saying why, instead of failing
+/// at the first grant with "cannot execute … in a read-only transaction". Here a role whose
+/// sessions are read-only by default; a standby is refused the same way (`core/tests/failover.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_sessions_are_refused_at_connect() {
+    let h = Harness::postgres("ro").await;
+    let schema = format!("accord_{}", h.tag);
+    let role = format!("ro_{}", h.tag);
+    h.admin()
+        .batch_execute(&accord::migration_sql(&schema).unwrap())
+        .await
+        .unwrap();
+    let url = dml_role(
+        &h,
+        &schema,
+        &role,
+        &format!("ALTER ROLE \"{role}\" SET default_transaction_read_only = on;"),
+    )
+    .await;
+    let err = Client::connect(&url, h.options("o1").schema(schema.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    assert!(
+        err.message().contains("default_transaction_read_only"),
+        "{err}"
+    );
 }
 
 /// Errors name the server, never the password.
