@@ -180,6 +180,30 @@ impl Error {
         )
     }
 
+    /// A `Trimmed` error's message, completed with the way out of it.
+    pub(crate) fn way_out(mut self, way: crate::stream::WayOut) -> Self {
+        use crate::stream::WayOut;
+        let hint = match way {
+            WayOut::Seek => {
+                "; seek to a stored seq, or start at \"earliest\" to read from the oldest stored event"
+            }
+            WayOut::StartEarliest => {
+                "; the consumer's stored position is older than that: subscribe it with the start \
+                 \"earliest\" to go on from the oldest stored event (the trimmed ones are gone; \
+                 its next ack stores the new position), or seek to a stored seq"
+            }
+            WayOut::Resubscribe(true) => {
+                "; subscribe the consumer again with the start \"earliest\" to go on from the \
+                 oldest stored event (skipping the trimmed ones)"
+            }
+            WayOut::Resubscribe(false) => {
+                "; subscribe again with the start \"earliest\" to go on from the oldest stored event"
+            }
+        };
+        self.message.push_str(hint);
+        self
+    }
+
     /// `Internal`: a bug in accord (or in a binding), described by `what`.
     pub fn internal(what: impl fmt::Display) -> Self {
         Error::new(

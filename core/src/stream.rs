@@ -37,6 +37,54 @@ pub(crate) fn stream_channel(namespace: &str, stream: &str) -> String {
     channel_for("accord_stream", namespace, &[stream])
 }
 
+/// Where a new subscription starts: after this seq, and whether a gap before the first event
+/// read is expected (`Earliest`: the oldest stored event, whatever retention deleted before it).
+///
+/// A named consumer's stored position wins over `Earliest` and `Latest`, which say where to go
+/// when there is none. A stored position that retention trimmed past cannot be used: `Earliest`
+/// then goes on from the oldest stored event (the trimmed ones are gone; nothing that still
+/// exists is skipped), while `Latest`, which is every binding's default and would skip stored
+/// events the consumer never read, is `Trimmed` with the way out. An explicit `After(seq)` is a
+/// seek and wins over everything; a seek to a trimmed seq is `Trimmed`.
+fn start_after(
+    start: Option<StreamStart>,
+    stored: Option<i64>,
+    state: &StreamState,
+) -> std::result::Result<(i64, bool), Trimmed> {
+    let trimmed = |after: i64| after < state.last_seq && after + 1 < state.first_seq;
+    match (start, stored) {
+        (Some(StreamStart::After(seq)), _) if trimmed(seq) => Err(Trimmed {
+            after: seq,
+            way_out: WayOut::Seek,
+        }),
+        (Some(StreamStart::After(seq)), _) => Ok((seq, false)),
+        (_, Some(acked)) if !trimmed(acked) => Ok((acked, false)),
+        (Some(StreamStart::Earliest), _) => Ok((state.first_seq - 1, true)),
+        (Some(StreamStart::Latest) | None, Some(acked)) => Err(Trimmed {
+            after: acked,
+            way_out: WayOut::StartEarliest,
+        }),
+        (Some(StreamStart::Latest) | None, None) => Ok((state.last_seq, false)),
+    }
+}
+
+/// A start that retention deleted, and what the caller can do about it.
+struct Trimmed {
+    after: i64,
+    way_out: WayOut,
+}
+
+/// The way out of `Trimmed` that its message names.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum WayOut {
+    /// A seek (`After(seq)`) to a trimmed seq: seek to a stored one, or start at `Earliest`.
+    Seek,
+    /// A consumer's stored position was trimmed, and the start was not `Earliest`.
+    StartEarliest,
+    /// A live subscription fell behind a trim: subscribe again (a consumer: with `Earliest`).
+    Resubscribe(bool),
+}
+
 /// One event of a stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StreamEvent {
@@ -329,15 +377,12 @@ impl StreamSubscription {
             }
             None => None,
         };
-        let (after, gap_is_start) = match (options.start, stored) {
-            (Some(StreamStart::After(seq)), _) => (seq, false),
-            (_, Some(acked)) => (acked, false),
-            (Some(StreamStart::Earliest), None) => (state.first_seq - 1, true),
-            (Some(StreamStart::Latest) | None, None) => (state.last_seq, false),
+        let (after, gap_is_start) = match start_after(options.start, stored, &state) {
+            Ok(start) => start,
+            Err(Trimmed { after, way_out }) => {
+                return Err(Error::trimmed(stream, after, state.first_seq).way_out(way_out));
+            }
         };
-        if !gap_is_start && after < state.last_seq && after + 1 < state.first_seq {
-            return Err(Error::trimmed(stream, after, state.first_seq));
-        }
         Ok(StreamSubscription {
             session: session.clone(),
             stream: stream.to_string(),
@@ -415,7 +460,8 @@ impl StreamSubscription {
             if page.last_seq >= expected && first > expected && !reading.gap_is_start {
                 // Nothing more is delivered: the subscription is closed (the next call says so).
                 self.closed.cancel();
-                return Err(Error::trimmed(&self.stream, reading.after, first));
+                return Err(Error::trimmed(&self.stream, reading.after, first)
+                    .way_out(WayOut::Resubscribe(self.consumer.is_some())));
             }
             reading.gap_is_start = false;
             if let Some(last) = page.events.last() {

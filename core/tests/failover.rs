@@ -66,6 +66,7 @@ async fn o2_clients_follow_a_promoted_standby() {
         );
         return;
     };
+    a_standby_alone_is_refused_at_connect(&url).await;
     let tag = format!("o2_{:08x}", rand::random::<u32>());
     let options = |owner: &str| {
         ClientOptions::new()
@@ -162,4 +163,34 @@ async fn o2_clients_follow_a_promoted_standby() {
     lease.release().await.unwrap();
     holder.close().await;
     waiter.close().await;
+}
+
+/// A URL that names the standby alone is refused at connect, saying what it is and what to
+/// name instead, rather than failing at the first grant with "cannot execute … in a read-only
+/// transaction". Part of the failover test (the two would race on the pair otherwise).
+async fn a_standby_alone_is_refused_at_connect(url: &str) {
+    let dir = std::env::var("ACCORD_TEST_FAILOVER_DIR").expect("ACCORD_TEST_FAILOVER_DIR");
+    // The schema exists (made on the primary, replicated): only the server's role is at stake.
+    Client::connect(url, ClientOptions::new())
+        .await
+        .unwrap()
+        .close()
+        .await;
+    let standby = if ctl(&["primary"]) == "a" { "b" } else { "a" };
+    let port = std::fs::read_to_string(format!("{dir}/{standby}.port")).unwrap();
+    let config: tokio_postgres::Config = url.parse().unwrap();
+    let password = String::from_utf8(config.get_password().unwrap().to_vec()).unwrap();
+    let standby_url = format!(
+        "postgres://postgres:{password}@127.0.0.1:{}/postgres",
+        port.trim()
+    );
+    let err = Client::connect(&standby_url, ClientOptions::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), accord::ErrorKind::Connection, "{err}");
+    assert!(
+        err.message().contains("standby")
+            && err.message().contains("target_session_attrs=read-write"),
+        "{err}"
+    );
 }

@@ -69,24 +69,7 @@ async fn g10_printed_sql_and_dml_only_clients() {
         .batch_execute(&script)
         .await
         .expect("the script is idempotent");
-    h.admin()
-        .batch_execute(&format!(
-            "CREATE ROLE \"{role}\" LOGIN PASSWORD 'dml';
-             GRANT USAGE ON SCHEMA \"{schema}\" TO \"{role}\";
-             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA \"{schema}\" TO \"{role}\";
-             GRANT USAGE ON ALL SEQUENCES IN SCHEMA \"{schema}\" TO \"{role}\";"
-        ))
-        .await
-        .unwrap();
-    let config: tokio_postgres::Config = h.url.parse().unwrap();
-    let tokio_postgres::config::Host::Tcp(host) = &config.get_hosts()[0] else {
-        panic!("TCP URL expected")
-    };
-    let url = format!(
-        "postgres://{role}:dml@{host}:{}/{}",
-        config.get_ports()[0],
-        config.get_dbname().unwrap_or("postgres")
-    );
+    let url = dml_role(&h, &schema, &role, "").await;
     for migrate in [false, true] {
         // With migrations on, an up-to-date schema needs no DDL rights either.
         let client = Client::connect(
@@ -103,6 +86,109 @@ async fn g10_printed_sql_and_dml_only_clients() {
         client.reset("a").await.unwrap();
         client.close().await;
     }
+}
+
+/// Creates `role` with DML rights on `schema` (and `settings`, e.g. `ALTER ROLE` clauses run
+/// after), and returns a URL that logs in as it.
+async fn dml_role(h: &Harness, schema: &str, role: &str, settings: &str) -> String {
+    h.admin()
+        .batch_execute(&format!(
+            "CREATE ROLE \"{role}\" LOGIN PASSWORD 'dml';
+             GRANT USAGE ON SCHEMA \"{schema}\" TO \"{role}\";
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA \"{schema}\" TO \"{role}\";
+             GRANT USAGE ON ALL SEQUENCES IN SCHEMA \"{schema}\" TO \"{role}\";
+             {settings}"
+        ))
+        .await
+        .unwrap();
+    let config: tokio_postgres::Config = h.url.parse().unwrap();
+    let tokio_postgres::config::Host::Tcp(host) = &config.get_hosts()[0] else {
+        panic!("TCP URL expected")
+    };
+    format!(
+        "postgres://{role}:dml@{host}:{}/{}",
+        config.get_ports()[0],
+        config.get_dbname().unwrap_or("postgres")
+    )
+}
+
+/// G10: a role with DML rights only, connecting with migrations on (the default) to a schema
+/// one version behind, is told what the path with migrations off says (the versions, the
+/// script to apply) and why it cannot migrate, not PostgreSQL's bare "permission denied".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_that_may_not_migrate_is_told_what_to_apply() {
+    let h = Harness::postgres("behind").await;
+    let schema = format!("accord_{}", h.tag);
+    let role = format!("dml_{}", h.tag);
+    h.admin()
+        .batch_execute(&accord::migration_sql(&schema).unwrap())
+        .await
+        .unwrap();
+    let url = dml_role(&h, &schema, &role, "").await;
+    let latest: i32 = h
+        .admin()
+        .query_one(
+            &format!("DELETE FROM \"{schema}\".schema_migrations WHERE version = (SELECT max(version) FROM \"{schema}\".schema_migrations) RETURNING version"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let err = Client::connect(&url, h.options("o1").schema(schema.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Database, "{err}");
+    let text = err.message();
+    for expected in [
+        format!("is at version {}", latest - 1),
+        format!("needs version {latest}"),
+        "may not migrate".to_string(),
+        "permission denied".to_string(),
+        "accord migrate --print-sql".to_string(),
+    ] {
+        assert!(text.contains(&expected), "{expected:?} missing from: {err}");
+    }
+    h.admin()
+        .execute(
+            &format!("INSERT INTO \"{schema}\".schema_migrations (version) VALUES ($1)"),
+            &[&latest],
+        )
+        .await
+        .unwrap();
+    Client::connect(&url, h.options("o1").schema(schema.clone()))
+        .await
+        .expect("an up-to-date schema needs no DDL rights")
+        .close()
+        .await;
+}
+
+/// A server whose sessions cannot write is refused at connect, saying why, instead of failing
+/// at the first grant with "cannot execute … in a read-only transaction". Here a role whose
+/// sessions are read-only by default; a standby is refused the same way (`core/tests/failover.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_sessions_are_refused_at_connect() {
+    let h = Harness::postgres("ro").await;
+    let schema = format!("accord_{}", h.tag);
+    let role = format!("ro_{}", h.tag);
+    h.admin()
+        .batch_execute(&accord::migration_sql(&schema).unwrap())
+        .await
+        .unwrap();
+    let url = dml_role(
+        &h,
+        &schema,
+        &role,
+        &format!("ALTER ROLE \"{role}\" SET default_transaction_read_only = on;"),
+    )
+    .await;
+    let err = Client::connect(&url, h.options("o1").schema(schema.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    assert!(
+        err.message().contains("default_transaction_read_only"),
+        "{err}"
+    );
 }
 
 /// Errors name the server, never the password.
@@ -1029,4 +1115,98 @@ async fn renewals_stay_on_their_page() {
         &moved[..moved.len().min(5)]
     );
     client.close().await;
+}
+
+/// The fault the first attempt of a listening connection (or of its reconnect) meets: its own
+/// probe notification, on the way from the server, is swallowed and the connection frozen
+/// (`cut: false`) or closed (`cut: true`). Either is a lost connection, not a deaf server.
+fn fail_during_the_probe(cut: bool) -> support::Mode {
+    support::Mode::FailOnceOn {
+        bytes: b"accord_probe_",
+        cut,
+    }
+}
+
+/// Asserts that `error` is not the verdict for a server that cannot deliver notifications.
+fn not_called_deaf(error: &accord::Error) {
+    let text = error.to_string();
+    assert!(
+        !text.contains("listen_url") && !text.contains("PgBouncer"),
+        "a lost connection was reported as a deaf server: {text}"
+    );
+}
+
+/// O1: a listening connection lost while it waits for its own probe notification (a
+/// termination or a frozen network right after it connected) is a connection failure: the
+/// client reconnects with its usual backoff, `listen` waits for that and succeeds, and nothing
+/// blames the deployment. Only a probe that ran its course on a connection that still answers
+/// may call the server deaf (which fails `listen` at once and waits 30 s before trying again).
+#[tokio::test]
+async fn a_listener_lost_during_its_probe_is_not_called_deaf() {
+    for cut in [true, false] {
+        let h = Harness::postgres("probe_fault").await;
+        let (proxy, listen_url) = h.proxy().await;
+        // In plain text, so that the proxy can see the probe go by.
+        let separator = if listen_url.contains('?') { '&' } else { '?' };
+        let listen_url = format!("{listen_url}{separator}sslmode=disable");
+        proxy.set(fail_during_the_probe(cut));
+        // Generous: a frozen connection needs the 3 s probe and the 5 s health check first.
+        let options = h
+            .options("o1")
+            .listen_url(listen_url)
+            .statement_timeout(Duration::from_secs(30));
+        let client = h.client_with("o1", options).await;
+        let sender = h.client("o2").await;
+        let first = h.channel("first");
+        let sub = match client.listen([&first]).await {
+            Ok(sub) => sub,
+            Err(e) => {
+                not_called_deaf(&e);
+                panic!("listen failed (cut: {cut}): {e}")
+            }
+        };
+        assert!(proxy.has_failed(), "the fault never happened (cut: {cut})");
+        sender.notify(&first, "heard").await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(10), sub.recv()).await;
+        assert!(
+            matches!(&got, Ok(Ok(Some(accord::Event::Message(m)))) if m.payload == "heard"),
+            "cut: {cut}: {got:?}"
+        );
+
+        // The same fault on a reconnect: the subscription is told of the gap and hears again,
+        // and a `listen` made meanwhile waits for the reconnect instead of failing.
+        proxy.set(fail_during_the_probe(cut));
+        assert!(h.terminate_connections("o1").await >= 1);
+        assert!(
+            support::eventually(Duration::from_secs(20), || async { proxy.has_failed() }).await,
+            "the reconnect never met the fault (cut: {cut})"
+        );
+        let second = h.channel("second");
+        let during = match client.listen([&second]).await {
+            Ok(sub) => sub,
+            Err(e) => {
+                not_called_deaf(&e);
+                panic!("listen during the reconnect failed (cut: {cut}): {e}")
+            }
+        };
+        let got = tokio::time::timeout(Duration::from_secs(20), sub.recv()).await;
+        assert!(
+            matches!(got, Ok(Ok(Some(accord::Event::Reconnected)))),
+            "cut: {cut}: {got:?}"
+        );
+        sender.notify(&second, "again").await.unwrap();
+        // A subscription made while the connection was down may be told of that gap too.
+        let got = loop {
+            match tokio::time::timeout(Duration::from_secs(10), during.recv()).await {
+                Ok(Ok(Some(accord::Event::Reconnected))) => continue,
+                other => break other,
+            }
+        };
+        assert!(
+            matches!(&got, Ok(Ok(Some(accord::Event::Message(m)))) if m.payload == "again"),
+            "cut: {cut}: {got:?}"
+        );
+        client.close().await;
+        sender.close().await;
+    }
 }

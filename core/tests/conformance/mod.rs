@@ -88,6 +88,7 @@ macro_rules! conformance_suite {
             streams::d3_a_consumer_resumes_after_its_ack: [],
             streams::d4_retention_trims_and_says_where_the_stream_starts: [],
             streams::d5_payloads_are_any_utf8_and_names_any_text: [],
+            streams::d6_a_consumer_behind_retention_is_told_the_way_out: [],
             snapshot::t1_snapshot_shows_every_section: [],
             snapshot::t2_snapshot_counts_waiters_per_key: [],
         );

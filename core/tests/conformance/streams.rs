@@ -1,4 +1,4 @@
-//! The durable stream scenarios D1–D5 (docs/semantics.md).
+//! The durable stream scenarios D1–D6 (docs/semantics.md).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -349,6 +349,73 @@ pub async fn d4_retention_trims_and_says_where_the_stream_starts(h: &Harness) {
         client.stream_info("d4a").await.unwrap().retention,
         StreamRetention::new()
     );
+}
+
+/// A named consumer whose stored position retention trimmed past: without a start, or with
+/// `Latest`, it is told so, with the way out; `Earliest` goes on from the oldest stored event;
+/// then the consumer resumes after its acks again. A seek to a trimmed seq stays `Trimmed`.
+pub async fn d6_a_consumer_behind_retention_is_told_the_way_out(h: &Harness) {
+    let client = h.client("o1").await;
+    client
+        .publish_many("d6", (1..=10).map(|i| i.to_string()))
+        .await
+        .unwrap();
+    let first = client
+        .subscribe("d6", from(StreamStart::Earliest).consumer("billing"))
+        .await
+        .unwrap();
+    expect_run(&first, 1, 3).await;
+    first.ack(3).await.unwrap();
+    first.close().await;
+    client
+        .publish_many("d6", (11..=20).map(|i| i.to_string()))
+        .await
+        .unwrap();
+    client
+        .set_stream_retention("d6", StreamRetention::new().max_len(5))
+        .await
+        .unwrap();
+
+    // The stored position (3) is older than the stream's first event (16).
+    let err = client
+        .subscribe("d6", SubscribeOptions::new().consumer("billing"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Trimmed);
+    assert!(
+        err.message().contains("starts at seq 16") && err.message().contains("\"earliest\""),
+        "{err}"
+    );
+    // `Latest` (every binding's default) would skip stored events the consumer never read.
+    let err = client
+        .subscribe("d6", from(StreamStart::Latest).consumer("billing"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Trimmed);
+    assert!(err.message().contains("\"earliest\""), "{err}");
+    let resumed = client
+        .subscribe("d6", from(StreamStart::Earliest).consumer("billing"))
+        .await
+        .unwrap();
+    expect_run(&resumed, 16, 17).await;
+    resumed.ack(17).await.unwrap();
+    resumed.close().await;
+    // A usable position wins again over the start, and without one.
+    for options in [
+        from(StreamStart::Earliest).consumer("billing"),
+        SubscribeOptions::new().consumer("billing"),
+    ] {
+        let again = client.subscribe("d6", options).await.unwrap();
+        assert_eq!(again.position(), 17);
+        assert_eq!(next_event(&again).await.seq, 18);
+    }
+    // A seek to a trimmed seq is refused, naming the way out.
+    let err = client
+        .subscribe("d6", from(StreamStart::After(2)).consumer("billing"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Trimmed);
+    assert!(err.message().contains("\"earliest\""), "{err}");
 }
 
 pub async fn d5_payloads_are_any_utf8_and_names_any_text(h: &Harness) {

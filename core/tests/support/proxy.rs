@@ -2,6 +2,7 @@
 //! every connection: the network faults the fault tests need (a cut, a stall), without touching the server.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -17,11 +18,18 @@ pub enum Mode {
     /// Keep connections open but forward nothing (a hung network, no error at all). New
     /// connections are accepted and stall too. Leaving this mode closes them.
     Stall,
+    /// Forward everything until the server sends these bytes; then that one connection fails,
+    /// once: the bytes are swallowed, and the connection stalls (`cut: false`, until the mode
+    /// changes) or is closed (`cut: true`). Later connections pass. A fault at the exact moment
+    /// a test needs it, e.g. while a listening connection waits for a notification it expects.
+    FailOnceOn { bytes: &'static [u8], cut: bool },
 }
 
 pub struct Proxy {
     port: u16,
     mode: Arc<watch::Sender<Mode>>,
+    /// Whether a `FailOnceOn` fault happened (it happens once per setting of the mode).
+    failed: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -30,8 +38,10 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let mode = Arc::new(watch::channel(Mode::Pass).0);
+        let failed = Arc::new(AtomicBool::new(false));
         let task = {
             let mode = mode.clone();
+            let failed = failed.clone();
             tokio::spawn(async move {
                 loop {
                     let Ok((client, _)) = listener.accept().await else {
@@ -43,11 +53,16 @@ impl Proxy {
                         continue;
                     }
                     let rx = mode.subscribe();
-                    tokio::spawn(forward(client, upstream, rx));
+                    tokio::spawn(forward(client, upstream, rx, failed.clone()));
                 }
             })
         };
-        Proxy { port, mode, task }
+        Proxy {
+            port,
+            mode,
+            failed,
+            task,
+        }
     }
 
     pub fn port(&self) -> u16 {
@@ -55,7 +70,13 @@ impl Proxy {
     }
 
     pub fn set(&self, mode: Mode) {
+        self.failed.store(false, Ordering::SeqCst);
         self.mode.send_replace(mode);
+    }
+
+    /// Whether the `FailOnceOn` fault of the current mode has happened.
+    pub fn has_failed(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
     }
 }
 
@@ -66,7 +87,12 @@ impl Drop for Proxy {
     }
 }
 
-async fn forward(mut client: TcpStream, upstream: SocketAddr, mut mode: watch::Receiver<Mode>) {
+async fn forward(
+    mut client: TcpStream,
+    upstream: SocketAddr,
+    mut mode: watch::Receiver<Mode>,
+    failed: Arc<AtomicBool>,
+) {
     let Ok(mut server) = TcpStream::connect(upstream).await else {
         return;
     };
@@ -76,6 +102,8 @@ async fn forward(mut client: TcpStream, upstream: SocketAddr, mut mode: watch::R
     let (mut sr, mut sw) = server.split();
     let mut up = [0u8; 16384];
     let mut down = [0u8; 16384];
+    // The end of the last chunk from the server, so that bytes split across two reads match.
+    let mut tail: Vec<u8> = Vec::new();
     loop {
         if *mode.borrow() == Mode::Stall {
             // Hold both sockets silently until the mode changes, then drop them.
@@ -89,7 +117,23 @@ async fn forward(mut client: TcpStream, upstream: SocketAddr, mut mode: watch::R
             },
             n = sr.read(&mut down) => match n {
                 Ok(0) | Err(_) => return,
-                Ok(n) => if cw.write_all(&down[..n]).await.is_err() { return },
+                Ok(n) => {
+                    let current = *mode.borrow();
+                    if let Mode::FailOnceOn { bytes, cut } = current {
+                        tail.extend_from_slice(&down[..n]);
+                        if tail.windows(bytes.len()).any(|w| w == bytes)
+                            && !failed.swap(true, Ordering::SeqCst)
+                        {
+                            if !cut {
+                                let _ = mode.changed().await;
+                            }
+                            return;
+                        }
+                        let keep = tail.len().saturating_sub(bytes.len());
+                        tail.drain(..keep);
+                    }
+                    if cw.write_all(&down[..n]).await.is_err() { return }
+                }
             },
             changed = mode.changed() => {
                 if changed.is_err() || *mode.borrow() == Mode::Cut {

@@ -36,7 +36,9 @@ const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// How long a new connection waits for its own probe notification.
 const PROBE_DELIVERY: Duration = Duration::from_secs(3);
 /// After a connection that could not hear, the next attempt waits this long: the cause is the
-/// deployment, not a blip.
+/// deployment, not a blip. Only a probe that ran its course on a connection that still answers
+/// earns this verdict; a connection that failed meanwhile is an ordinary failure (backoff from
+/// `BACKOFF_MIN`).
 const DEAF_BACKOFF: Duration = Duration::from_secs(30);
 
 /// Sends a notification through the client's command connections (the probe's other end).
@@ -71,9 +73,10 @@ pub(crate) struct Listener {
     /// This listener's probe channel, and how its NOTIFY is sent.
     probe_channel: String,
     probe: ProbeSender,
-    /// Why the last connection could not listen; `None` once one can. While set, `listen`
-    /// fails at once with it rather than waiting.
-    failure: watch::Sender<Option<String>>,
+    /// Why the last connection could not listen; `None` once one can. A deaf server makes
+    /// `listen` fail at once (waiting would not help); after an ordinary failure `listen` waits
+    /// for the reconnect, and names this reason if that does not come in time.
+    failure: watch::Sender<Option<ListenFailure>>,
 }
 
 impl Listener {
@@ -171,20 +174,30 @@ impl Listener {
     async fn await_generation_after(&self, generation: u64) -> Result<()> {
         let mut rx = self.generation.subscribe();
         let mut failed = self.failure.subscribe();
-        if let Some(why) = failed.borrow_and_update().clone() {
-            return Err(Error::new(ErrorKind::Connection, why));
+        let deaf = |f: &Option<ListenFailure>| f.as_ref().is_some_and(|f| f.deaf);
+        if let Some(why) = failed.borrow_and_update().as_ref().filter(|f| f.deaf) {
+            return Err(Error::new(ErrorKind::Connection, why.why.clone()));
         }
         let wait = rx.wait_for(|g| *g > generation);
         tokio::select! {
             r = tokio::time::timeout(self.spec_timeout(), wait) => match r {
                 Ok(Ok(_)) => Ok(()),
-                _ => Err(Error::new(
-                    ErrorKind::Connection,
-                    format!("could not open the listening connection to PostgreSQL at {}", self.spec.display),
-                )),
+                _ => {
+                    let last = self.failure.borrow().as_ref().map(|f| format!(": {}", f.why));
+                    Err(Error::new(
+                        ErrorKind::Connection,
+                        format!(
+                            "could not open the listening connection to PostgreSQL at {} within {:?}{}",
+                            self.spec.display,
+                            self.spec_timeout(),
+                            last.unwrap_or_default()
+                        ),
+                    ))
+                }
             },
-            Ok(why) = failed.wait_for(Option::is_some) => {
-                Err(Error::new(ErrorKind::Connection, why.clone().unwrap_or_default()))
+            Ok(why) = failed.wait_for(deaf) => {
+                let why = why.as_ref().map(|f| f.why.clone()).unwrap_or_default();
+                Err(Error::new(ErrorKind::Connection, why))
             }
             _ = self.shutdown.cancelled() => Err(Error::closed()),
         }
@@ -252,15 +265,24 @@ impl Listener {
                 }
                 Err(Failure::Deaf(why)) => {
                     tracing::error!(target: "accord", error = %why, "the listening connection hears no notifications");
-                    self.failure.send_replace(Some(why));
+                    self.failure
+                        .send_replace(Some(ListenFailure { why, deaf: true }));
                     backoff = DEAF_BACKOFF;
                 }
                 Err(Failure::Other(e)) => {
+                    // A failed connection says nothing about the deployment: the usual backoff,
+                    // even after a deaf verdict (the server may have been fixed since).
+                    if backoff >= DEAF_BACKOFF {
+                        backoff = BACKOFF_MIN;
+                    }
                     tracing::warn!(target: "accord", error = %e, retry_in_ms = backoff.as_millis() as u64, "listening connection failed");
-                    self.failure.send_replace(Some(format!(
-                        "the listening connection to PostgreSQL at {} failed: {e}",
-                        self.spec.display
-                    )));
+                    self.failure.send_replace(Some(ListenFailure {
+                        why: format!(
+                            "the listening connection to PostgreSQL at {} failed: {e}",
+                            self.spec.display
+                        ),
+                        deaf: false,
+                    }));
                 }
             }
             // Jitter spreads a fleet's reconnects after a server restart.
@@ -285,7 +307,7 @@ impl Listener {
         let probe_channel = self.probe_channel.clone();
         let expected: Expected = Arc::default();
         let heard = expected.clone();
-        let connected = self
+        let mut connected = self
             .spec
             .connect(move |message| {
                 if let AsyncMessage::Notification(n) = message {
@@ -329,7 +351,8 @@ impl Listener {
                 )))
             }
         }
-        self.hear_probe(&expected).await?;
+        self.hear_probe(&expected, &client, &mut connected.ended)
+            .await?;
         {
             let mut held = held.lock().unwrap_or_else(|e| e.into_inner());
             if reconnect {
@@ -350,24 +373,62 @@ impl Listener {
     }
 
     /// Sends a NOTIFY on this listener's probe channel through the command connections and
-    /// waits for the listening connection to hear it.
-    async fn hear_probe(&self, expected: &Expected) -> Result<(), Failure> {
+    /// waits for the listening connection to hear it. The verdict "deaf" needs a probe that ran
+    /// its course on a healthy connection: sent and committed, not heard within
+    /// `PROBE_DELIVERY`, and the listening connection still answering afterwards. A connection
+    /// that ends or stops answering meanwhile (a termination, a frozen network right after a
+    /// restart) is a connection failure, retried with the usual backoff.
+    async fn hear_probe(
+        &self,
+        expected: &Expected,
+        client: &Client,
+        ended: &mut tokio::sync::oneshot::Receiver<()>,
+    ) -> Result<(), Failure> {
+        let lost = |what: &str| {
+            Failure::Other(Error::new(
+                ErrorKind::Connection,
+                format!(
+                    "the listening connection {what} while it waited for its probe notification"
+                ),
+            ))
+        };
         let payload = format!("{:016x}", rand::random::<u64>());
         let (tell, told) = tokio::sync::oneshot::channel();
         *expected.lock().unwrap() = Some((payload.clone(), tell));
         (self.probe)(self.probe_channel.clone(), payload)
             .await
             .map_err(Failure::Other)?;
-        match tokio::time::timeout(PROBE_DELIVERY, told).await {
-            Ok(Ok(())) => Ok(()),
-            _ => Err(Failure::Deaf(format!(
-                "the listening connection to PostgreSQL at {} hears no notifications: a NOTIFY \
-                 sent through the command connections did not arrive within {PROBE_DELIVERY:?}. \
-                 Behind a PgBouncer in transaction mode LISTEN cannot receive; set listen_url \
-                 to a direct or session-pooled URL of the same database",
-                self.spec.display
-            ))),
+        tokio::select! {
+            heard = tokio::time::timeout(PROBE_DELIVERY, told) => {
+                if matches!(heard, Ok(Ok(()))) {
+                    return Ok(());
+                }
+            }
+            _ = &mut *ended => return Err(lost("ended")),
         }
+        // Not heard in time: deaf only if the connection is still alive. A notification is
+        // delivered before the answer to a later query on the same connection, so an answer
+        // here with still nothing heard means the server did not route the NOTIFY to it.
+        tokio::select! {
+            answer = tokio::time::timeout(PROBE_TIMEOUT, client.simple_query("")) => {
+                if !matches!(answer, Ok(Ok(_))) {
+                    return Err(lost("stopped answering"));
+                }
+            }
+            _ = &mut *ended => return Err(lost("ended")),
+        }
+        if expected.lock().unwrap().is_none() {
+            // Heard after all, in the moments before the answer.
+            return Ok(());
+        }
+        Err(Failure::Deaf(format!(
+            "the listening connection to PostgreSQL at {} hears no notifications: a NOTIFY \
+             sent through the command connections did not arrive within {PROBE_DELIVERY:?}, \
+             while the connection kept answering. Behind a PgBouncer in transaction mode \
+             LISTEN cannot receive; set listen_url to a direct or session-pooled URL of the \
+             same database",
+            self.spec.display
+        )))
     }
 
     /// Waits until the connection ends, fails a probe, or the client closes.
@@ -391,6 +452,14 @@ impl Listener {
             }
         }
     }
+}
+
+/// The last reason no listening connection is up, as `listen` reports it.
+#[derive(Clone)]
+struct ListenFailure {
+    why: String,
+    /// The connection worked but does not hear: a deployment problem, not a blip.
+    deaf: bool,
 }
 
 /// Why a connection attempt did not give a listening connection.

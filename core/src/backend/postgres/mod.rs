@@ -783,21 +783,43 @@ async fn migrate(
     let s = sql::quote_ident(schema);
     let target = sql::current_version();
     let fail = |what: &str, e: tokio_postgres::Error| pool::classify(display, what, e).into_error();
+    refuse_read_only(client, display)
+        .await
+        .map_err(|e| e.unwrap_or_else(|e| fail("server check", e)))?;
     let current = installed_version(client, &s)
         .await
         .map_err(|e| fail("schema check", e))?;
     if current >= target {
         return Ok(());
     }
-    if !allowed {
-        return Err(Error::new(
+    let behind = |remedy: &str| {
+        Error::new(
             ErrorKind::Database,
             format!(
                 "schema {schema:?} is at version {current}, this accord needs version {target}; \
-                 apply `accord migrate --print-sql` or connect with migrations enabled"
+                 {remedy}"
             ),
+        )
+    };
+    if !allowed {
+        return Err(behind(
+            "apply `accord migrate --print-sql` or connect with migrations enabled",
         ));
     }
+    // A role with DML rights only (least privilege) cannot migrate: say so in the words of the
+    // path with migrations off, not with the first refused statement's raw message.
+    let fail = |what: &str, e: tokio_postgres::Error| {
+        if e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) {
+            let refused = e
+                .as_db_error()
+                .map_or_else(|| e.to_string(), |d| d.message().to_string());
+            return behind(&format!(
+                "this role may not migrate it ({refused}): apply `accord migrate --print-sql` \
+                 as the schema's owner, or connect once with a role that may"
+            ));
+        }
+        fail(what, e)
+    };
     let tx = client
         .transaction()
         .await
@@ -833,6 +855,39 @@ async fn migrate(
     }
     tx.commit().await.map_err(|e| fail("migration commit", e))?;
     Ok(())
+}
+
+/// Refuses a server whose sessions cannot write: a standby in recovery (a URL that names it
+/// alone, or several hosts without `target_session_attrs=read-write`) or sessions read-only by
+/// default. Found at connect, instead of at the first grant with "cannot execute … in a
+/// read-only transaction". `Err(Err(_))`: the check itself failed.
+async fn refuse_read_only(
+    client: &tokio_postgres::Client,
+    display: &str,
+) -> Result<(), Result<Error, tokio_postgres::Error>> {
+    let messages = client
+        .simple_query("SELECT pg_is_in_recovery(), current_setting('transaction_read_only')")
+        .await
+        .map_err(Err)?;
+    let Some((recovery, read_only)) = messages.iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(row) => Some((row.get(0)?, row.get(1)?)),
+        _ => None,
+    }) else {
+        return Ok(());
+    };
+    let why = if recovery == "t" {
+        "is a read-only server (a standby in recovery): name the primary, or list every node \
+         with target_session_attrs=read-write in the URL"
+    } else if read_only == "on" {
+        "opens read-only sessions (default_transaction_read_only is on for this role, database \
+         or server): accord writes on every grant"
+    } else {
+        return Ok(());
+    };
+    Err(Ok(Error::new(
+        ErrorKind::Connection,
+        format!("PostgreSQL at {display} {why}"),
+    )))
 }
 
 async fn installed_version(
