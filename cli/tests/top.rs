@@ -1080,3 +1080,59 @@ fn live_view_escapes_names_and_keeps_the_terminal_title() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// More streams than the snapshot reads (`MAX_SNAPSHOT_STREAM_ROWS`, 1,000) and more keys with
+/// waiters (`MAX_SNAPSHOT_WAITER_KEYS`, 1,000): `--once` says both cuts. The 1,001 streams and
+/// 1,001 waiting tickets are written by SQL (the tables of docs/semantics.md), as publishing to
+/// and waiting on 1,001 keys from processes would take minutes.
+#[tokio::test]
+async fn once_says_when_streams_and_waiters_are_cut() {
+    let env = Env::new("cut-streams");
+    env.ok(&["migrate"]);
+    let (db, connection) = tokio_postgres::connect(&env.url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to the test database");
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    db.execute(
+        "INSERT INTO accord.streams (namespace, stream, last_seq) \
+         SELECT $1, 's' || lpad(g::text, 5, '0'), 0 FROM generate_series(1, 1001) g",
+        &[&env.namespace],
+    )
+    .await
+    .unwrap();
+    db.execute(
+        "INSERT INTO accord.tickets \
+           (namespace, key, ticket, owner, shared, attempt, granted, expires_at, updated_at) \
+         SELECT $1, 'w/' || lpad(g::text, 5, '0'), 1, 'waiter', false, 1, false, \
+                now() + interval '10 minutes', now() \
+         FROM generate_series(1, 1001) g",
+        &[&env.namespace],
+    )
+    .await
+    .unwrap();
+
+    let text = env.ok(&["top", "--once", "w/"]);
+    assert!(
+        text.lines().next().unwrap().contains("waiting 1001"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "\n… WAIT shown for the first 1,000 keys with waiters only (read limit)\nKEY "
+        ),
+        "{text}"
+    );
+    let streams = text
+        .split("\n\n")
+        .find(|s| s.contains("STREAM "))
+        .unwrap_or_else(|| panic!("no stream section in {text}"));
+    assert!(
+        streams.starts_with(
+            "… more streams and readers not shown (read limit 1,000 rows of streams and readers)\nSTREAM "
+        ),
+        "{streams}"
+    );
+    assert_eq!(section(&text, "STREAM ").len(), 1000, "{text}");
+}
