@@ -615,13 +615,9 @@ fn thousands(n: usize) -> String {
 /// The keys under the prefix that the table does not show: the counts are of every key, the
 /// table holds the first `PAGE` rows (a key held shared has a row per holder).
 fn keys_not_shown(snap: &Snapshot) -> u64 {
-    let mut shown = 0u64;
-    for (n, r) in snap.rows.iter().enumerate() {
-        if n == 0 || snap.rows[n - 1].key != r.key {
-            shown += 1;
-        }
-    }
-    snap.counts.keys().saturating_sub(shown)
+    // Distinct keys: the rows may be sorted by time left or fence, a shared key's apart.
+    let shown: std::collections::HashSet<&str> = snap.rows.iter().map(|r| r.key.as_str()).collect();
+    snap.counts.keys().saturating_sub(shown.len() as u64)
 }
 
 /// The note under a table cut by the read limit: how many keys it leaves out.
@@ -1189,6 +1185,35 @@ mod tests {
         assert_eq!(shard_list(&["0", "1", "2", "3", "7"]), "0-3,7");
         assert_eq!(shard_list(&["0", "2", "x", "3"]), "0,2,x,3");
         assert_eq!(shard_list(&["07", "8"]), "07,8");
+    }
+
+    #[test]
+    fn keys_not_shown_are_distinct_keys_in_any_order() {
+        let row = |key: &str, fence| Row {
+            key: key.into(),
+            state: KeyState::Held,
+            shared: true,
+            owner: None,
+            fence,
+            left: None,
+            ttl: None,
+            waiting: 0,
+            metadata: Metadata::new(),
+        };
+        // Sorted by fence: the shared key `a`'s two holders are apart.
+        let mut snap = Snapshot {
+            rows: vec![row("a", 3), row("b", 2), row("a", 1)],
+            truncated: true,
+            ..Default::default()
+        };
+        snap.counts.held = 5;
+        assert_eq!(keys_not_shown(&snap), 3);
+        assert_eq!(
+            keys_cut_note(&snap).unwrap(),
+            "… 3 more keys not shown (read limit 1,000 rows; the counts are of every key; narrow the prefix)"
+        );
+        assert_eq!(thousands(10_000), "10,000");
+        assert_eq!(thousands(999), "999");
     }
 
     #[test]
