@@ -6,8 +6,9 @@
 //! the final release failed (with a warning on stderr); `work` exits with 123 when some command
 //! failed.
 //!
-//! Output never panics: a closed stdout ends accord quietly, a closed stderr drops its messages
-//! (see `output`).
+//! Output never panics: a closed stdout ends accord quietly, a closed stderr drops its messages;
+//! names, values and payloads are escaped so that they cannot drive the reader's terminal (see
+//! `output`).
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 use std::process::ExitCode;
@@ -56,7 +57,8 @@ Examples:
   accord work img/ -j 8 -- ./resize.sh {}        # like xargs -P, across machines
   accord counts img/ --watch                     # free/held/done until nothing is left
   accord publish orders 'order 7 paid'           # a durable event; prints its seq
-  accord subscribe orders --from 0 --consumer billing   # JSON lines; resumes where it stopped
+  accord subscribe orders --from earliest --consumer billing   # JSON lines; a restart
+                                                 # resumes after the last line printed
   accord stream orders --max-age 7d              # retention; prints first/last seq
   accord top jobs/                               # live view: q quits, s sorts, / filters
   accord top --once                              # the same as a plain table, once
@@ -231,7 +233,10 @@ enum Command {
         #[arg(value_parser = non_empty)]
         stream: String,
         /// Where to start: earliest, latest, or a seq to read after (0: from the first event).
-        /// Default: latest, or where --consumer stopped.
+        /// With --consumer, earliest and latest apply only while the consumer has no stored
+        /// position (a restart resumes after it), while a seq is a seek that wins over it
+        /// (--from 0 replays the stream on every run). Default: latest, or where --consumer
+        /// stopped.
         #[arg(long = "from", value_parser = stream::parse_start)]
         start: Option<accord::StreamStart>,
         /// A named consumer: its position is stored after each printed line, and a later
@@ -263,9 +268,11 @@ enum Command {
                       (channel<TAB>payload), until Ctrl-C or SIGTERM. Once it is listening it says \
                       `accord: listening on CHANNELS` on stderr: every notification sent after that \
                       line is printed, one sent before it may not be (wait for it before notifying). \
-                      Backslashes and control characters in channels and payloads are escaped (\\\\, \\n, \\r, \\t, \
-                      \\xHH, \\uHHHH; `printf '%b'` undoes it), so that each line is one notification; \
-                      --json prints them as they are, in JSON strings. Channels are not namespaced: \
+                      Backslashes, control and format characters (bidirectional overrides, zero-width \
+                      ones) and U+2028/U+2029 in channels and payloads are escaped (\\\\, \\n, \\r, \\t, \
+                      \\xHH, \\uHHHH, \\UHHHHHHHH; `printf '%b'` undoes it), so that each line is one \
+                      notification and cannot drive a terminal; --json prints them exact, in JSON \
+                      strings (those characters as \\u escapes). Channels are not namespaced: \
                       a notification reaches the listeners of its channel in every namespace."
     )]
     Listen {
@@ -357,7 +364,7 @@ enum Command {
         /// How often to read the keys again (one list page, one round trip, each time).
         #[arg(long, default_value = "1s", value_parser = parse_interval)]
         interval: Duration,
-        /// Print the keys once as a plain table (no escape codes) and exit.
+        /// Print the keys and sections once as plain tables (no escape codes) and exit.
         #[arg(long)]
         once: bool,
         /// The rows' order (`s` cycles it in the view).
@@ -381,7 +388,14 @@ Each refresh (and each scrape with --prometheus) is one snapshot of the namespac
 trip on PostgreSQL, one transaction on SQLite): the first 1,000 keys under the prefix, the exact
 counts by state of every key under it, and every group's members, fleet's members and shards
 (and the unowned ones), election's leader, and stream's length and named readers' lag. The
-prefix filters the keys and counts, not those sections.
+prefix filters the keys and counts, not those sections. A table or section cut by a read limit
+(1,000 keys; 10,000 rows of elections, fleets and groups; 1,000 of streams) says so on a line
+starting with \"…\" before its titles; in the live view, sections taller than half the screen
+end with \"… N more lines below\", and the footer says \"more below\" when keys are below it.
+
+Names, metadata and payloads are escaped (control and format characters, U+2028/U+2029: \\n,
+\\x1b, \\u202e, ...), so that a worker's key cannot drive this terminal; --once also writes
+spaces in names as \\x20, so that its rows split on whitespace.
 
 --channel NAME counts the notifications on NAME while top listens: messages per second over the
 last interval, the total and the last payload (escaped). It sees nothing sent before it started
@@ -465,6 +479,11 @@ impl Failure {
             message: None,
         }
     }
+
+    /// Whether this is [`Failure::reader_gone`]: a streaming command stops, quietly, with 0.
+    fn is_reader_gone(&self) -> bool {
+        self.code == exit::OK && self.message.is_none()
+    }
 }
 
 impl From<accord::Error> for Failure {
@@ -530,13 +549,14 @@ fn init_logging() {
         .with_env_filter(filter)
         .with_writer(|| output::LogWriter)
         .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        // No colours: the writer escapes ESC, as it does any in a logged name.
+        .with_ansi(false)
         .try_init();
 }
 
 async fn dispatch(cli: Cli) -> Outcome {
     if let Command::Migrate { print_sql: true } = cli.command {
-        output::print(&mut std::io::stdout(), &accord::migration_sql(&cli.schema)?)?;
+        output::print(&mut output::stdout(), &accord::migration_sql(&cli.schema)?)?;
         return Ok(exit::OK);
     }
     if let Command::Release { key } = &cli.command {
@@ -777,7 +797,7 @@ async fn ls(
         }
     }
     let now = chrono::Utc::now();
-    let mut out = std::io::stdout().lock();
+    let mut out = output::stdout().lock();
     if json {
         for i in &items {
             let left_ms = i
@@ -796,7 +816,7 @@ async fn ls(
                 "updated_at": i.updated_at.to_rfc3339(),
                 "shared": i.shared,
             });
-            output::print(&mut out, &format!("{line}\n"))?;
+            output::print(&mut out, &format!("{}\n", output::json(&line)))?;
         }
         return Ok(exit::OK);
     }
@@ -813,7 +833,7 @@ async fn ls(
             let meta = if i.metadata.is_empty() {
                 "-".to_string()
             } else {
-                serde_json::Value::Object(i.metadata.clone()).to_string()
+                output::json(&serde_json::Value::Object(i.metadata.clone()))
             };
             [
                 // Escaped as `listen` does: a key or owner holding a newline is one row.
@@ -929,7 +949,7 @@ async fn acquire(
     let (int, term) = &mut signals;
     // The fence is for whoever reads stdout; if nobody does (a closed pipe), the lease is
     // still held, as asked, until Ctrl-C.
-    let _ = output::print(&mut std::io::stdout(), &format!("{}\n", lease.fence()));
+    let _ = output::print(&mut output::stdout(), &format!("{}\n", lease.fence()));
     note!(
         "accord: holding {key:?} (fence {}, owner {}); Ctrl-C or SIGTERM releases it",
         lease.fence(),
@@ -954,13 +974,13 @@ async fn listen(client: &Client, channels: Vec<String>, json: bool) -> Outcome {
     let (mut int, mut term) = signals()?;
     let sub = client.listen(&channels).await?;
     note!("accord: listening on {}", channels.join(", "));
-    let mut out = std::io::stdout();
+    let mut out = output::stdout();
     loop {
         tokio::select! {
             event = sub.recv() => match event? {
                 Some(accord::Event::Message(m)) => {
                     let line = if json {
-                        serde_json::json!({"channel": m.channel, "payload": m.payload}).to_string()
+                        output::json(&serde_json::json!({"channel": m.channel, "payload": m.payload}))
                     } else {
                         // Escaped: a payload holding a newline (or a tab, or a terminal escape)
                         // stays one line, and cannot forge another notification.

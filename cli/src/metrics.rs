@@ -320,11 +320,13 @@ fn gauge_head(o: &mut String, name: &str, help: &str) {
     let _ = writeln!(o, "# TYPE {name} gauge");
 }
 
-/// A label value as the text format wants it: backslash, double quote and line feed escaped.
+/// A label value: the name as accord prints it (`output::escape`: control and format
+/// characters escaped, line feeds too, so that no dashboard shows them raw), then as the text
+/// format wants it (backslash and double quote escaped): Prometheus reads back the printed name.
 fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\")
+    crate::output::escape(s)
+        .replace('\\', "\\\\")
         .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -333,7 +335,11 @@ mod tests {
 
     #[test]
     fn label_values_are_escaped() {
-        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\\\\\c\\\\nd");
+        assert_eq!(
+            escape("k\x1b]0;T\x07\u{202e}"),
+            "k\\\\x1b]0;T\\\\x07\\\\u202e"
+        );
     }
 
     #[test]

@@ -73,7 +73,7 @@ pub async fn offer(client: &Client, prefix: &str, metadata: Option<Metadata>) ->
             break;
         }
     }
-    crate::output::print(&mut std::io::stdout(), &format!("{joined}\n"))?;
+    crate::output::print(&mut crate::output::stdout(), &format!("{joined}\n"))?;
     note!(
         "accord: offered {read} key{} to {prefix:?}: {joined} joined, {} already known",
         if read == 1 { "" } else { "s" },
@@ -116,7 +116,7 @@ fn progress_bar(c: &PoolCounts, width: usize) -> String {
 /// Prints the pool's counts; with `watch`, every second until nothing is free or held (a
 /// progress bar redrawn in place on a terminal, a line each time otherwise).
 pub async fn counts(client: &Client, prefix: &str, json: bool, watch: bool) -> Outcome {
-    let mut out = std::io::stdout();
+    let mut out = crate::output::stdout();
     let write = |out: &mut std::io::Stdout, s: &str| crate::output::print(out, s);
     if !watch {
         let c = client.counts(prefix).await?;
@@ -141,7 +141,7 @@ pub async fn counts(client: &Client, prefix: &str, json: bool, watch: bool) -> O
         let finished = c.free == 0 && c.held == 0;
         if bar {
             let end = if finished { "\n" } else { "" };
-            write(&mut out, &format!("\r\x1b[2K{}{end}", progress_bar(&c, 40)))?;
+            crate::output::redraw_line(&mut out, &format!("{}{end}", progress_bar(&c, 40)))?;
         } else {
             let line = if json {
                 counts_json(&c)

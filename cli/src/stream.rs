@@ -1,11 +1,11 @@
 //! `accord publish`, `accord subscribe` and `accord stream`: durable streams from a shell.
 
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 use std::time::Duration;
 
 use accord::{Client, StreamEvent, StreamInfo, StreamRetention, StreamStart, SubscribeOptions};
 
-use crate::{exit, signals, Failure, Outcome};
+use crate::{exit, output, signals, Failure, Outcome};
 
 /// Where `accord subscribe` starts: `earliest`, `latest`, or a seq to read after.
 pub fn parse_start(s: &str) -> Result<StreamStart, String> {
@@ -13,14 +13,16 @@ pub fn parse_start(s: &str) -> Result<StreamStart, String> {
 }
 
 /// One payload from the arguments, or one per stdin line, published in batches of 1,000 (one
-/// statement each); prints each event's seq on a line of its own.
+/// statement each); prints each event's seq on a line of its own. A reader of the seqs that
+/// went away (a closed pipe) stops the seqs, not the publishing: every line read is published.
 pub async fn publish(client: &Client, stream: &str, payload: Option<String>) -> Outcome {
-    let mut out = std::io::stdout();
+    let mut out = output::stdout();
     if let Some(payload) = payload {
         let seq = client.publish(stream, &payload).await?;
-        writeln!(out, "{seq}").ok();
+        output::print(&mut out, &format!("{seq}\n"))?;
         return Ok(exit::OK);
     }
+    let mut reader_gone = false;
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
     let mut batch = Vec::new();
@@ -34,14 +36,18 @@ pub async fn publish(client: &Client, stream: &str, payload: Option<String>) -> 
             batch.push(line.strip_suffix('\r').map(str::to_string).unwrap_or(line));
         }
         if batch.len() == 1000 || (end && !batch.is_empty()) {
-            for seq in client
+            let seqs = client
                 .publish_many(stream, std::mem::take(&mut batch))
-                .await?
-            {
-                writeln!(out, "{seq}").ok();
-                published += 1;
+                .await?;
+            published += seqs.len() as u64;
+            if !reader_gone {
+                let text: String = seqs.iter().map(|seq| format!("{seq}\n")).collect();
+                match output::print(&mut out, &text) {
+                    Ok(()) => {}
+                    Err(f) if f.is_reader_gone() => reader_gone = true,
+                    Err(f) => return Err(f),
+                }
             }
-            out.flush().ok();
         }
         if end {
             break;
@@ -55,13 +61,12 @@ pub async fn publish(client: &Client, stream: &str, payload: Option<String>) -> 
 }
 
 fn event_json(e: &StreamEvent) -> String {
-    serde_json::json!({
+    output::json(&serde_json::json!({
         "stream": e.stream,
         "seq": e.seq,
         "payload": e.payload,
         "published_at": e.published_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-    })
-    .to_string()
+    }))
 }
 
 pub struct SubscribeArgs {
@@ -90,7 +95,7 @@ pub async fn subscribe(client: &Client, args: SubscribeArgs) -> Outcome {
         args.stream,
         sub.position()
     );
-    let mut out = std::io::stdout();
+    let mut out = output::stdout();
     let mut delivered = 0u64;
     while args.count.is_none_or(|n| delivered < n) {
         let event = tokio::select! {
@@ -101,12 +106,15 @@ pub async fn subscribe(client: &Client, args: SubscribeArgs) -> Outcome {
             _ = int.recv() => break,
             _ = term.recv() => break,
         };
-        if writeln!(out, "{}", event_json(&event))
-            .and_then(|_| out.flush())
-            .is_err()
-        {
-            // The reader went away (a closed pipe): this event was not delivered.
-            break;
+        match output::print(&mut out, &format!("{}\n", event_json(&event))) {
+            Ok(()) => {}
+            // The reader went away (a closed pipe): this event was not delivered (nor acked),
+            // and accord ends quietly with 0.
+            Err(f) if f.is_reader_gone() => break,
+            Err(f) => {
+                sub.close().await;
+                return Err(f);
+            }
         }
         delivered += 1;
         if args.consumer.is_some() {
@@ -118,15 +126,14 @@ pub async fn subscribe(client: &Client, args: SubscribeArgs) -> Outcome {
 }
 
 fn info_json(info: &StreamInfo) -> String {
-    serde_json::json!({
+    output::json(&serde_json::json!({
         "stream": info.stream,
         "first_seq": info.first_seq,
         "last_seq": info.last_seq,
         "stored": (info.last_seq - info.first_seq + 1).max(0),
         "max_len": info.retention.max_len,
         "max_age_ms": info.retention.max_age.map(|d| d.as_millis() as u64),
-    })
-    .to_string()
+    }))
 }
 
 pub struct StreamArgs {
@@ -151,6 +158,6 @@ pub async fn stream(client: &Client, args: StreamArgs) -> Outcome {
         );
     }
     let info = client.stream_info(&args.stream).await?;
-    crate::output::print(&mut std::io::stdout(), &format!("{}\n", info_json(&info)))?;
+    output::print(&mut output::stdout(), &format!("{}\n", info_json(&info)))?;
     Ok(exit::OK)
 }

@@ -29,7 +29,7 @@
 //!   so it is never ended: the command itself gets SIGTERM, then SIGKILL, and PR_SET_PDEATHSIG
 //!   still covers SIGKILL of accord; processes the command left behind are not ended.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
@@ -308,10 +308,7 @@ fn end_group(pgid: libc::pid_t, grace: Duration, exclude: Option<libc::pid_t>) {
             return;
         }
     }
-    let _ = writeln!(
-        io::stderr(),
-        "accord: processes of the command did not stop; sending SIGKILL"
-    );
+    note!("accord: processes of the command did not stop; sending SIGKILL");
     // SAFETY: as above. When the caller is a member (the watchdog), this ends it too.
     unsafe {
         libc::killpg(pgid, libc::SIGKILL);
@@ -354,16 +351,13 @@ fn members(pgid: libc::pid_t, _exclude: Option<libc::pid_t>) -> usize {
 /// ends its group.
 pub fn watchdog_main(args: &[String]) -> std::process::ExitCode {
     let Some(grace_ms) = args.first().and_then(|a| a.parse::<u64>().ok()) else {
-        let _ = writeln!(io::stderr(), "accord: {WATCHDOG_ARG} GRACE_MS");
+        note!("accord: {WATCHDOG_ARG} GRACE_MS");
         return std::process::ExitCode::from(2);
     };
     // SAFETY: getpgrp and getpid have no preconditions.
     let (pgid, me) = unsafe { (libc::getpgrp(), libc::getpid()) };
     if pgid != me {
-        let _ = writeln!(
-            io::stderr(),
-            "accord: {WATCHDOG_ARG} must lead its process group"
-        );
+        note!("accord: {WATCHDOG_ARG} must lead its process group");
         return std::process::ExitCode::from(2);
     }
     let mut stdin = io::stdin().lock();

@@ -7,7 +7,7 @@
 //! and the namespace's groups, fleets, elections and streams. What each section holds is the core's rule (`accord::snapshot`);
 //! this file only renders. `--channel` listens on channels and counts what arrives.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::time::Duration;
 
 use accord::{Client, KeyCounts, KeyState, ListQuery, Metadata, NamespaceSnapshot};
@@ -163,17 +163,20 @@ pub fn sort(rows: &mut [Row], by: SortKey) {
     }
 }
 
-/// `k=v k2=v2`, strings unquoted, at most `width` characters (an ellipsis when cut); `-` when
-/// empty.
+/// `k=v k2=v2`, strings unquoted, names and values escaped (`output::escape`), at most `width`
+/// characters (an ellipsis when cut); `-` when empty.
 pub fn metadata_summary(m: &Metadata, width: usize) -> String {
     if m.is_empty() {
         return "-".into();
     }
     let s = m
         .iter()
-        .map(|(k, v)| match v {
-            serde_json::Value::String(s) => format!("{k}={s}"),
-            other => format!("{k}={other}"),
+        .map(|(k, v)| {
+            let k = output::escape(k);
+            match v {
+                serde_json::Value::String(s) => format!("{k}={}", output::escape(s)),
+                other => format!("{k}={}", output::json(other)),
+            }
         })
         .collect::<Vec<_>>()
         .join(" ");
@@ -370,135 +373,143 @@ fn plain_table(titles: &[&str], rows: &[Vec<String>]) -> String {
 
 /// The sections under the key table, as plain text: one table per non-empty section, each
 /// after a blank line. Cells hold no spaces (names are escaped, lists comma-separated), so a
-/// script can split on whitespace; the metadata summary, last, may hold spaces.
+/// script can split on whitespace; the metadata summary, last, may hold spaces. A section that a
+/// read limit cut short says so on a line starting with `…` between the blank line and its
+/// titles (alone when the cut came before its first row).
 pub fn render_sections(snap: &Snapshot, channels: Option<&Channels>) -> String {
     let now = chrono::Utc::now();
     let s = &snap.sections;
-    let name = |n: &str| output::escape(n).replace(' ', "\\x20");
+    let name = cell;
     let mut text = String::new();
-    if !s.groups.is_empty() {
-        let rows: Vec<Vec<String>> = s
-            .groups
-            .iter()
-            .flat_map(|g| {
-                g.members.iter().map(|m| {
-                    vec![
-                        name(&g.group),
-                        name(&m.owner),
-                        m.fence.to_string(),
-                        left_until(m.expires_at, now),
-                        metadata_summary(&m.metadata, 60),
-                    ]
-                })
+    let recipes_cut = |cut: bool, what: &str| {
+        cut.then(|| {
+            format!(
+                "… more {what} not shown (read limit {} rows of elections, fleets and groups)",
+                thousands(accord::MAX_SNAPSHOT_RECIPE_ROWS)
+            )
+        })
+    };
+
+    let rows: Vec<Vec<String>> = s
+        .groups
+        .iter()
+        .flat_map(|g| {
+            g.members.iter().map(|m| {
+                vec![
+                    name(&g.group),
+                    name(&m.owner),
+                    m.fence.to_string(),
+                    left_until(m.expires_at, now),
+                    metadata_summary(&m.metadata, 60),
+                ]
             })
+        })
+        .collect();
+    push_section(
+        &mut text,
+        &["GROUP", "MEMBER", "FENCE", "LEFT", "METADATA"],
+        &rows,
+        recipes_cut(s.cut.groups, "group members"),
+    );
+
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for f in &s.fleets {
+        let mut owners: Vec<(String, Option<&accord::MemberInfo>)> = f
+            .members
+            .iter()
+            .map(|m| (m.owner.clone(), Some(m)))
             .collect();
-        text.push('\n');
-        text.push_str(&plain_table(
-            &["GROUP", "MEMBER", "FENCE", "LEFT", "METADATA"],
-            &rows,
-        ));
-    }
-    if !s.fleets.is_empty() {
-        let mut rows: Vec<Vec<String>> = Vec::new();
-        for f in &s.fleets {
-            let mut owners: Vec<(String, Option<&accord::MemberInfo>)> = f
-                .members
-                .iter()
-                .map(|m| (m.owner.clone(), Some(m)))
-                .collect();
-            // A holder of shards that is no live member (it left, its shards not yet expired).
-            for shard in &f.shards {
-                if let Some(o) = &shard.owner {
-                    if !owners.iter().any(|(n, _)| n == o) {
-                        owners.push((o.clone(), None));
-                    }
+        // A holder of shards that is no live member (it left, its shards not yet expired).
+        for shard in &f.shards {
+            if let Some(o) = &shard.owner {
+                if !owners.iter().any(|(n, _)| n == o) {
+                    owners.push((o.clone(), None));
                 }
             }
-            for (owner, member) in owners {
-                let held = f.shards_of(&owner);
-                rows.push(vec![
-                    name(&f.fleet),
-                    name(&owner),
-                    held.len().to_string(),
-                    shard_list(&held),
-                    left_until(member.and_then(|m| m.expires_at), now),
-                ]);
-            }
-            let unowned = f.unowned();
+        }
+        for (owner, member) in owners {
+            let held = f.shards_of(&owner);
             rows.push(vec![
                 name(&f.fleet),
-                "(unowned)".into(),
-                unowned.len().to_string(),
-                shard_list(&unowned),
-                "-".into(),
+                name(&owner),
+                held.len().to_string(),
+                shard_list(&held),
+                left_until(member.and_then(|m| m.expires_at), now),
             ]);
         }
-        text.push('\n');
-        text.push_str(&plain_table(
-            &["FLEET", "MEMBER", "SHARDS", "OWNS", "LEFT"],
-            &rows,
-        ));
+        let unowned = f.unowned();
+        rows.push(vec![
+            name(&f.fleet),
+            "(unowned)".into(),
+            unowned.len().to_string(),
+            shard_list(&unowned),
+            "-".into(),
+        ]);
     }
-    if !s.elections.is_empty() {
-        let rows: Vec<Vec<String>> = s
-            .elections
-            .iter()
-            .map(|e| {
-                vec![
-                    name(&e.election),
-                    name(&e.leader),
-                    e.fence.to_string(),
-                    left_until(e.expires_at, now),
-                ]
-            })
-            .collect();
-        text.push('\n');
-        text.push_str(&plain_table(
-            &["ELECTION", "LEADER", "FENCE", "LEFT"],
-            &rows,
-        ));
-    }
-    if !s.streams.is_empty() {
-        let mut rows: Vec<Vec<String>> = Vec::new();
-        for st in &s.streams {
-            let base = |reader: String, acked: String, lag: String| {
-                vec![
-                    name(&st.stream),
-                    st.length().to_string(),
-                    st.first_seq.to_string(),
-                    st.last_seq.to_string(),
-                    reader,
-                    acked,
-                    lag,
-                ]
-            };
-            if st.readers.is_empty() {
-                rows.push(base("-".into(), "-".into(), "-".into()));
-            }
-            for r in &st.readers {
-                rows.push(base(
-                    name(&r.consumer),
-                    r.acked.to_string(),
-                    r.lag.to_string(),
-                ));
-            }
+    push_section(
+        &mut text,
+        &["FLEET", "MEMBER", "SHARDS", "OWNS", "LEFT"],
+        &rows,
+        recipes_cut(s.cut.fleets, "fleet members and shards"),
+    );
+
+    let rows: Vec<Vec<String>> = s
+        .elections
+        .iter()
+        .map(|e| {
+            vec![
+                name(&e.election),
+                name(&e.leader),
+                e.fence.to_string(),
+                left_until(e.expires_at, now),
+            ]
+        })
+        .collect();
+    push_section(
+        &mut text,
+        &["ELECTION", "LEADER", "FENCE", "LEFT"],
+        &rows,
+        recipes_cut(s.cut.elections, "elections"),
+    );
+
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for st in &s.streams {
+        let base = |reader: String, acked: String, lag: String| {
+            vec![
+                name(&st.stream),
+                st.length().to_string(),
+                st.first_seq.to_string(),
+                st.last_seq.to_string(),
+                reader,
+                acked,
+                lag,
+            ]
+        };
+        if st.readers.is_empty() {
+            rows.push(base("-".into(), "-".into(), "-".into()));
         }
-        text.push('\n');
-        text.push_str(&plain_table(
-            &[
-                "STREAM", "LENGTH", "FIRST", "LAST", "READER", "ACKED", "LAG",
-            ],
-            &rows,
-        ));
+        for r in &st.readers {
+            rows.push(base(
+                name(&r.consumer),
+                r.acked.to_string(),
+                r.lag.to_string(),
+            ));
+        }
     }
-    if s.truncated {
-        text.push_str(&format!(
-            "(the first {} recipe rows, {} stream rows and {} keys with waiters only)\n",
-            accord::MAX_SNAPSHOT_RECIPE_ROWS,
-            accord::MAX_SNAPSHOT_STREAM_ROWS,
-            accord::MAX_SNAPSHOT_WAITER_KEYS
-        ));
-    }
+    push_section(
+        &mut text,
+        &[
+            "STREAM", "LENGTH", "FIRST", "LAST", "READER", "ACKED", "LAG",
+        ],
+        &rows,
+        s.cut.streams.then(|| {
+            format!(
+                "… more streams and readers not shown (read limit {} rows of streams and readers)",
+                thousands(accord::MAX_SNAPSHOT_STREAM_ROWS)
+            )
+        }),
+    );
+
     if let Some(ch) = channels {
         let rows: Vec<Vec<String>> = ch
             .counts
@@ -515,13 +526,32 @@ pub fn render_sections(snap: &Snapshot, channels: Option<&Channels>) -> String {
                 ]
             })
             .collect();
-        text.push('\n');
-        text.push_str(&plain_table(&["CHANNEL", "MSGS/S", "TOTAL", "LAST"], &rows));
+        push_section(
+            &mut text,
+            &["CHANNEL", "MSGS/S", "TOTAL", "LAST"],
+            &rows,
+            None,
+        );
         if ch.reconnected {
             text.push_str("(the listening connection was re-established: messages sent while it was down are not counted)\n");
         }
     }
     text
+}
+
+/// One section of [`render_sections`]: nothing when it has no rows and was not cut.
+fn push_section(text: &mut String, titles: &[&str], rows: &[Vec<String>], cut: Option<String>) {
+    if rows.is_empty() && cut.is_none() {
+        return;
+    }
+    text.push('\n');
+    if let Some(note) = cut {
+        text.push_str(&note);
+        text.push('\n');
+    }
+    if !rows.is_empty() {
+        text.push_str(&plain_table(titles, rows));
+    }
 }
 
 // -------------------------------------------------------------------------------------- once
@@ -556,24 +586,73 @@ pub async fn once(
     }
     let mut snap = read(client, prefix).await?;
     sort(&mut snap.rows, by);
-    let mut out = std::io::stdout().lock();
     let mut text = render_plain(client.namespace(), prefix, &snap);
     text.push_str(&render_sections(&snap, listening.as_ref()));
-    out.write_all(text.as_bytes())
-        .and_then(|_| out.flush())
-        .map_err(|e| Failure::new(exit::ERROR, format!("cannot write output: {e}")))?;
+    // A reader that went away (`accord top --once | head -1`) ends accord quietly with 0.
+    output::print(&mut output::stdout().lock(), &text)?;
     Ok(exit::OK)
+}
+
+/// A cell of a plain table: escaped (`output::escape`), and spaces written `\x20`, so that a
+/// script can split a row on whitespace.
+fn cell(text: &str) -> String {
+    output::escape(text).replace(' ', "\\x20")
+}
+
+/// `n` with thousands separated by commas: 10,000.
+fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The keys under the prefix that the table does not show: the counts are of every key, the
+/// table holds the first `PAGE` rows (a key held shared has a row per holder).
+fn keys_not_shown(snap: &Snapshot) -> u64 {
+    // Distinct keys: the rows may be sorted by time left or fence, a shared key's apart.
+    let shown: std::collections::HashSet<&str> = snap.rows.iter().map(|r| r.key.as_str()).collect();
+    snap.counts.keys().saturating_sub(shown.len() as u64)
+}
+
+/// The note under a table cut by the read limit: how many keys it leaves out.
+fn keys_cut_note(snap: &Snapshot) -> Option<String> {
+    if !snap.truncated {
+        return None;
+    }
+    let n = keys_not_shown(snap);
+    Some(format!(
+        "… {n} more key{} not shown (read limit {} rows; the counts are of every key; narrow the prefix)",
+        if n == 1 { "" } else { "s" },
+        thousands(PAGE)
+    ))
 }
 
 fn render_plain(namespace: &str, prefix: &str, snap: &Snapshot) -> String {
     let mut text = format!(
-        "namespace {namespace}  prefix {}  {}\n",
-        if prefix.is_empty() { "-" } else { prefix },
+        "namespace {}  prefix {}  {}\n",
+        cell(namespace),
+        if prefix.is_empty() {
+            "-".to_string()
+        } else {
+            cell(prefix)
+        },
         counts_line(snap)
     );
-    if snap.truncated {
+    // Notes on cuts precede the titles, as the sections' do.
+    if let Some(note) = keys_cut_note(snap) {
+        text.push_str(&note);
+        text.push('\n');
+    }
+    if snap.sections.cut.waiters {
         text.push_str(&format!(
-            "(the first {PAGE} keys only; the counts are of every key; narrow the prefix)\n"
+            "… WAIT shown for the first {} keys with waiters only (read limit)\n",
+            thousands(accord::MAX_SNAPSHOT_WAITER_KEYS)
         ));
     }
     let header = [
@@ -584,9 +663,9 @@ fn render_plain(namespace: &str, prefix: &str, snap: &Snapshot) -> String {
         .iter()
         .map(|r| {
             [
-                r.key.clone(),
+                cell(&r.key),
                 r.state_name().to_string(),
-                r.owner.clone().unwrap_or_else(|| "-".into()),
+                r.owner.as_deref().map_or_else(|| "-".into(), cell),
                 r.fence.to_string(),
                 r.left.map(format_left).unwrap_or_else(|| "-".into()),
                 r.ttl.map(format_left).unwrap_or_else(|| "-".into()),
@@ -711,11 +790,24 @@ impl View {
             })
             .collect();
         let room = frame.area().height.saturating_sub(3 + 1) / 2;
+        let mut section_lines = section_lines;
         let section_height = if section_lines.is_empty() {
             0
         } else {
             (section_lines.len() as u16 + 1).min(room)
         };
+        // Cut by the terminal's height: the last line that fits says how many do not.
+        let fits = section_height.saturating_sub(1) as usize;
+        if fits > 0 && section_lines.len() > fits {
+            let hidden = section_lines.len() - (fits - 1);
+            section_lines.truncate(fits - 1);
+            section_lines.push(Line::styled(
+                format!(
+                    "… {hidden} more lines below (a taller terminal shows them; --once prints all)"
+                ),
+                Style::new().fg(Color::Yellow),
+            ));
+        }
         let [head, body, below, foot] = Layout::vertical([
             Constraint::Length(3),
             Constraint::Min(3),
@@ -732,13 +824,16 @@ impl View {
 
         // Header: where, counts, sort, refresh.
         let prefix = if self.prefix.is_empty() {
-            "-"
+            "-".into()
         } else {
-            &self.prefix
+            output::escape(&self.prefix)
         };
         let mut first = vec![
             Span::styled("accord top", Style::new().add_modifier(Modifier::BOLD)),
-            Span::raw(format!("  namespace {}  prefix {prefix}", self.namespace)),
+            Span::raw(format!(
+                "  namespace {}  prefix {prefix}",
+                output::escape(&self.namespace)
+            )),
         ];
         if let Some(t) = self.updated {
             first.push(Span::raw(format!("  at {}", t.format("%H:%M:%S"))));
@@ -768,12 +863,16 @@ impl View {
         }
         if let Some(e) = &self.error {
             second = vec![Span::styled(
-                format!("refresh failed: {e}"),
+                format!("refresh failed: {}", output::escape(e)),
                 Style::new().fg(Color::Red),
             )];
         } else if self.snap.truncated {
             second.push(Span::styled(
-                format!("  (table: first {PAGE} keys)"),
+                format!(
+                    "  ({} more keys not read: limit {})",
+                    keys_not_shown(&self.snap),
+                    thousands(PAGE)
+                ),
                 Style::new().fg(Color::Yellow),
             ));
         }
@@ -832,9 +931,13 @@ impl View {
                     None => Line::from("-"),
                 };
                 TableRow::new(vec![
-                    Cell::from(r.key.clone()),
+                    Cell::from(output::escape(&r.key).into_owned()),
                     Cell::from(r.state_name()).style(style),
-                    Cell::from(r.owner.clone().unwrap_or_else(|| "-".into())),
+                    Cell::from(
+                        r.owner
+                            .as_deref()
+                            .map_or_else(|| "-".into(), |o| output::escape(o).into_owned()),
+                    ),
                     Cell::from(r.fence.to_string()),
                     Cell::from(left),
                     Cell::from(wait_cell(r)).style(if r.waiting > 0 {
@@ -856,9 +959,13 @@ impl View {
                 .unwrap_or(0)
                 .clamp(floor, cap) as u16
         };
-        let key_width = widest(|r| r.key.chars().count(), 3, 48);
+        let key_width = widest(|r| output::escape(&r.key).chars().count(), 3, 48);
         let holder_width = widest(
-            |r| r.owner.as_deref().map_or(1, |o| o.chars().count()),
+            |r| {
+                r.owner
+                    .as_deref()
+                    .map_or(1, |o| output::escape(o).chars().count())
+            },
             6,
             32,
         );
@@ -886,7 +993,7 @@ impl View {
         let footer = match &self.editing {
             Some(text) => Line::from(vec![
                 Span::styled("prefix: ", Style::new().add_modifier(Modifier::BOLD)),
-                Span::raw(format!("{text}▏")),
+                Span::raw(format!("{}▏", output::escape(text))),
                 Span::raw("   Enter apply  Esc cancel"),
             ]),
             None => {
@@ -894,10 +1001,14 @@ impl View {
                 let shown = if n == 0 {
                     "no keys".to_string()
                 } else {
+                    // "of 1000+" when the read limit cut the table (the header says how many
+                    // more); rows below the screen: "more below".
+                    let last = (self.scroll + visible).min(n);
                     format!(
-                        "rows {}-{} of {n}",
+                        "rows {}-{last} of {n}{}{}",
                         self.scroll + 1,
-                        (self.scroll + visible).min(n)
+                        if self.snap.truncated { "+" } else { "" },
+                        if last < n { ", more below" } else { "" }
                     )
                 };
                 Line::from(format!(
@@ -931,7 +1042,7 @@ impl TerminalGuard {
         crossterm::terminal::enable_raw_mode()?;
         let guard = TerminalGuard;
         crossterm::execute!(
-            std::io::stdout(),
+            output::terminal(),
             crossterm::terminal::EnterAlternateScreen,
             crossterm::cursor::Hide
         )?;
@@ -942,7 +1053,7 @@ impl TerminalGuard {
 impl Drop for TerminalGuard {
     fn drop(&mut self) {
         let _ = crossterm::execute!(
-            std::io::stdout(),
+            output::terminal(),
             crossterm::terminal::LeaveAlternateScreen,
             crossterm::cursor::Show
         );
@@ -958,7 +1069,7 @@ pub async fn live(
     interval: Duration,
     channels: &[String],
 ) -> Outcome {
-    if !std::io::stdout().is_terminal() {
+    if !output::terminal().is_terminal() {
         return Err(Failure::new(
             exit::USAGE,
             "accord top needs a terminal; use --once for a table or --prometheus ADDR for metrics",
@@ -973,7 +1084,7 @@ pub async fn live(
     };
     let io = |e: std::io::Error| Failure::new(exit::ERROR, format!("terminal: {e}"));
     let guard = TerminalGuard::enter().map_err(io)?;
-    let mut terminal = Terminal::new(CrosstermBackend::new(std::io::stdout())).map_err(io)?;
+    let mut terminal = Terminal::new(CrosstermBackend::new(output::terminal())).map_err(io)?;
     terminal.clear().map_err(io)?;
 
     // Key presses come from a thread blocked in crossterm's read.
@@ -1074,6 +1185,35 @@ mod tests {
         assert_eq!(shard_list(&["0", "1", "2", "3", "7"]), "0-3,7");
         assert_eq!(shard_list(&["0", "2", "x", "3"]), "0,2,x,3");
         assert_eq!(shard_list(&["07", "8"]), "07,8");
+    }
+
+    #[test]
+    fn keys_not_shown_are_distinct_keys_in_any_order() {
+        let row = |key: &str, fence| Row {
+            key: key.into(),
+            state: KeyState::Held,
+            shared: true,
+            owner: None,
+            fence,
+            left: None,
+            ttl: None,
+            waiting: 0,
+            metadata: Metadata::new(),
+        };
+        // Sorted by fence: the shared key `a`'s two holders are apart.
+        let mut snap = Snapshot {
+            rows: vec![row("a", 3), row("b", 2), row("a", 1)],
+            truncated: true,
+            ..Default::default()
+        };
+        snap.counts.held = 5;
+        assert_eq!(keys_not_shown(&snap), 3);
+        assert_eq!(
+            keys_cut_note(&snap).unwrap(),
+            "… 3 more keys not shown (read limit 1,000 rows; the counts are of every key; narrow the prefix)"
+        );
+        assert_eq!(thousands(10_000), "10,000");
+        assert_eq!(thousands(999), "999");
     }
 
     #[test]

@@ -345,7 +345,11 @@ fn counts_are_exact_beyond_a_page() {
         head.contains("held 0  free 1001  done 0  keys 1001"),
         "{head}"
     );
-    assert!(lines.next().unwrap().contains("the first 1000 keys only"));
+    let note = lines.next().unwrap();
+    assert!(
+        note.starts_with("… 1 more key not shown (read limit 1,000 rows"),
+        "{note}"
+    );
     // The note, the titles, 1,000 rows.
     assert_eq!(text.lines().count(), 1 + 1 + 1 + 1000);
 
@@ -868,4 +872,267 @@ fn live_view_shows_sections_and_the_notification_rate() {
         p.contains("accord-exited-")
     });
     assert!(pane.contains("accord-exited-0"), "{pane}");
+}
+
+/// Offers `keys` (one a line) to the pool `prefix`.
+fn offer(env: &Env, prefix: &str, keys: &str) {
+    let mut offer = env
+        .cmd(&["offer", prefix])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    offer
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(keys.as_bytes())
+        .unwrap();
+    let out = offer.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A fleet of 10,001 shards is more than the snapshot reads of the recipes' rows
+/// (`MAX_SNAPSHOT_RECIPE_ROWS`, 10,000): `--once` says the fleet section is cut, and that the
+/// groups, read after the fleets, were not read; the key table says how many keys it leaves out.
+#[test]
+fn once_says_which_sections_the_read_limits_cut() {
+    let env = Env::new("cut");
+    let shards: String = (0..10_001)
+        .map(|i| format!("accord.fleet/big/s/{i}\n"))
+        .collect();
+    offer(&env, "accord.fleet/big/s/", &shards);
+
+    let text = env.ok(&["top", "--once"]);
+    let mut lines = text.lines();
+    assert!(lines.next().unwrap().contains("keys 10001"), "{text}");
+    assert_eq!(
+        lines.next().unwrap(),
+        "… 9001 more keys not shown (read limit 1,000 rows; the counts are of every key; narrow the prefix)"
+    );
+    let fleets = text
+        .split("\n\n")
+        .find(|s| s.contains("FLEET "))
+        .unwrap_or_else(|| panic!("no fleet section in {text}"));
+    assert!(
+        fleets.starts_with(
+            "… more fleet members and shards not shown (read limit 10,000 rows of elections, fleets and groups)\nFLEET "
+        ),
+        "{fleets}"
+    );
+    // Read, then cut: 10,000 of the 10,001 shards.
+    assert!(
+        section(&text, "FLEET ")
+            .iter()
+            .any(|r| r[..3] == ["big", "(unowned)", "10000"]),
+        "{text}"
+    );
+    // Groups come after fleets in the read: none read, and it says so.
+    assert!(
+        text.contains(
+            "\n\n… more group members not shown (read limit 10,000 rows of elections, fleets and groups)\n"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("more elections"), "{text}");
+    assert!(!text.contains("GROUP "), "{text}");
+}
+
+/// The live view at a terminal too small for its sections and keys says what is below: the
+/// sections' last line counts the lines cut, the footer says more rows are below.
+#[test]
+fn live_view_says_what_the_terminal_cuts() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("skipped: tmux is not installed (apt-get install tmux)");
+        return;
+    }
+    let env = Env::new("tmux-small");
+    let _holders = recipes(&env);
+    let jobs: String = (0..10).map(|i| format!("jobs/{i:02}\n")).collect();
+    offer(&env, "jobs/", &jobs);
+    let tmux = Tmux {
+        socket: format!("accord-top-small-{}", std::process::id()),
+    };
+    let script = format!(
+        "ACCORD_URL={} ACCORD_NAMESPACE={} {} top --interval 200ms --channel pings; echo \"accord-exited-$?\"; sleep 600",
+        shell_quote(&env.url),
+        shell_quote(&env.namespace),
+        shell_quote(BIN)
+    );
+    let out = tmux.cmd(&[
+        "new-session",
+        "-d",
+        "-s",
+        "top",
+        "-x",
+        "100",
+        "-y",
+        "20",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    assert!(out.status.success());
+    // 16 keys, 7 rows of them shown; the sections' 12 lines in 7.
+    let pane = tmux.wait_for("the cuts", Duration::from_secs(60), |p| {
+        p.contains("rows 1-7 of 16, more below") && p.contains("more lines below")
+    });
+    assert!(
+        pane.contains("… 6 more lines below (a taller terminal shows them; --once prints all)"),
+        "{pane}"
+    );
+    tmux.cmd(&["send-keys", "-t", "top", "q"]);
+    let pane = tmux.wait_for("the exit", Duration::from_secs(30), |p| {
+        p.contains("accord-exited-")
+    });
+    assert!(pane.contains("accord-exited-0"), "{pane}");
+}
+
+/// The live view escapes keys, holders and metadata as `--once` does: a key that would retitle
+/// the terminal, ring its bell and wipe the view shows escaped, the title stays, and none of
+/// the raw sequences reaches the terminal (its output captured by `tmux pipe-pane`).
+#[test]
+fn live_view_escapes_names_and_keeps_the_terminal_title() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("skipped: tmux is not installed (apt-get install tmux)");
+        return;
+    }
+    let env = Env::new("tmux-hostile");
+    let _holder = hold(
+        &env,
+        "o\x1b[31m\u{202e}\x07",
+        "k\x1b]0;T\x07\x1b[2J",
+        r#"{"m":"v\u001b[2J\u202e\u200b"}"#,
+    );
+    env.ok(&["run", "line\nbreak", "--", "true"]);
+    let tmux = Tmux {
+        socket: format!("accord-top-hostile-{}", std::process::id()),
+    };
+    let dir = std::env::temp_dir().join(format!("accord-top-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let go = dir.join("go");
+    let raw = dir.join("raw");
+    // top starts once the pane's output is being captured.
+    let script = format!(
+        "while [ ! -e {go} ]; do sleep 0.05; done; ACCORD_URL={} ACCORD_NAMESPACE={} {} top --interval 200ms; echo \"accord-exited-$?\"; sleep 600",
+        shell_quote(&env.url),
+        shell_quote(&env.namespace),
+        shell_quote(BIN),
+        go = shell_quote(go.to_str().unwrap()),
+    );
+    let out = tmux.cmd(&[
+        "new-session",
+        "-d",
+        "-s",
+        "top",
+        "-x",
+        "120",
+        "-y",
+        "30",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    assert!(out.status.success());
+    let title_before = tmux.cmd(&["display-message", "-p", "-t", "top", "#{pane_title}"]);
+    let out = tmux.cmd(&[
+        "pipe-pane",
+        "-t",
+        "top",
+        "-o",
+        &format!("cat >> {}", shell_quote(raw.to_str().unwrap())),
+    ]);
+    assert!(out.status.success());
+    std::fs::write(&go, "").unwrap();
+
+    let pane = tmux.wait_for("the escaped names", Duration::from_secs(60), |p| {
+        p.contains("k\\x1b]0;T\\x07\\x1b[2J") && p.contains("line\\nbreak")
+    });
+    assert!(pane.contains("o\\x1b[31m\\u202e\\x07"), "{pane}");
+    assert!(pane.contains("m=v\\x1b[2J\\u202e\\u200b"), "{pane}");
+    assert!(pane.contains("KEY"), "the view was not wiped: {pane}");
+    let title_after = tmux.cmd(&["display-message", "-p", "-t", "top", "#{pane_title}"]);
+    assert_eq!(
+        String::from_utf8_lossy(&title_after.stdout),
+        String::from_utf8_lossy(&title_before.stdout),
+        "the pane's title changed"
+    );
+
+    tmux.cmd(&["send-keys", "-t", "top", "q"]);
+    tmux.wait_for("the exit", Duration::from_secs(30), |p| {
+        p.contains("accord-exited-")
+    });
+    tmux.cmd(&["pipe-pane", "-t", "top"]);
+    let bytes = std::fs::read(&raw).unwrap();
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(text.contains("KEY"), "the capture holds the view");
+    for hazard in ["\x07", "\x1b]0;", "\u{202e}", "\u{200b}", "\u{9b}"] {
+        assert!(
+            !text.contains(hazard),
+            "{hazard:?} reached the terminal raw"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// More streams than the snapshot reads (`MAX_SNAPSHOT_STREAM_ROWS`, 1,000) and more keys with
+/// waiters (`MAX_SNAPSHOT_WAITER_KEYS`, 1,000): `--once` says both cuts. The 1,001 streams and
+/// 1,001 waiting tickets are written by SQL (the tables of docs/semantics.md), as publishing to
+/// and waiting on 1,001 keys from processes would take minutes.
+#[tokio::test]
+async fn once_says_when_streams_and_waiters_are_cut() {
+    let env = Env::new("cut-streams");
+    env.ok(&["migrate"]);
+    let (db, connection) = tokio_postgres::connect(&env.url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to the test database");
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    db.execute(
+        "INSERT INTO accord.streams (namespace, stream, last_seq) \
+         SELECT $1, 's' || lpad(g::text, 5, '0'), 0 FROM generate_series(1, 1001) g",
+        &[&env.namespace],
+    )
+    .await
+    .unwrap();
+    db.execute(
+        "INSERT INTO accord.tickets \
+           (namespace, key, ticket, owner, shared, attempt, granted, expires_at, updated_at) \
+         SELECT $1, 'w/' || lpad(g::text, 5, '0'), 1, 'waiter', false, 1, false, \
+                now() + interval '10 minutes', now() \
+         FROM generate_series(1, 1001) g",
+        &[&env.namespace],
+    )
+    .await
+    .unwrap();
+
+    let text = env.ok(&["top", "--once", "w/"]);
+    assert!(
+        text.lines().next().unwrap().contains("waiting 1001"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "\n… WAIT shown for the first 1,000 keys with waiters only (read limit)\nKEY "
+        ),
+        "{text}"
+    );
+    let streams = text
+        .split("\n\n")
+        .find(|s| s.contains("STREAM "))
+        .unwrap_or_else(|| panic!("no stream section in {text}"));
+    assert!(
+        streams.starts_with(
+            "… more streams and readers not shown (read limit 1,000 rows of streams and readers)\nSTREAM "
+        ),
+        "{streams}"
+    );
+    assert_eq!(section(&text, "STREAM ").len(), 1000, "{text}");
 }

@@ -75,7 +75,7 @@ pub use semaphore::Semaphore;
 pub use session::{Event, LeaseStatus, LostReason, Message};
 pub use snapshot::{
     ElectionSnapshot, FleetSnapshot, GroupSnapshot, KeyWaiters, NamespaceSnapshot, ReaderSnapshot,
-    ShardSnapshot, StreamSnapshot, MAX_SNAPSHOT_KEYS, MAX_SNAPSHOT_RECIPE_ROWS,
+    ShardSnapshot, SnapshotCut, StreamSnapshot, MAX_SNAPSHOT_KEYS, MAX_SNAPSHOT_RECIPE_ROWS,
     MAX_SNAPSHOT_STREAM_ROWS, MAX_SNAPSHOT_WAITER_KEYS,
 };
 pub use stats::{Histogram, Stats};

@@ -59,6 +59,26 @@ pub struct NamespaceSnapshot {
     /// [`MAX_SNAPSHOT_STREAM_ROWS`], or the keys with waiters beyond
     /// [`MAX_SNAPSHOT_WAITER_KEYS`]: the sections show the first ones only.
     pub truncated: bool,
+    /// Which sections those bounds cut short (`truncated` is any of them).
+    pub cut: SnapshotCut,
+}
+
+/// The sections of a [`NamespaceSnapshot`] that a read bound cut short: each shows its first
+/// rows only, or none. The recipes' rows are read in key order (elections, then fleets, then
+/// groups), so the section where [`MAX_SNAPSHOT_RECIPE_ROWS`] stopped the read is cut, and the
+/// ones after it were not read at all.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SnapshotCut {
+    /// Elections past [`MAX_SNAPSHOT_RECIPE_ROWS`].
+    pub elections: bool,
+    /// Fleets' members and shards past [`MAX_SNAPSHOT_RECIPE_ROWS`].
+    pub fleets: bool,
+    /// Groups' members past [`MAX_SNAPSHOT_RECIPE_ROWS`].
+    pub groups: bool,
+    /// Streams and consumers past [`MAX_SNAPSHOT_STREAM_ROWS`].
+    pub streams: bool,
+    /// Keys with waiters past [`MAX_SNAPSHOT_WAITER_KEYS`].
+    pub waiters: bool,
 }
 
 impl NamespaceSnapshot {
@@ -312,6 +332,22 @@ fn assemble(rows: SnapshotRows) -> NamespaceSnapshot {
             });
         }
     }
+    // A section is cut when the recipes' read stopped inside its range or before it.
+    let stopped_at = rows
+        .recipes
+        .next_cursor
+        .as_ref()
+        .and_then(|_| rows.recipes.items.last())
+        .map(|row| row.key.as_str());
+    let recipes_cut =
+        |section: &str| stopped_at.is_some_and(|last| last.starts_with(section) || last < section);
+    let cut = SnapshotCut {
+        elections: recipes_cut("accord.election/"),
+        fleets: recipes_cut("accord.fleet/"),
+        groups: recipes_cut("accord.group/"),
+        streams: rows.streams_truncated,
+        waiters: rows.waiters_truncated,
+    };
     NamespaceSnapshot {
         keys: rows.page,
         counts: rows.counts,
@@ -323,6 +359,7 @@ fn assemble(rows: SnapshotRows) -> NamespaceSnapshot {
         truncated: rows.recipes.next_cursor.is_some()
             || rows.streams_truncated
             || rows.waiters_truncated,
+        cut,
     }
 }
 

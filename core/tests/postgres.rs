@@ -1037,6 +1037,14 @@ async fn snapshot_bounds_the_waiters_and_counts_them_all() {
         .unwrap();
     assert_eq!(snap.waiters.len(), accord::MAX_SNAPSHOT_WAITER_KEYS);
     assert!(snap.truncated);
+    // Only the waiters were cut.
+    assert_eq!(
+        snap.cut,
+        accord::SnapshotCut {
+            waiters: true,
+            ..Default::default()
+        }
+    );
     assert_eq!(snap.counts.waiting, n as u64);
     let first: Vec<(&str, u64, u64)> = snap.waiters[..2]
         .iter()

@@ -131,6 +131,7 @@ pub async fn t1_snapshot_shows_every_section(h: &Harness) {
     assert_eq!((ev.readers[0].acked, ev.readers[0].lag), (2, 3));
     assert!(snap.streams[1].readers.is_empty());
     assert!(!snap.truncated);
+    assert_eq!(snap.cut, accord::SnapshotCut::default());
 
     // The fleet closed: its shards stay as rows, unowned; its member is gone.
     fleet.close().await;
