@@ -300,6 +300,8 @@ async fn forged_notifications_decide_nothing() {
     outsider
         .notify(&group_channel(&ns, "forgedgroup"), "")
         .await;
+    let fleet_members = channel_for("accord_group", &ns, &[&format!("{}m/", fleet_base(fleet))]);
+    outsider.notify(&fleet_members, r#"{"left":"a"}"#).await;
     outsider
         .notify(
             &election_channel(&ns, "forgedelection"),

@@ -315,6 +315,11 @@ impl Task {
                 }
             }
         }
+        // Requests whose notification was missed are answered here, before the plan: a shard
+        // handed off now is settling for it.
+        for request in requests {
+            self.on_request(request);
+        }
         // Free now, held at the last read by a member still live: a hand-off in transit.
         let live: HashSet<&String> = members.iter().collect();
         let now = tokio::time::Instant::now();
@@ -328,10 +333,6 @@ impl Task {
             .collect();
         settling.extend(self.handed_off.keys().cloned());
         *last_holders = holders.clone();
-        // Requests whose notification was missed are answered here.
-        for request in requests {
-            self.on_request(request);
-        }
         // This member's own shards: what it holds, not what the read saw.
         holders.retain(|_, owner| *owner != me);
         for shard in self.shared.held().keys() {

@@ -44,14 +44,21 @@ pub(crate) async fn fetch(client: &Client, schema: &str) -> Option<String> {
     let read = format!(
         "SELECT metadata->>'secret' FROM {s}.leases WHERE namespace = '' AND key = '{SECRET_KEY}'"
     );
-    if let Err(e) = client.execute(create.as_str(), &[]).await {
-        tracing::debug!(target: "accord", error = %e, "could not create the wake-up secret");
-    }
-    match client.query_opt(read.as_str(), &[]).await {
-        Ok(row) => row.and_then(|r| r.get::<_, Option<String>>(0)),
-        Err(e) => {
-            tracing::warn!(target: "accord", error = %e, "could not read the wake-up secret: every wake-up wakes every waiter");
-            None
+    let read = || async {
+        match client.query_opt(read.as_str(), &[]).await {
+            Ok(row) => row.and_then(|r| r.get::<_, Option<String>>(0)),
+            Err(e) => {
+                tracing::warn!(target: "accord", error = %e, "could not read the wake-up secret: every wake-up wakes every waiter");
+                None
+            }
         }
+    };
+    // Read first: once it exists (every connect but the schema's first), no write is tried.
+    if let Some(secret) = read().await {
+        return Some(secret);
     }
+    if let Err(e) = client.execute(create.as_str(), &[]).await {
+        tracing::warn!(target: "accord", error = %e, "could not create the wake-up secret");
+    }
+    read().await
 }
