@@ -476,3 +476,53 @@ async fn channels_carry_no_names() {
         }
     }
 }
+
+/// The clients that connect at once to a fresh schema race to make its wake-up secret: they all
+/// end up with the one that was stored, so a release by any of them wakes a waiter of any other.
+/// Each waiter's timeout (20 s) is shorter than the holder's ttl (60 s) and the waiters' 30 s
+/// safety slice: only a wake-up it recognised can get it the key in time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_raced_for_the_secret_wake_each_other() {
+    let h = Harness::postgres("secret").await;
+    let schema = format!("accord_{}", h.tag);
+    let connects = (0..6).map(|i| {
+        Client::connect(
+            &h.url,
+            h.options(&format!("c{i}"))
+                .schema(schema.clone())
+                .ttl(Duration::from_secs(60)),
+        )
+    });
+    let clients: Vec<Arc<Client>> = futures_util::future::join_all(connects)
+        .await
+        .into_iter()
+        .map(|c| Arc::new(c.expect("every concurrent connect succeeds")))
+        .collect();
+    for i in 1..clients.len() {
+        let key = format!("k{i}");
+        let holder = clients[i - 1]
+            .try_acquire(&key, AcquireOptions::new())
+            .await
+            .unwrap()
+            .unwrap();
+        let waiter = {
+            let (client, key) = (clients[i].clone(), key.clone());
+            tokio::spawn(async move {
+                client
+                    .acquire(&key, AcquireOptions::new().timeout(Duration::from_secs(20)))
+                    .await
+            })
+        };
+        assert!(
+            eventually(SETTLE, || async { clients[i].queued_count() == 1 }).await,
+            "the waiter is in line"
+        );
+        holder.release().await.unwrap();
+        let granted = waiter.await.unwrap();
+        assert!(
+            granted.is_ok(),
+            "c{i} was woken by c{}'s release: {granted:?}",
+            i - 1
+        );
+    }
+}
