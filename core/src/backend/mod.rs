@@ -426,3 +426,42 @@ pub(crate) fn wakeup_payload(
     };
     serde_json::json!([tag, first, last, pool]).to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(
+        payload: &str,
+    ) -> Option<(Option<String>, Option<(i64, Option<i64>)>, Option<String>)> {
+        match parse_wakeup(payload)? {
+            BackendEvent::Wakeup { tag, tickets, pool } => Some((tag, tickets, pool)),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn wakeups_read_back_what_was_written() {
+        let payload = wakeup_payload(Some("t"), Some((4, None)), Some("p"));
+        assert_eq!(
+            parsed(&payload),
+            Some((Some("t".into()), Some((4, None)), Some("p".into())))
+        );
+        let payload = wakeup_payload(Some("t"), None, None);
+        assert_eq!(payload, r#"["t",null,null,null]"#);
+        assert_eq!(parsed(&payload), Some((Some("t".into()), None, None)));
+    }
+
+    #[test]
+    fn names_are_no_wakeup() {
+        // The old shape `[namespace, key]` is no wake-up; `[namespace, key, first, last]`
+        // reads as the tag "ns" (no key's: tags are hex digests) naming no tickets.
+        assert!(parsed(r#"["ns","key"]"#).is_none());
+        assert_eq!(
+            parsed(r#"["ns","key",1,1]"#),
+            Some((Some("ns".into()), None, None))
+        );
+        assert!(parsed("").is_none());
+        assert!(parsed("{}").is_none());
+    }
+}
