@@ -431,9 +431,10 @@ pub(crate) fn wakeup_payload(
 mod tests {
     use super::*;
 
-    fn parsed(
-        payload: &str,
-    ) -> Option<(Option<String>, Option<(i64, Option<i64>)>, Option<String>)> {
+    /// A wake-up's (tag, tickets, pool).
+    type Parsed = (Option<String>, Option<(i64, Option<i64>)>, Option<String>);
+
+    fn parsed(payload: &str) -> Option<Parsed> {
         match parse_wakeup(payload)? {
             BackendEvent::Wakeup { tag, tickets, pool } => Some((tag, tickets, pool)),
             _ => None,
