@@ -36,7 +36,7 @@ fn wake_payload(s: &str, key: &str, except: &str) -> String {
     format!(
         "(SELECT json_build_array({tag},
            h.ticket,
-           CASE WHEN NOT h.shared THEN h.ticket
+           CASE WHEN h.ticket IS NULL OR NOT h.shared THEN h.ticket
                 ELSE (SELECT min(n.ticket) - 1 FROM {s}.tickets n
                        WHERE n.namespace = $1 AND n.key = {key} AND NOT n.granted
                          AND NOT n.shared AND n.expires_at > clock_timestamp()
