@@ -146,6 +146,30 @@ pub(crate) fn wake_range(
     Some((head.ticket, next_exclusive))
 }
 
+/// How many hex digits of the digest a wake-up tag keeps (128 bits).
+pub(crate) const WAKE_TAG_HEX: usize = 32;
+
+/// The tag a wake-up carries instead of a key's (or a pool's) name: the first
+/// [`WAKE_TAG_HEX`] hex digits of SHA-256 over the schema's wake-up secret, the namespace's
+/// length in UTF-8 bytes, `:`, the namespace and the key. Any role may LISTEN on the wake-up
+/// channel; without the secret (which only roles that can read accord's tables can read) a
+/// tag cannot be told from random, nor a guessed name checked against it. The length keeps
+/// (`ab`, `c`) and (`a`, `bc`) apart. Mirrors `sql::wake_tag`.
+pub(crate) fn wake_tag(secret: &str, namespace: &str, key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut digest = Sha256::new();
+    digest.update(secret.as_bytes());
+    digest.update(namespace.len().to_string().as_bytes());
+    digest.update(b":");
+    digest.update(namespace.as_bytes());
+    digest.update(key.as_bytes());
+    let mut hex = String::with_capacity(WAKE_TAG_HEX);
+    for byte in digest.finalize().iter().take(WAKE_TAG_HEX / 2) {
+        hex.push_str(&format!("{byte:02x}"));
+    }
+    hex
+}
+
 /// Whether a ticket is an acquire waiting in line now, as `snapshot` counts waiters: not
 /// granted (a granted ticket is a shared holder) and its place live (a waiter pushes its
 /// ticket's expiry back at each try; one that stopped trying loses its place at that expiry).
@@ -387,6 +411,16 @@ mod tests {
             grantable_in_turn(Some(&held(None, true, None)), true, &[], 1, 100),
             Grantable::Done
         );
+    }
+
+    #[test]
+    fn wake_tags_are_keyed_and_unambiguous() {
+        let tag = wake_tag("s", "ns", "key");
+        assert_eq!(tag.len(), WAKE_TAG_HEX);
+        assert_eq!(tag, wake_tag("s", "ns", "key"));
+        assert_ne!(tag, wake_tag("t", "ns", "key"));
+        assert_ne!(wake_tag("s", "ab", "c"), wake_tag("s", "a", "bc"));
+        assert!(!tag.contains("key") && !tag.contains("ns"));
     }
 
     #[test]

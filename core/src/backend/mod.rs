@@ -226,13 +226,17 @@ pub(crate) enum BackendEvent {
         channel: String,
         payload: String,
     },
-    /// A key of `namespace` was released or finished: waiters may retry now. `tickets`, when
-    /// set, names the waiters in line to wake, `(first, last)` (`last` None: no bound); the
-    /// others stay asleep (no herd). Without it, every waiter of the key looks.
+    /// A key was released or finished: waiters may retry now. It names no key: `tag` is the
+    /// key's [`crate::rules::wake_tag`] (`None`: the store had no secret to tag with; only a
+    /// client without the secret looks then, and it wakes every waiter). `tickets`, when set, names the waiters in line to wake, `(first, last)`
+    /// (`last` None: no bound); the others stay asleep (no herd). Without it, every waiter of
+    /// the key looks. `pool`: the tag of the pool the key was offered to (one claimer of it
+    /// looks); a pool's own tag in `tag` is an offer (every claimer of it looks). Whoever sent
+    /// it, it only makes waiters try again.
     Wakeup {
-        namespace: String,
-        key: String,
+        tag: Option<String>,
         tickets: Option<(i64, Option<i64>)>,
+        pool: Option<String>,
     },
     /// The listening side reconnected; notifications may have been missed meanwhile.
     Reconnected,
@@ -384,6 +388,9 @@ pub(crate) trait Backend: StreamStore + Send + Sync + 'static {
     async fn unlisten(&self, channel: &str);
     /// Make sure [`BackendEvent::Wakeup`]s flow; returns once they do.
     async fn watch_wakeups(&self) -> Result<()>;
+    /// The secret this store's wake-ups are tagged with (`rules::wake_tag`); `None` when it
+    /// has none (every wake-up then wakes every waiter of the client).
+    fn wake_secret(&self) -> Option<String>;
     /// The channels the listening connection has LISTENed, as the server reports them.
     async fn listening_channels(&self) -> Result<Vec<String>>;
     fn close(&self);
@@ -391,29 +398,71 @@ pub(crate) trait Backend: StreamStore + Send + Sync + 'static {
 
 pub(crate) type DynBackend = Arc<dyn Backend>;
 
-/// Reads a wake-up payload, `[namespace, key]` or `[namespace, key, first, last]` (see
-/// [`BackendEvent::Wakeup`]); both stores write these shapes.
+/// Reads a wake-up payload, `[tag, first, last, pool]` (see [`BackendEvent::Wakeup`]; any
+/// may be null); both stores write this shape. Anything else is no wake-up.
 pub(crate) fn parse_wakeup(payload: &str) -> Option<BackendEvent> {
     let parts: Vec<serde_json::Value> = serde_json::from_str(payload).ok()?;
-    let text = |i: usize| parts.get(i)?.as_str().map(str::to_string);
-    let (namespace, key) = (text(0)?, text(1)?);
-    let number = |i: usize| parts.get(i).and_then(serde_json::Value::as_i64);
-    let tickets = number(2).map(|first| (first, number(3)));
+    if parts.len() != 4 {
+        return None;
+    }
+    let text = |i: usize| parts[i].as_str().map(str::to_string);
+    let number = |i: usize| parts[i].as_i64();
     Some(BackendEvent::Wakeup {
-        namespace,
-        key,
-        tickets,
+        tag: text(0),
+        tickets: number(1).map(|first| (first, number(2))),
+        pool: text(3),
     })
 }
 
-/// The payload [`parse_wakeup`] reads.
+/// The payload [`parse_wakeup`] reads (tags from `rules::wake_tag`).
 pub(crate) fn wakeup_payload(
-    namespace: &str,
-    key: &str,
+    tag: Option<&str>,
     tickets: Option<(i64, Option<i64>)>,
+    pool: Option<&str>,
 ) -> String {
-    match tickets {
-        None => serde_json::json!([namespace, key]).to_string(),
-        Some((first, last)) => serde_json::json!([namespace, key, first, last]).to_string(),
+    let (first, last) = match tickets {
+        Some((first, last)) => (Some(first), last),
+        None => (None, None),
+    };
+    serde_json::json!([tag, first, last, pool]).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A wake-up's (tag, tickets, pool).
+    type Parsed = (Option<String>, Option<(i64, Option<i64>)>, Option<String>);
+
+    fn parsed(payload: &str) -> Option<Parsed> {
+        match parse_wakeup(payload)? {
+            BackendEvent::Wakeup { tag, tickets, pool } => Some((tag, tickets, pool)),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn wakeups_read_back_what_was_written() {
+        let payload = wakeup_payload(Some("t"), Some((4, None)), Some("p"));
+        assert_eq!(
+            parsed(&payload),
+            Some((Some("t".into()), Some((4, None)), Some("p".into())))
+        );
+        let payload = wakeup_payload(Some("t"), None, None);
+        assert_eq!(payload, r#"["t",null,null,null]"#);
+        assert_eq!(parsed(&payload), Some((Some("t".into()), None, None)));
+    }
+
+    #[test]
+    fn names_are_no_wakeup() {
+        // The old shape `[namespace, key]` is no wake-up; `[namespace, key, first, last]`
+        // reads as the tag "ns" (no key's: tags are hex digests) naming no tickets.
+        assert!(parsed(r#"["ns","key"]"#).is_none());
+        assert_eq!(
+            parsed(r#"["ns","key",1,1]"#),
+            Some((Some("ns".into()), None, None))
+        );
+        assert!(parsed("").is_none());
+        assert!(parsed("{}").is_none());
     }
 }

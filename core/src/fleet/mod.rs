@@ -6,14 +6,17 @@
 //!   statement, lost signal), taken from a work pool of the fleet's shards;
 //! - once a period it reads the fleet (members and held shards: one statement) and runs the pure
 //!   decision of [`balance`]: take free shards up to ceil(shards / members), and below that ask
-//!   the most loaded members for a shard each, with a notification on the holder's own channel;
+//!   the most loaded members for a shard each: a request row (`<base>r/<shard>`, held by the
+//!   asker while it waits, metadata `{"has": n}`) and an empty notification on the holder's own
+//!   channel, which only makes the holder read the requests (any role may send one);
 //! - a holder asked for a shard yields `Revoked(shard, Handoff)`, waits for its user to be done
 //!   with it (the next call of [`Fleet::next_event`], or the hand-off timeout), and releases it;
 //!   the asker, waiting in an acquire of that shard, is woken by the release at once.
 //!
-//! Key layout (readable with `list`): `accord.fleet/<name>/m/<owner>` for members and
-//! `accord.fleet/<name>/s/<shard>` for shards, `<name>` with `%` and `/` percent-encoded, so
-//! that one read of `accord.fleet/<name>/` returns both.
+//! Key layout (readable with `list`): `accord.fleet/<name>/m/<owner>` for members,
+//! `accord.fleet/<name>/s/<shard>` for shards and `accord.fleet/<name>/r/<shard>` for hand-off
+//! requests, `<name>` with `%` and `/` percent-encoded, so that one read of
+//! `accord.fleet/<name>/` returns them all.
 
 pub(crate) mod balance;
 mod task;
@@ -344,24 +347,15 @@ impl Fleet {
             naming::channel_for("accord_group", &session.scope.namespace, &[&members_prefix]);
         let requests = Subscription::open(
             session,
-            vec![
-                handoff_channel(&session.scope.namespace, &base, &owner),
-                members_channel.clone(),
-            ],
+            vec![handoff_channel(&session.scope.namespace, &base, &owner)],
         )
         .await?;
+        let members = Subscription::open(session, vec![members_channel.clone()]).await?;
         let join = JoinOptions {
             metadata: settings.metadata.clone(),
             ttl: Some(settings.ttl),
         };
-        let member = Member::join_at(
-            session,
-            name,
-            &members_prefix,
-            members_channel.clone(),
-            join,
-        )
-        .await?;
+        let member = Member::join_at(session, name, &members_prefix, members_channel, join).await?;
         let (sender, receiver) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             name: name.to_string(),
@@ -376,12 +370,14 @@ impl Fleet {
                 session: session.clone(),
                 shared: shared.clone(),
                 settings,
+                requests_prefix: format!("{base}r/"),
                 base,
                 pool,
                 members_prefix: members_prefix.clone(),
                 member: Some(member),
                 requests,
-                members_channel,
+                members,
+                asking: Default::default(),
                 stop: stop.clone(),
                 finished: finished.clone(),
                 handed_off: Default::default(),

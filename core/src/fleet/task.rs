@@ -20,7 +20,7 @@ use crate::membership::{JoinOptions, Member, MAX_SCAN_ROWS};
 use crate::metadata::Metadata;
 use crate::naming;
 use crate::options::{AcquireOptions, ClaimOptions, KeyState, ListQuery};
-use crate::session::{Event, Grant, LeaseStatus, LostReason, Session};
+use crate::session::{Grant, LeaseStatus, LostReason, Session};
 use crate::subscription::Subscription;
 use crate::validate::{self, MAX_CLAIM_LIMIT, MAX_TTL};
 
@@ -95,23 +95,32 @@ impl Settings {
     }
 }
 
-/// A hand-off request, the payload on the holder's channel: `{"shard": …, "has": n}`, `has`
-/// being how many shards the asker holds (or is already asking for).
+/// The metadata field of a hand-off request's row: how many shards the asker holds (or is
+/// already asking for) when it asks.
+const HAS: &str = "has";
+
+/// A hand-off request, read from its row `<base>r/<shard>` (held by the asker, metadata
+/// `{"has": n}`): only roles with accord's grants can write it, so a notification on the
+/// holder's channel, which any role may send, only makes the holder read the rows again.
 struct Request {
     shard: String,
+    asker: String,
     has: usize,
 }
 
 impl Request {
-    fn encode(&self) -> String {
-        serde_json::json!({ "shard": self.shard, "has": self.has }).to_string()
+    fn metadata(has: usize) -> Metadata {
+        let mut metadata = Metadata::new();
+        metadata.insert(HAS.to_string(), serde_json::Value::from(has));
+        metadata
     }
 
-    fn decode(payload: &str) -> Option<Request> {
-        let value: serde_json::Value = serde_json::from_str(payload).ok()?;
+    /// The request a held row of the requests' prefix stands for (`None`: not one).
+    fn from_row(prefix: &str, row: &crate::options::LeaseInfo) -> Option<Request> {
         Some(Request {
-            shard: value.get("shard")?.as_str()?.to_string(),
-            has: usize::try_from(value.get("has")?.as_u64()?).ok()?,
+            shard: row.key.strip_prefix(prefix)?.to_string(),
+            asker: row.owner.clone()?,
+            has: usize::try_from(row.metadata.get(HAS)?.as_u64()?).ok()?,
         })
     }
 }
@@ -128,10 +137,15 @@ pub(crate) struct Task {
     pub pool: String,
     /// `<base>m/`: the fleet's membership.
     pub members_prefix: String,
+    /// `<base>r/`: hand-off requests, `<base>r/<shard>` held by the member asking for it.
+    pub requests_prefix: String,
     pub member: Option<Member>,
+    /// This member's hand-off channel: a notification there says "read the requests again".
     pub requests: Subscription,
-    /// Where members announce joins, leaves and shards given back.
-    pub members_channel: String,
+    /// The membership's channel: members announce joins, leaves and shards given back there.
+    pub members: Subscription,
+    /// The request rows this member holds, by shard, while it waits for the shard.
+    pub asking: HashMap<String, Arc<Grant>>,
     pub stop: CancellationToken,
     pub finished: CancellationToken,
     /// Shards this member handed off, until when it leaves them to their askers: its own period
@@ -170,8 +184,8 @@ impl Task {
                         tracing::warn!(target: "accord", fleet = %self.shared.name, error = %e, "fleet period failed; retrying next period");
                     }
                 }
-                event = self.requests.recv() => match event {
-                    Ok(Some(Event::Message(message))) if message.channel == self.members_channel => {
+                event = self.members.recv() => match event {
+                    Ok(Some(_)) => {
                         // Rebalance now, but at most five times a period, however many
                         // members speak at once; never before the first decision, which
                         // waits for members started together to see each other.
@@ -180,14 +194,31 @@ impl Task {
                             ticker.reset_at(soonest.max(tokio::time::Instant::now()));
                         }
                     }
-                    Ok(Some(Event::Message(message))) => self.on_request(&message.payload),
-                    // Requests missed meanwhile: their askers time out and ask again.
-                    Ok(Some(Event::Reconnected)) => {}
+                    Ok(None) | Err(_) => break,
+                },
+                // Whatever it says (any role may send one, and a reconnect may have lost
+                // some): read the requests from their rows. Those queued meanwhile are
+                // answered by this read too, so a flood of notifications costs one read each
+                // time this member gets to it, never a decision.
+                event = self.requests.recv() => match event {
+                    Ok(Some(_)) => {
+                        self.requests.discard_pending();
+                        if let Err(e) = self.read_requests().await {
+                            if e.kind() == crate::ErrorKind::Closed {
+                                break;
+                            }
+                            tracing::debug!(target: "accord", fleet = %self.shared.name, error = %e, "reading hand-off requests failed; the next period reads them");
+                        }
+                    }
                     Ok(None) | Err(_) => break,
                 },
                 Some(answer) = asks.join_next() => {
                     if let Ok((shard, result)) = answer {
                         in_flight.remove(&shard);
+                        // The request is answered (or given up): its row goes.
+                        if let Some(request) = self.asking.remove(&shard) {
+                            self.session.give_back_unused(&request).await;
+                        }
                         match result {
                             Ok(Some(grant)) => self.adopt(shard, grant),
                             Ok(None) => {}
@@ -203,6 +234,33 @@ impl Task {
 
     fn key(&self, shard: &str) -> String {
         format!("{}{shard}", self.pool)
+    }
+
+    fn request_key(&self, shard: &str) -> String {
+        format!("{}{shard}", self.requests_prefix)
+    }
+
+    /// One read of the hand-off requests (held rows of `<base>r/`), each answered by
+    /// [`Task::on_request`].
+    async fn read_requests(&mut self) -> Result<()> {
+        self.session.check_usable()?;
+        let query = ListQuery::new()
+            .prefix(&self.requests_prefix)
+            .state(KeyState::Held)
+            .limit(MAX_SCAN_ROWS);
+        let rows = self
+            .session
+            .scope
+            .backend
+            .list(&self.session.scope.namespace, &query)
+            .await?
+            .items;
+        for row in &rows {
+            if let Some(request) = Request::from_row(&self.requests_prefix, row) {
+                self.on_request(request);
+            }
+        }
+        Ok(())
     }
 
     /// Holds a granted shard: `Assigned`, and a watcher that yields `Revoked(Lost)` the moment
@@ -242,8 +300,11 @@ impl Task {
             .items;
         let mut members = Vec::new();
         let mut holders = HashMap::new();
+        let mut requests = Vec::new();
         for row in rows {
-            if let Some(owner) = row.key.strip_prefix(&self.members_prefix) {
+            if let Some(request) = Request::from_row(&self.requests_prefix, &row) {
+                requests.push(request);
+            } else if let Some(owner) = row.key.strip_prefix(&self.members_prefix) {
                 members.push(owner.to_string());
             } else if let (Some(shard), Some(owner)) = (row.key.strip_prefix(&self.pool), row.owner)
             {
@@ -253,6 +314,11 @@ impl Task {
                     *outsiders = true;
                 }
             }
+        }
+        // Requests whose notification was missed are answered here, before the plan: a shard
+        // handed off now is settling for it.
+        for request in requests {
+            self.on_request(request);
         }
         // Free now, held at the last read by a member still live: a hand-off in transit.
         let live: HashSet<&String> = members.iter().collect();
@@ -302,6 +368,20 @@ impl Task {
             if self.shared.held().contains_key(&shard) {
                 continue;
             }
+            // The request is a row, written with accord's grants and gone with its lease (when
+            // the ask ends, or after its ttl if this member dies); the holder decides from it.
+            let row = AcquireOptions::new()
+                .ttl(self.settings.ttl)
+                .metadata(Request::metadata(has));
+            let Some(request) = self
+                .session
+                .acquire(&self.request_key(&shard), row, false)
+                .await?
+            else {
+                // Another member is asking for this shard.
+                continue;
+            };
+            self.asking.insert(shard.clone(), request);
             in_flight.insert(shard.clone());
             let session = self.session.clone();
             let key = self.key(&shard);
@@ -311,13 +391,9 @@ impl Task {
             let asked = shard.clone();
             // Waiting first: the holder's release wakes this acquire at once.
             asks.spawn(async move { (asked, session.acquire(&key, wait, true).await) });
-            let request = Request { shard, has }.encode();
+            // Empty: it only tells the holder to read the requests.
             let channel = handoff_channel(&self.session.scope.namespace, &self.base, &holder);
-            self.session
-                .scope
-                .backend
-                .notify(&channel, &request)
-                .await?;
+            self.session.scope.backend.notify(&channel, "").await?;
             has += 1;
         }
         Ok(())
@@ -380,11 +456,10 @@ impl Task {
     /// Another member asks for a shard: hand it off if this member holds it and would still
     /// hold two more than the asker. `Revoked(Handoff)` goes out now; the release follows the
     /// user's next `next_event` call, or the hand-off timeout.
-    fn on_request(&mut self, payload: &str) {
-        let Some(request) = Request::decode(payload) else {
-            tracing::debug!(target: "accord", fleet = %self.shared.name, payload, "not a hand-off request");
+    fn on_request(&mut self, request: Request) {
+        if request.asker == self.session.scope.owner {
             return;
-        };
+        }
         let held = self.shared.held().len();
         if !balance::should_hand_off(held, request.has) {
             return;
@@ -417,6 +492,9 @@ impl Task {
         // A dropped acquire gives back a grant it received.
         asks.abort_all();
         while asks.join_next().await.is_some() {}
+        for (_, request) in self.asking.drain() {
+            self.session.give_back_unused(&request).await;
+        }
         let shards: Vec<String> = {
             let held = self.shared.held();
             *self
@@ -438,14 +516,11 @@ impl Task {
         futures_util::future::join_all(leases.iter().map(|l| l.release())).await;
         if !leases.is_empty() {
             // The shards are free: the members left take them now, not at their next period.
-            let _ = self
-                .session
-                .scope
-                .backend
-                .notify(&self.members_channel, "")
-                .await;
+            let channel = self.members.channels()[0].clone();
+            let _ = self.session.scope.backend.notify(&channel, "").await;
         }
         self.requests.close().await;
+        self.members.close().await;
         self.finished.cancel();
     }
 }

@@ -34,7 +34,6 @@ pub(crate) type Sender = mpsc::UnboundedSender<Event>;
 
 /// Routes backend events to this client's subscriptions and waiters.
 pub(crate) struct Dispatch {
-    namespace: String,
     pub waiters: Waiters,
     /// Places this client gave up that a release named: the session's task passes each turn on.
     turns: mpsc::UnboundedSender<(String, i64)>,
@@ -46,10 +45,9 @@ pub(crate) struct Dispatch {
 }
 
 impl Dispatch {
-    pub fn new(namespace: String, stats: Arc<Recorder>) -> Self {
+    pub fn new(stats: Arc<Recorder>) -> Self {
         let (turns, turns_to_pass) = mpsc::unbounded_channel();
         Dispatch {
-            namespace,
             waiters: Waiters::default(),
             turns,
             turns_to_pass: Mutex::new(Some(turns_to_pass)),
@@ -104,15 +102,10 @@ impl EventSink for Dispatch {
                     }
                 }
             }
-            BackendEvent::Wakeup {
-                namespace,
-                key,
-                tickets,
-            } => {
-                if namespace == self.namespace {
-                    for turn in self.waiters.wake(&key, tickets) {
-                        let _ = self.turns.send(turn);
-                    }
+            BackendEvent::Wakeup { tag, tickets, pool } => {
+                // The tag covers the namespace: another namespace's key has another tag.
+                for turn in self.waiters.wake(tag.as_deref(), tickets, pool.as_deref()) {
+                    let _ = self.turns.send(turn);
                 }
             }
             BackendEvent::Reconnected => {

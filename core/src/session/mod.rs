@@ -89,8 +89,11 @@ impl Session {
             )
         })?;
         let stats = Arc::new(Recorder::new(options.record_stats));
-        let dispatch = Arc::new(Dispatch::new(options.namespace.clone(), stats.clone()));
+        let dispatch = Arc::new(Dispatch::new(stats.clone()));
         let backend = backend::open(url, options, dispatch.clone(), stats.clone()).await?;
+        dispatch
+            .waiters
+            .set_tags(&options.namespace, backend.wake_secret());
         let session = Arc::new(Session {
             scope: Arc::new(Scope {
                 backend,

@@ -1,10 +1,15 @@
 //! G7: waiting acquires and claims sleep until a release, done or offer of their key or pool is
 //! announced (or the holder's expiry comes); they never poll in a tight loop. A release names
 //! the head of the key's line: only that waiter wakes, never the herd.
+//!
+//! Wake-ups name no key (any role may listen to them, or send one): they carry the key's tag
+//! (`rules::wake_tag`, keyed with a secret only roles with accord's grants can read), and
+//! waiters are filed here by the tags of their keys and pools. A wake-up only ever makes a
+//! waiter try its statement again, so a forged one costs a statement, never a grant.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::Notify;
 
@@ -16,7 +21,10 @@ const MAX_LEFT: usize = 256;
 /// have been missed).
 #[derive(Default)]
 pub(crate) struct Waiters {
-    /// Waiting acquires by key, each with its place in line once it has one.
+    /// How this client's keys are tagged: its namespace, and the store's secret (`None`: the
+    /// store has none; every wake-up then wakes every waiter).
+    tags: OnceLock<(String, Option<String>)>,
+    /// Waiting acquires by their key's tag, each with its place in line once it has one.
     by_key: Mutex<HashMap<String, Vec<KeyWaiter>>>,
     next_waiter: AtomicU64,
     /// How many times a waiting acquire was woken by a wake-up (not by its own timer).
@@ -24,7 +32,7 @@ pub(crate) struct Waiters {
     /// Places in line this client gave up lately, by key: a release that named one of them
     /// while it was leaving woke nobody, so its wake-up is passed on (the newest few suffice:
     /// a leave takes one statement).
-    left: Mutex<VecDeque<(String, i64)>>,
+    left: Mutex<VecDeque<Left>>,
     /// Claimers, in the order they are to be woken: a freed key wakes the first that waits on
     /// its pool, which then goes to the back (so one free key never wakes every claimer, and
     /// claimers take turns).
@@ -40,13 +48,22 @@ struct KeyWaiter {
 
 struct Claimer {
     id: u64,
+    /// The tag of the pool it claims from.
     pool: String,
     notify: Arc<Notify>,
+}
+
+/// A place in line this client gave up: the key (to pass the turn on), its tag, the ticket.
+struct Left {
+    key: String,
+    tag: String,
+    ticket: i64,
 }
 
 /// Registration of one waiting acquire; unregisters on drop.
 pub(crate) struct Waiter<'a> {
     waiters: &'a Waiters,
+    /// Its key's tag.
     key: String,
     id: u64,
     pub notify: Arc<Notify>,
@@ -73,13 +90,27 @@ pub(crate) struct ClaimWaiter<'a> {
 }
 
 impl Waiters {
+    /// Sets how keys are tagged, once the store is open (before anyone waits).
+    pub fn set_tags(&self, namespace: &str, secret: Option<String>) {
+        let _ = self.tags.set((namespace.to_string(), secret));
+    }
+
+    /// The tag wake-ups of `key` carry; empty when there is no secret to tag with.
+    fn tag(&self, key: &str) -> String {
+        match self.tags.get() {
+            Some((namespace, Some(secret))) => crate::rules::wake_tag(secret, namespace, key),
+            _ => String::new(),
+        }
+    }
+
     pub fn register(&self, key: &str) -> Waiter<'_> {
         let id = self.next_waiter.fetch_add(1, Ordering::Relaxed);
         let notify = Arc::new(Notify::new());
+        let key = self.tag(key);
         self.by_key
             .lock()
             .unwrap()
-            .entry(key.to_string())
+            .entry(key.clone())
             .or_default()
             .push(KeyWaiter {
                 id,
@@ -88,7 +119,7 @@ impl Waiters {
             });
         Waiter {
             waiters: self,
-            key: key.to_string(),
+            key,
             id,
             notify,
         }
@@ -111,7 +142,11 @@ impl Waiters {
         if left.len() >= MAX_LEFT {
             left.pop_front();
         }
-        left.push_back((key.to_string(), ticket));
+        left.push_back(Left {
+            key: key.to_string(),
+            tag: self.tag(key),
+            ticket,
+        });
     }
 
     /// Wake-ups delivered to waiting acquires so far.
@@ -124,7 +159,7 @@ impl Waiters {
         let notify = Arc::new(Notify::new());
         self.claimers.lock().unwrap().push_back(Claimer {
             id,
-            pool: pool.to_string(),
+            pool: self.tag(pool),
             notify: notify.clone(),
         });
         ClaimWaiter {
@@ -134,43 +169,67 @@ impl Waiters {
         }
     }
 
-    /// `key` was released or finished (or, when it names a pool, keys were offered to it).
-    /// `tickets`: the places in line to wake (see `BackendEvent::Wakeup`); a waiter that has
-    /// no place yet (its statement is in flight) wakes too, so that it cannot miss its turn.
+    /// The key tagged `tag` was released or finished (or, when it is a pool's tag, keys were
+    /// offered to it; `pool`: the tag of the pool the freed key belongs to). No secret here:
+    /// every waiter looks (its statement says what is true). `tickets`: the
+    /// places in line to wake (see `BackendEvent::Wakeup`); a waiter that has no place yet
+    /// (its statement is in flight) wakes too, so that it cannot miss its turn.
     ///
     /// Returns the places this client gave up that the wake-up named: their turn is to be
     /// passed on to the next in line.
-    pub fn wake(&self, key: &str, tickets: Option<(i64, Option<i64>)>) -> Vec<(String, i64)> {
+    pub fn wake(
+        &self,
+        tag: Option<&str>,
+        tickets: Option<(i64, Option<i64>)>,
+        pool: Option<&str>,
+    ) -> Vec<(String, i64)> {
+        let tagged = matches!(self.tags.get(), Some((_, Some(_))));
+        if tagged && tag.is_none() {
+            // The store tags every wake-up once its secret exists, and this client read it:
+            // an untagged one was forged (or sent before the secret was made, a wake-up the
+            // waiters' own timers cover). Waking everyone for it would let any role make every
+            // waiter of every client run its statement again with one NOTIFY.
+            return Vec::new();
+        }
+        // Without a secret this client cannot tell keys apart: everyone looks.
+        let untagged = !tagged;
+        let is = |mine: &str, theirs: Option<&str>| untagged || theirs == Some(mine);
+        let in_range = |t: i64| match tickets {
+            Some((first, last)) => t >= first && last.is_none_or(|l| t <= l),
+            None => true,
+        };
         let mut passed = Vec::new();
-        if let Some((first, last)) = tickets {
+        if tickets.is_some() {
             let mut left = self.left.lock().unwrap();
-            left.retain(|(k, t)| {
-                let named = k == key && *t >= first && last.is_none_or(|l| *t <= l);
+            left.retain(|l| {
+                let named = is(&l.tag, tag) && in_range(l.ticket);
                 if named {
-                    passed.push((k.clone(), *t));
+                    passed.push((l.key.clone(), l.ticket));
                 }
                 !named
             });
         }
-        if let Some(list) = self.by_key.lock().unwrap().get(key) {
-            let named = |w: &KeyWaiter| match (tickets, w.ticket) {
-                (Some((first, last)), Some(t)) => t >= first && last.is_none_or(|l| t <= l),
-                _ => true,
-            };
-            for w in list.iter().filter(|w| named(w)) {
-                self.woken.fetch_add(1, Ordering::Relaxed);
-                w.notify.notify_one();
-            }
+        let by_key = self.by_key.lock().unwrap();
+        let lists: Vec<&Vec<KeyWaiter>> = match tag {
+            Some(tag) if !untagged => by_key.get(tag).into_iter().collect(),
+            _ => by_key.values().collect(),
+        };
+        for w in lists
+            .into_iter()
+            .flatten()
+            .filter(|w| w.ticket.is_none_or(in_range))
+        {
+            self.woken.fetch_add(1, Ordering::Relaxed);
+            w.notify.notify_one();
         }
+        drop(by_key);
         let mut claimers = self.claimers.lock().unwrap();
         // An offer: every claimer of that pool may find a key.
-        for claimer in claimers.iter().filter(|c| c.pool == key) {
+        for claimer in claimers.iter().filter(|c| is(&c.pool, tag)) {
             claimer.notify.notify_one();
         }
         // One freed key of a pool: one claimer (a permit is kept if it is between two tries).
-        let freed = claimers
-            .iter()
-            .position(|c| key.len() > c.pool.len() && key.starts_with(&c.pool));
+        let freed = claimers.iter().position(|c| is(&c.pool, pool));
         if let Some(claimer) = freed.and_then(|i| claimers.remove(i)) {
             claimer.notify.notify_one();
             claimers.push_back(claimer);

@@ -4,6 +4,7 @@
 mod connect;
 mod listener;
 mod pool;
+mod secret;
 pub(crate) mod sql;
 mod streams;
 
@@ -54,6 +55,8 @@ pub(crate) struct PgBackend {
     pool: Arc<Pool>,
     listener: Arc<Listener>,
     wakeup_channel: String,
+    /// See `secret.rs`.
+    wake_secret: Option<String>,
 }
 
 impl PgBackend {
@@ -76,7 +79,7 @@ impl PgBackend {
             None => spec.clone(),
         };
         let span = tracing::info_span!(target: "accord", "connect", server = %spec.display, schema = %options.schema);
-        let (pool, listener, wakeup_channel) = async {
+        let (pool, listener, wakeup_channel, wake_secret) = async {
             let mut first = spec.connect(|_| {}).await?;
             migrate(
                 &mut first.client,
@@ -85,6 +88,7 @@ impl PgBackend {
                 &spec.display,
             )
             .await?;
+            let wake_secret = secret::fetch(&first.client, &options.schema).await;
             let sql = Arc::new(Sql::new(&options.schema));
             let pool = Arc::new(Pool::new(
                 spec.clone(),
@@ -119,7 +123,7 @@ impl PgBackend {
                 probe,
             );
             tracing::info!(target: "accord", pool = options.pool_size, "connected");
-            Ok::<_, Error>((pool, listener, wakeup_channel))
+            Ok::<_, Error>((pool, listener, wakeup_channel, wake_secret))
         }
         .instrument(span)
         .await?;
@@ -127,6 +131,7 @@ impl PgBackend {
             pool,
             listener,
             wakeup_channel,
+            wake_secret,
         })
     }
 }
@@ -760,6 +765,10 @@ impl Backend for PgBackend {
 
     async fn watch_wakeups(&self) -> Result<()> {
         self.listener.watch_wakeups().await
+    }
+
+    fn wake_secret(&self) -> Option<String> {
+        self.wake_secret.clone()
     }
 
     async fn listening_channels(&self) -> Result<Vec<String>> {

@@ -2,6 +2,8 @@
 //! once prepared); every value is a bind parameter; only the schema, a quoted identifier, is
 //! spliced in. Time is always `clock_timestamp()`: the coordinator's clock, never the client's.
 
+use super::secret::wake_tag_sql;
+
 /// Quotes an identifier for SQL text (`"` doubled), so any name is safe to splice.
 pub(crate) fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
@@ -22,29 +24,44 @@ pub(crate) fn wakeup_channel(schema: &str) -> String {
     format!("accord_wakeup_{hash:016x}")
 }
 
-/// The payload of a wake-up for key `key` (an SQL expression) of namespace `$1`: the
-/// namespace, the key, and the tickets to wake, `first` and `last` (`last` null: no bound):
-/// the head of the line, and when it is shared, every ticket before the next exclusive one.
-/// With nobody in line, only the namespace and key (every waiter of the key may look: a
-/// claimer of the pool, or a waiter whose ticket this statement could not see yet). `except`
-/// is a ticket that the same statement removes (its snapshot still shows it). Mirrors
-/// `rules::wake_range`.
+/// The payload of a wake-up for key `key` (an SQL expression) of namespace `$1`, in the shape
+/// `backend::parse_wakeup` reads: the key's tag (never its name: any role may listen), the
+/// tickets to wake, `first` and `last` (`last` null: no bound): the head of the line, and when
+/// it is shared, every ticket before the next exclusive one; and the tag of the key's pool, if
+/// it was offered to one (a claimer of it may look). With nobody in line, no tickets (every
+/// waiter of the key may look: a waiter whose ticket this statement could not see yet).
+/// `except` is a ticket that the same statement removes (its snapshot still shows it).
+/// Mirrors `rules::wake_range`.
 fn wake_payload(s: &str, key: &str, except: &str) -> String {
     format!(
-        "COALESCE(
-           (SELECT json_build_array($1::text, {key}::text, h.ticket,
-                     CASE WHEN NOT h.shared THEN h.ticket
-                          ELSE (SELECT min(n.ticket) - 1 FROM {s}.tickets n
-                                 WHERE n.namespace = $1 AND n.key = {key} AND NOT n.granted
-                                   AND NOT n.shared AND n.expires_at > clock_timestamp()
-                                   AND n.ticket > h.ticket
-                                   AND n.ticket IS DISTINCT FROM {except}::bigint) END)::text
-              FROM (SELECT t.ticket, t.shared FROM {s}.tickets t
-                     WHERE t.namespace = $1 AND t.key = {key} AND NOT t.granted
-                       AND t.expires_at > clock_timestamp()
-                       AND t.ticket IS DISTINCT FROM {except}::bigint
-                     ORDER BY t.ticket LIMIT 1) h),
-           json_build_array($1::text, {key}::text)::text)"
+        "(SELECT json_build_array({tag},
+           h.ticket,
+           CASE WHEN h.ticket IS NULL OR NOT h.shared THEN h.ticket
+                ELSE (SELECT min(n.ticket) - 1 FROM {s}.tickets n
+                       WHERE n.namespace = $1 AND n.key = {key} AND NOT n.granted
+                         AND NOT n.shared AND n.expires_at > clock_timestamp()
+                         AND n.ticket > h.ticket
+                         AND n.ticket IS DISTINCT FROM {except}::bigint) END,
+           (SELECT {pool} FROM {s}.leases p
+             WHERE p.namespace = $1 AND p.key = {key} AND p.pool IS NOT NULL))::text
+           FROM (SELECT NULL) one
+           LEFT JOIN LATERAL (
+             SELECT t.ticket, t.shared FROM {s}.tickets t
+              WHERE t.namespace = $1 AND t.key = {key} AND NOT t.granted
+                AND t.expires_at > clock_timestamp()
+                AND t.ticket IS DISTINCT FROM {except}::bigint
+              ORDER BY t.ticket LIMIT 1) h ON true)",
+        tag = wake_tag_sql(s, key),
+        pool = wake_tag_sql(s, "p.pool"),
+    )
+}
+
+/// The payload of a wake-up that names no tickets, for the key (or pool) `key` of namespace
+/// `$1` (see [`wake_payload`]).
+fn wake_all_payload(s: &str, key: &str) -> String {
+    format!(
+        "json_build_array({tag}, NULL::bigint, NULL::bigint, NULL::text)::text",
+        tag = wake_tag_sql(s, key)
     )
 }
 
@@ -480,14 +497,15 @@ impl Sql {
                       AND NOT done AND expires_at > clock_timestamp()
                    RETURNING key, metadata, pool),
                  woken AS (
-                   SELECT count(pg_notify($6, json_build_array($1::text, key)::text)) AS n
+                   SELECT count(pg_notify($6, {wake})) AS n
                      FROM finished WHERE pool IS NULL)
                  SELECT f.metadata::text, (SELECT n FROM woken)
                    FROM finished f
                  UNION ALL
                  SELECT l.metadata::text, 0 FROM {s}.leases l
                   WHERE l.namespace = $1 AND l.key = $2 AND l.owner = $3 AND l.fence = $4 AND l.done
-                    AND NOT EXISTS (SELECT 1 FROM finished)"
+                    AND NOT EXISTS (SELECT 1 FROM finished)",
+                wake = wake_all_payload(&s, "key"),
             ),
             // Group commit: the releases of many leases of one owner ($2) in one statement,
             // the same rule as `release` per lease. Answers the fences still recorded: freed
@@ -545,7 +563,7 @@ impl Sql {
                     WHERE l.ctid = d.row_id
                    RETURNING l.key, l.fence, l.metadata, l.pool),
                  woken AS (
-                   SELECT count(pg_notify($6, json_build_array($1::text, key)::text)) AS n
+                   SELECT count(pg_notify($6, {wake})) AS n
                      FROM finished WHERE pool IS NULL)
                  SELECT f.fence, f.metadata::text, (SELECT n FROM woken)
                    FROM finished f
@@ -555,7 +573,8 @@ impl Sql {
                     SELECT l.fence, l.metadata FROM {s}.leases l
                      WHERE l.namespace = $1 AND l.key = b.key AND l.fence = b.fence
                        AND l.owner = $2 AND l.done
-                    OFFSET 0) ended"
+                    OFFSET 0) ended",
+                wake = wake_all_payload(&s, "key"),
             ),
             // A live lease is never reset: its holder would keep believing it holds the key.
             reset: format!(
@@ -672,9 +691,10 @@ impl Sql {
                    ON CONFLICT (namespace, key) DO NOTHING
                    RETURNING key),
                  changed AS (SELECT (SELECT count(*) FROM adopted) + (SELECT count(*) FROM created) AS n)
-                 SELECT c.n, (SELECT count(pg_notify($5, json_build_array($1::text, $2::text)::text))
+                 SELECT c.n, (SELECT count(pg_notify($5, {wake}))
                                 WHERE c.n > 0)
-                   FROM changed c"
+                   FROM changed c",
+                wake = wake_all_payload(&s, "$2"),
             ),
             // Up to $3 keys of pool $2 that are free (or granted to this very claim call, a
             // retry after a lost answer), oldest offer first, in one statement. SKIP LOCKED:

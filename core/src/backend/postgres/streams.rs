@@ -55,8 +55,8 @@ impl StreamSql {
             // two batches never wait for each other in a cycle). ON CONFLICT DO UPDATE reads
             // the newest version of the row once it holds the lock, so `last_seq` here is the
             // one the previous publisher committed. `published_at` never goes back within a
-            // stream (retention by age trims a prefix). One wake-up per stream, carrying only
-            // its newest seq: the table is the truth.
+            // stream (retention by age trims a prefix). One wake-up per stream, empty (any role
+            // may listen: it names nothing, and only says "read again"): the table is the truth.
             publish: format!(
                 "WITH input AS (
                    SELECT i.stream, i.payload, i.channel, i.n,
@@ -79,7 +79,7 @@ impl StreamSql {
                      FROM input i JOIN advanced a ON a.stream = i.stream
                    RETURNING 1),
                  woken AS (
-                   SELECT count(pg_notify(w.channel, json_build_array($1::text, a.stream, a.last_seq)::text)) AS n
+                   SELECT count(pg_notify(w.channel, '')) AS n
                      FROM (SELECT DISTINCT stream, channel FROM input) w
                      JOIN advanced a ON a.stream = w.stream)
                  SELECT a.last_seq - i.c + i.k, a.published_at, a.retained,

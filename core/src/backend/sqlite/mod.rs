@@ -34,6 +34,14 @@ use crate::snapshot::KeyWaiters;
 use crate::stats::{Counter, Recorder, Timer};
 
 const WAKEUP_CHANNEL: &str = "accord_wakeup";
+/// The embedded store tags its wake-ups (`rules::wake_tag`) with an empty secret: it has no
+/// roles, and whoever can read its events can read its keys. One payload format for both stores.
+const WAKE_SECRET: &str = "";
+
+/// The tag a wake-up of `key` (or of the pool `key`) carries.
+fn tag(ns: &str, key: &str) -> String {
+    rules::wake_tag(WAKE_SECRET, ns, key)
+}
 /// How often a listener looks for changes made by other processes.
 const POLL_EVERY: Duration = Duration::from_millis(5);
 /// Transactions slower than this (queueing included) are reported.
@@ -548,7 +556,19 @@ fn add_wakeup(tx: &Connection, ns: &str, key: &str, except: Option<i64>, now: i6
         .map(|(w, _)| w)
         .collect();
     let tickets = rules::wake_range(&line, except, now);
-    add_event(tx, WAKEUP_CHANNEL, &wakeup_payload(ns, key, tickets), now)
+    // A freed key of a pool wakes one claimer of the pool.
+    let pool: Option<String> = tx
+        .query_row(
+            "SELECT pool FROM leases WHERE namespace = ?1 AND key = ?2",
+            params![ns, key],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(|e| db_error("wake-up", e))?
+        .flatten();
+    let pool = pool.map(|p| tag(ns, &p));
+    let payload = wakeup_payload(Some(&tag(ns, key)), tickets, pool.as_deref());
+    add_event(tx, WAKEUP_CHANNEL, &payload, now)
 }
 
 /// The key's metadata if this grant still holds it, live (`rules::holds`).
@@ -778,7 +798,8 @@ fn done_one(
     .map_err(|e| db_error("done", e))?;
     let wakes = rules::done_wakes(row.pool.as_deref());
     if wakes {
-        add_event(tx, WAKEUP_CHANNEL, &wakeup_payload(ns, key, None), now)?;
+        let payload = wakeup_payload(Some(&tag(ns, key)), None, None);
+        add_event(tx, WAKEUP_CHANNEL, &payload, now)?;
     }
     Ok((Some(merged), wakes))
 }
@@ -1385,7 +1406,8 @@ impl Backend for SqliteBackend {
                 joined += 1;
             }
             if joined > 0 {
-                add_event(tx, WAKEUP_CHANNEL, &wakeup_payload(&ns, &pool, None), now)?;
+                let payload = wakeup_payload(Some(&tag(&ns, &pool)), None, None);
+                add_event(tx, WAKEUP_CHANNEL, &payload, now)?;
             }
             Ok((joined, joined > 0))
         })
@@ -1516,6 +1538,10 @@ impl Backend for SqliteBackend {
 
     async fn watch_wakeups(&self) -> Result<()> {
         self.listener.start().await
+    }
+
+    fn wake_secret(&self) -> Option<String> {
+        Some(WAKE_SECRET.to_string())
     }
 
     async fn listening_channels(&self) -> Result<Vec<String>> {

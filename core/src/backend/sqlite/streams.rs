@@ -98,9 +98,9 @@ impl StreamStore for SqliteBackend {
                     retained,
                 });
             }
-            for (stream, (seq, channel)) in &newest {
-                let wake = serde_json::json!([ns, stream, seq]).to_string();
-                add_event(tx, channel, &wake, now)?;
+            for (_, channel) in newest.values() {
+                // Empty: it only says "read again" (`stream::stream_channel`).
+                add_event(tx, channel, "", now)?;
             }
             Ok((answers, true))
         })
