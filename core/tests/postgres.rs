@@ -532,6 +532,160 @@ async fn release_and_done_retried_after_commit_succeed() {
     client.close().await;
 }
 
+/// An exclusive acquire retried with its first try's attempt token (the answer was lost with
+/// the connection) after that grant expired and a shared holder took the key is refused: the
+/// retry meets every condition of a grant, and the server never records an exclusive holder
+/// beside a live shared one. Each statement that grants exclusively (plain, batched, queued,
+/// and a claim of the key as a pool's), sent again with the first try's token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_exclusive_acquire_waits_for_shared_holders() {
+    let h = Harness::postgres("retry_shared").await;
+    let reader = h.client("reader").await;
+    let statements: std::collections::HashMap<_, _> =
+        accord::statements("accord").unwrap().into_iter().collect();
+    let (ns, owner, attempt, ttl_ms) = (h.tag.as_str(), "writer", 42_i64, 200_i64);
+    let no_metadata: Option<&str> = None;
+    let acquire = h.admin().prepare(&statements["acquire"]).await.unwrap();
+    let row = h
+        .admin()
+        .query_one(
+            &acquire,
+            &[&ns, &"p/k", &owner, &attempt, &ttl_ms, &no_metadata],
+        )
+        .await
+        .unwrap();
+    assert!(row.get::<_, bool>(0), "the first try is granted");
+    let first: i64 = row.get(1);
+    // The key is a pool's too, for the claim's retry.
+    let offer = h.admin().prepare(&statements["offer"]).await.unwrap();
+    let channel = accord::wakeup_channel("accord").unwrap();
+    h.admin()
+        .query_one(&offer, &[&ns, &"p/", &vec!["p/k"], &no_metadata, &channel])
+        .await
+        .unwrap();
+
+    // Once the first grant expired, a shared holder takes the key.
+    let shared = AcquireOptions::new()
+        .shared(true)
+        .ttl(Duration::from_secs(60));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let holder = loop {
+        if let Some(lease) = reader.try_acquire("p/k", shared.clone()).await.unwrap() {
+            break lease;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first grant never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+
+    let row = h
+        .admin()
+        .query_one(
+            &acquire,
+            &[&ns, &"p/k", &owner, &attempt, &ttl_ms, &no_metadata],
+        )
+        .await
+        .unwrap();
+    assert!(
+        !row.get::<_, bool>(0),
+        "acquire granted the retry beside a shared holder"
+    );
+    let batch = h
+        .admin()
+        .prepare(&statements["acquire_batch"])
+        .await
+        .unwrap();
+    let row = h
+        .admin()
+        .query_one(
+            &batch,
+            &[
+                &ns,
+                &owner,
+                &vec!["p/k"],
+                &vec![attempt],
+                &vec![ttl_ms],
+                &vec![no_metadata],
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        row.get::<_, Option<i64>>(1),
+        None,
+        "acquire_batch granted the retry beside a shared holder"
+    );
+    let queued = h
+        .admin()
+        .prepare(&statements["acquire_queued"])
+        .await
+        .unwrap();
+    let no_ticket: Option<i64> = None;
+    let rows = h
+        .admin()
+        .query(
+            &queued,
+            &[
+                &ns,
+                &"p/k",
+                &owner,
+                &attempt,
+                &ttl_ms,
+                &no_metadata,
+                &false,
+                &no_ticket,
+                &false,
+            ],
+        )
+        .await
+        .unwrap();
+    assert!(
+        !rows[0].get::<_, bool>(0),
+        "acquire_queued granted the retry beside a shared holder"
+    );
+    let claim = h.admin().prepare(&statements["claim"]).await.unwrap();
+    let (no_below, end) = (None::<&str>, "p0");
+    let rows = h
+        .admin()
+        .query(
+            &claim,
+            &[
+                &ns,
+                &"p/",
+                &1_i64,
+                &attempt,
+                &owner,
+                &ttl_ms,
+                &no_metadata,
+                &no_below,
+                &end,
+            ],
+        )
+        .await
+        .unwrap();
+    assert!(
+        rows.iter().all(|r| r.get::<_, Option<String>>(0).is_none()),
+        "claim granted the retry beside a shared holder"
+    );
+
+    // The row still records the first grant, expired: no exclusive holder beside the reader.
+    let row = h
+        .admin()
+        .query_one(
+            "SELECT fence, expires_at > clock_timestamp() FROM accord.leases
+              WHERE namespace = $1 AND key = 'p/k'",
+            &[&ns],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i64>(0), first);
+    assert!(!row.get::<_, bool>(1));
+    assert!(!holder.is_lost());
+    reader.close().await;
+}
+
 /// Fair waiting: a release that names a waiter while it is leaving the line (the release's
 /// snapshot still shows its place) wakes nobody by itself; the leaver's client hears the
 /// wake-up and passes the turn on, so the next in line is granted on the release, not when its

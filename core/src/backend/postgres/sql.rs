@@ -48,8 +48,10 @@ fn wake_payload(s: &str, key: &str, except: &str) -> String {
     )
 }
 
-/// The two CTEs of an exclusive grant, `taken` (the key's row, when free, expired, or already
-/// this attempt's, with no live shared holder and no one in `blockers` ahead) and `created` (a
+/// The two CTEs of an exclusive grant, `taken` (the key's row, when free or expired with no
+/// live shared holder and no one in `blockers` ahead, or when this attempt's grant is still
+/// live: a retry whose answer was lost; once that grant expired, the retry meets every
+/// condition, since shared holders may have come in and leave `attempt` as it was) and `created` (a
 /// key never seen): the same rule in `acquire` and `acquire_queued` (`rules::grantable_in_turn`).
 /// `guard` is a condition (ending in AND) both apply first.
 fn exclusive_grant(
@@ -68,7 +70,7 @@ fn exclusive_grant(
                           metadata = l.metadata || COALESCE($6::text::jsonb, '{{}}'::jsonb),
                           updated_at = clock_timestamp(), granted_at = clock_timestamp()
                     WHERE {guard}l.namespace = $1 AND l.key = $2 AND NOT l.done
-                      AND (l.attempt = $4
+                      AND ((l.attempt = $4 AND l.expires_at > clock_timestamp())
                            OR ((l.expires_at IS NULL OR l.expires_at <= clock_timestamp())
                                AND (l.shared_until IS NULL OR l.shared_until <= clock_timestamp())
                                AND NOT EXISTS (SELECT 1 FROM {blockers})))
@@ -123,7 +125,7 @@ impl Sql {
         // identifier is quoted once more, as a literal.
         let seq = quote_literal(&format!("{s}.fence_seq"));
         Sql {
-            // Grant when the row is free, expired, or already granted to this very attempt (a
+            // Grant when the row is free, expired, or still granted to this very attempt (a
             // retry after a lost answer); otherwise report the row as this statement saw it.
             //
             // Two rules shape it. (1) A refusal writes nothing: `seen` reads the row without
@@ -191,7 +193,7 @@ impl Sql {
                     CROSS JOIN LATERAL (
                       SELECT l.ctid AS row_id FROM {s}.leases l
                        WHERE l.namespace = $1 AND l.key = b.key AND NOT l.done
-                         AND (l.attempt = b.attempt
+                         AND ((l.attempt = b.attempt AND l.expires_at > clock_timestamp())
                               OR ((l.expires_at IS NULL OR l.expires_at <= clock_timestamp())
                                   AND (l.shared_until IS NULL
                                        OR l.shared_until <= clock_timestamp())
@@ -676,7 +678,7 @@ impl Sql {
                                 WHERE c.n > 0)
                    FROM changed c"
             ),
-            // Up to $3 keys of pool $2 that are free (or granted to this very claim call, a
+            // Up to $3 keys of pool $2 that are free (or still granted to this very claim call, a
             // retry after a lost answer), oldest offer first, in one statement. SKIP LOCKED:
             // a row another claimer is granting is passed over, never waited for. The fence and
             // expiry are SET expressions, computed once the row is locked (as in acquire). When
@@ -696,7 +698,7 @@ impl Sql {
                     WHERE l.namespace = $1 AND l.pool = $2 AND NOT l.done
                       AND ((l.expires_at IS NULL OR l.expires_at <= clock_timestamp())
                            AND (l.shared_until IS NULL OR l.shared_until <= clock_timestamp())
-                           OR l.attempt = $4)
+                           OR (l.attempt = $4 AND l.expires_at > clock_timestamp()))
                       AND ($8::text IS NULL OR l.key < $8::text)
                     ORDER BY l.offered
                     LIMIT $3

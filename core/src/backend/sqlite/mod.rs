@@ -1718,4 +1718,41 @@ mod tests {
         assert_eq!(first[0].key, "q/b");
         assert_eq!((truncated, waiting), (true, 4));
     }
+
+    /// An exclusive acquire retried with its first try's attempt after that grant expired
+    /// (its answer lost) while a shared holder took the key: the retry is refused, and the
+    /// row still shows the shared holder alone.
+    #[test]
+    fn a_retried_exclusive_acquire_is_not_granted_beside_shared_holders() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        store::migrate(&mut conn).unwrap();
+        let item = ("ns", "k", "writer");
+        let first = acquire_in(&conn, item, 42, 100, None, 1_000).unwrap();
+        let AcquireOutcome::Granted(granted) = first else {
+            panic!("the first try was not granted");
+        };
+        // Past the grant's expiry, a shared holder takes the key, as `acquire_queued` writes it.
+        conn.execute(
+            "UPDATE leases SET shared_holders = 1, shared_until_ms = 5000
+              WHERE namespace = 'ns' AND key = 'k'",
+            [],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO tickets (namespace, key, ticket, owner, shared, attempt, granted, fence,
+                                  expires_at_ms, updated_at_ms, granted_at_ms)
+             VALUES ('ns', 'k', 99, 'reader', 1, 7, 1, 99, 5000, 1200, 1200)",
+            [],
+        )
+        .unwrap();
+
+        let retry = acquire_in(&conn, item, 42, 100, None, 1_200).unwrap();
+        assert!(
+            matches!(retry, AcquireOutcome::Held),
+            "the retry was granted beside a live shared holder"
+        );
+        let row = read_key(&conn, "ns", "k", "test").unwrap().unwrap();
+        assert_eq!(row.fence, granted.fence, "the retry took a new fence");
+        assert_eq!(row.expires_at_ms, Some(1_100));
+    }
 }
