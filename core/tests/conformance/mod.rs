@@ -23,6 +23,7 @@ pub mod leases;
 pub mod notify;
 pub mod pool;
 pub mod queue;
+pub mod recipes;
 pub mod snapshot;
 pub mod streams;
 
@@ -90,6 +91,8 @@ macro_rules! conformance_suite {
             streams::d5_payloads_are_any_utf8_and_names_any_text: [],
             snapshot::t1_snapshot_shows_every_section: [],
             snapshot::t2_snapshot_counts_waiters_per_key: [],
+            recipes::r1_recipe_keys_are_refused_to_plain_calls: [],
+            recipes::r2_semaphores_survive_plain_calls: [],
         );
     };
 }
