@@ -156,9 +156,23 @@ pub(crate) fn wake_range(
 /// granted (a granted ticket is a shared holder) and its place live (a waiter pushes its
 /// ticket's expiry back at each try; one that stopped trying loses its place at that expiry).
 /// The same liveness `grantable_in_turn` and `wake_range` apply to the tickets ahead. Mirrors
-/// `NOT granted AND expires_at > clock_timestamp()`.
+/// `NOT granted AND expires_at > clock_timestamp()`. A ticket past that expiry, granted or
+/// not, is dead: nothing reads it again, and the sweeps of `acquire_queued`, `reset` and `sweep`
+/// delete it (`expires_at <= clock_timestamp()`).
 pub(crate) fn waits_in_line(granted: bool, expires_at_ms: i64, now_ms: i64) -> bool {
     !granted && expires_at_ms > now_ms
+}
+
+/// Whether a group's member row may be deleted: nobody holds it (left, or expired) and it is
+/// neither done nor a pool's key (those rows carry state: a done key must stay done, an offered
+/// key stays offered). Deleting it sets no fence back: fences come from the sequence. Mirrors
+/// the `sweep` statement's `NOT done AND pool IS NULL AND (expires_at IS NULL OR expires_at <=
+/// clock_timestamp()) AND (shared_until IS NULL OR shared_until <= clock_timestamp())`.
+pub(crate) fn member_row_is_sweepable(key: &StoredKey<'_>, pooled: bool, now_ms: i64) -> bool {
+    !key.done
+        && !pooled
+        && key.expires_at_ms.is_none_or(|e| e <= now_ms)
+        && key.shared_until_ms.is_none_or(|u| u <= now_ms)
 }
 
 /// A shared grant's effect on the key's count of shared holders and their latest expiry:
@@ -358,6 +372,33 @@ mod tests {
             shared,
             expires_at_ms: 1_000,
         }
+    }
+
+    #[test]
+    fn only_rows_nobody_holds_are_swept() {
+        let left = held(None, false, None);
+        assert!(member_row_is_sweepable(&left, false, 100));
+        assert!(member_row_is_sweepable(
+            &held(Some(100), false, None),
+            false,
+            100
+        ));
+        assert!(!member_row_is_sweepable(
+            &held(Some(101), false, None),
+            false,
+            100
+        ));
+        assert!(!member_row_is_sweepable(
+            &held(None, true, None),
+            false,
+            100
+        ));
+        assert!(!member_row_is_sweepable(&left, true, 100));
+        let read_held = StoredKey {
+            shared_until_ms: Some(101),
+            ..left
+        };
+        assert!(!member_row_is_sweepable(&read_held, false, 100));
     }
 
     #[test]

@@ -686,6 +686,97 @@ async fn a_retried_exclusive_acquire_waits_for_shared_holders() {
     reader.close().await;
 }
 
+/// Processes cut off mid-membership and mid-wait (a killed pod: its connections gone, nothing
+/// released or given up) leave no rows behind for long: a waiting acquire deletes the key's
+/// dead tickets, and a join deletes the group's rows nobody holds and the namespace's dead
+/// tickets. After 100 such pods the tables hold the live ones and a small constant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_members_and_waiters_leave_no_rows() {
+    let h = Harness::postgres("sweep").await;
+    let long = Duration::from_secs(60);
+    let holder = h.client("holder").await;
+    let _busy = holder
+        .acquire("busy", AcquireOptions::new().ttl(long))
+        .await
+        .unwrap();
+    let _stable = holder
+        .join("g", accord::JoinOptions::new().ttl(long))
+        .await
+        .unwrap();
+    let ttl = Duration::from_millis(300);
+    for i in 0..100 {
+        let (proxy, url) = h.proxy().await;
+        let pod = Client::connect(&url, h.options(&format!("pod-{i}")).ttl(ttl))
+            .await
+            .unwrap();
+        let member = pod.join("g", accord::JoinOptions::new()).await.unwrap();
+        let waiter = tokio::spawn({
+            let pod = pod.clone();
+            async move {
+                pod.acquire("busy", AcquireOptions::new().timeout(long))
+                    .await
+            }
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while pod.queued_count() == 0 {
+            assert!(std::time::Instant::now() < deadline, "pod-{i} never queued");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        proxy.set(support::Mode::Cut);
+        waiter.abort();
+        drop((member, pod, proxy));
+    }
+    let count = |sql: &'static str| {
+        let h = &h;
+        async move {
+            h.admin()
+                .query_one(sql, &[&h.tag])
+                .await
+                .unwrap()
+                .get::<_, i64>(0)
+        }
+    };
+    let members = "SELECT count(*) FROM accord.leases
+                    WHERE namespace = $1 AND key LIKE 'accord.group/g/%'";
+    let tickets = "SELECT count(*) FROM accord.tickets WHERE namespace = $1";
+    let live_tickets = "SELECT count(*) FROM accord.tickets
+                         WHERE namespace = $1 AND expires_at > clock_timestamp()";
+    // Once every pod's place has expired, a waiting acquire of the key deletes them.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while count(live_tickets).await > 0 {
+        assert!(std::time::Instant::now() < deadline, "places never expired");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let other = h.client("other").await;
+    let waited = other
+        .acquire(
+            "busy",
+            AcquireOptions::new().timeout(Duration::from_millis(200)),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(waited.kind(), ErrorKind::Timeout);
+    assert_eq!(count(tickets).await, 0, "dead tickets left after a wait");
+    // Once every pod's membership has expired, a join deletes their rows.
+    while holder.members("g").await.unwrap().len() > 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "memberships never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        count(members).await > 1,
+        "the dead members' rows are there before a join"
+    );
+    let _newcomer = other
+        .join("g", accord::JoinOptions::new().ttl(long))
+        .await
+        .unwrap();
+    assert_eq!(count(members).await, 2, "the two live members' rows only");
+    assert_eq!(count(tickets).await, 0);
+}
+
 /// Fair waiting: a release that names a waiter while it is leaving the line (the release's
 /// snapshot still shows its place) wakes nobody by itself; the leaver's client hears the
 /// wake-up and passes the turn on, so the next in line is granted on the release, not when its

@@ -93,6 +93,7 @@ macro_rules! conformance_suite {
             snapshot::t2_snapshot_counts_waiters_per_key: [],
             recipes::r1_recipe_keys_are_refused_to_plain_calls: [],
             recipes::r2_semaphores_survive_plain_calls: [],
+            recipes::r3_departed_members_leave_no_rows: [],
         );
     };
 }

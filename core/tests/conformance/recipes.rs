@@ -157,3 +157,42 @@ pub async fn r2_semaphores_survive_plain_calls(h: &Harness) {
     drop((first, again));
     c.close().await;
 }
+
+/// R3: a process that joined a group and went away (its client closed without leaving) leaves
+/// no row behind for long: each join deletes the group's rows nobody holds. After 100 members
+/// came and went, the group's rows are its live member and at most the last one gone.
+pub async fn r3_departed_members_leave_no_rows(h: &Harness) {
+    let stable = h.client("stable").await;
+    let _member = stable
+        .join("g", JoinOptions::new().ttl(60 * SEC))
+        .await
+        .unwrap();
+    for i in 0..100 {
+        // A new owner each time, as pods of a deployment get new names.
+        let pod = h.client(&format!("pod-{i}")).await;
+        let member = pod
+            .join("g", JoinOptions::new().ttl(60 * SEC))
+            .await
+            .unwrap();
+        pod.close().await;
+        drop(member);
+    }
+    let rows = stable
+        .list(ListQuery::new().prefix("accord.group/g/").limit(1000))
+        .await
+        .unwrap();
+    let held = rows
+        .items
+        .iter()
+        .filter(|i| i.state == KeyState::Held)
+        .count();
+    assert_eq!(held, 1, "{:?}", rows.items);
+    assert!(
+        rows.items.len() <= 2,
+        "{} rows for one member: {:?}",
+        rows.items.len(),
+        rows.items.iter().map(|i| &i.key).collect::<Vec<_>>()
+    );
+    assert_eq!(stable.members("g").await.unwrap().len(), 1);
+    stable.close().await;
+}

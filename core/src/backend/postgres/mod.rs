@@ -455,6 +455,25 @@ impl Backend for PgBackend {
         })
     }
 
+    async fn sweep(&self, namespace: &str, prefix: &str) -> Result<(u64, u64)> {
+        let below = crate::options::prefix_end(prefix);
+        let params: [&(dyn ToSql + Sync); 3] = [&namespace, &prefix, &below];
+        let (sql, params) = (self.pool.sql(), &params);
+        // Rare (once per join): sent by its text, not prepared on every connection.
+        let rows = self
+            .pool
+            .run_retrying("sweep", |c| async move {
+                let typed = pool::typed(params, sql::param_types::SWEEP);
+                c.client.query_typed(&sql.sweep, &typed).await
+            })
+            .await?;
+        let count = |i: usize| {
+            rows.first()
+                .map_or(0, |r| u64::try_from(r.get::<_, i64>(i)).unwrap_or(0))
+        };
+        Ok((count(0), count(1)))
+    }
+
     async fn list(&self, namespace: &str, q: &ListQuery) -> Result<ListPage> {
         let state = match q.state {
             StateFilter::All => None,

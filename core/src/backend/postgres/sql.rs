@@ -114,6 +114,7 @@ pub(crate) struct Sql {
     pub count_keys: String,
     pub list_waiters: String,
     pub list_streams: String,
+    pub sweep: String,
     /// Durable streams' statements (prepared on first use).
     pub streams: super::streams::StreamSql,
 }
@@ -260,6 +261,14 @@ impl Sql {
                    SELECT t.fence, t.expires_at, t.metadata FROM {s}.tickets t
                     WHERE $7 AND t.namespace = $1 AND t.key = $2 AND t.owner = $3
                       AND t.attempt = $4 AND t.granted AND t.expires_at > clock_timestamp()),
+                 -- The key's dead tickets go (waiters and shared holders that stopped renewing):
+                 -- never the caller's own, which `kept` or `placed` may write.
+                 swept AS (
+                   DELETE FROM {s}.tickets t
+                    WHERE t.namespace = $1 AND t.key = $2
+                      AND t.expires_at <= clock_timestamp()
+                      AND NOT (t.owner = $3 AND t.attempt = $4)
+                      AND t.ticket IS DISTINCT FROM $8),
                  {grant}
                  s_taken AS (
                    UPDATE {s}.leases AS l
@@ -560,12 +569,17 @@ impl Sql {
                     OFFSET 0) ended"
             ),
             // A live lease is never reset: its holder would keep believing it holds the key.
+            // The key's dead tickets go with it (dead: see `rules::waits_in_line`).
             reset: format!(
                 "WITH removed AS (
                    DELETE FROM {s}.leases
                     WHERE namespace = $1 AND key = $2
                       AND (done OR expires_at IS NULL OR expires_at <= clock_timestamp())
-                   RETURNING key)
+                   RETURNING key),
+                 swept AS (
+                   DELETE FROM {s}.tickets t
+                    WHERE t.namespace = $1 AND t.key = $2
+                      AND t.expires_at <= clock_timestamp())
                  SELECT EXISTS (SELECT 1 FROM removed),
                         EXISTS (SELECT 1 FROM {s}.leases WHERE namespace = $1 AND key = $2)"
             ),
@@ -779,6 +793,41 @@ impl Sql {
                   ORDER BY st.stream, a.consumer
                   LIMIT $2"
             ),
+            // The bounded sweep a join runs (`rules::member_row_is_sweepable`,
+            // `rules::waits_in_line`): up to 1,000 member rows of the group's range [$2, $3)
+            // that nobody holds (left or expired; never a done key or a pool's key), and up to
+            // 1,000 dead tickets of the namespace. Each row is picked by a read, then deleted
+            // only if it still qualifies once locked: a member joining again at that instant
+            // has updated its row (a new version, a new ctid), so the delete passes it over.
+            // Fences come from the sequence, never from a row: a deleted row sets none back.
+            sweep: format!(
+                "WITH members AS (
+                   DELETE FROM {s}.leases l
+                    WHERE l.ctid = ANY (ARRAY(
+                            SELECT r.ctid FROM {s}.leases r
+                             WHERE r.namespace = $1 AND r.key >= $2
+                               AND ($3::text IS NULL OR r.key < $3)
+                               AND NOT r.done AND r.pool IS NULL
+                               AND (r.expires_at IS NULL
+                                    OR r.expires_at <= clock_timestamp())
+                               AND (r.shared_until IS NULL OR r.shared_until <= clock_timestamp())
+                             LIMIT 1000))
+                      AND NOT l.done AND l.pool IS NULL
+                      AND (l.expires_at IS NULL
+                           OR l.expires_at <= clock_timestamp())
+                      AND (l.shared_until IS NULL OR l.shared_until <= clock_timestamp())
+                   RETURNING 1),
+                 tickets AS (
+                   DELETE FROM {s}.tickets t
+                    WHERE t.ctid = ANY (ARRAY(
+                            SELECT x.ctid FROM {s}.tickets x
+                             WHERE x.namespace = $1
+                               AND x.expires_at <= clock_timestamp()
+                             LIMIT 1000))
+                      AND t.expires_at <= clock_timestamp()
+                   RETURNING 1)
+                 SELECT (SELECT count(*) FROM members), (SELECT count(*) FROM tickets)"
+            ),
             streams: super::streams::StreamSql::new(schema),
         }
     }
@@ -909,6 +958,7 @@ pub(crate) mod param_types {
     /// The waiters' range is the counts' ($1-$3), then how many keys at most.
     pub const LIST_WAITERS: &[Type] = &[Type::TEXT, Type::TEXT, Type::TEXT, Type::INT8];
     pub const LIST_STREAMS: &[Type] = &[Type::TEXT, Type::INT8];
+    pub const SWEEP: &[Type] = &[Type::TEXT, Type::TEXT, Type::TEXT];
     pub const PUBLISH: &[Type] = &[
         Type::TEXT,
         Type::TEXT_ARRAY,

@@ -540,6 +540,20 @@ fn waiting(conn: &Connection, ns: &str, key: &str, now: i64) -> Result<Vec<(Wait
     Ok(rows)
 }
 
+/// The most rows of each kind one sweep deletes (as the `sweep` statement's `LIMIT 1000`).
+const SWEEP_LIMIT: usize = 1000;
+
+/// Deletes the key's dead tickets (dead: waiters and shared holders that stopped
+/// renewing, `rules::waits_in_line`), as PostgreSQL's `acquire_queued` and `reset` do.
+fn delete_dead_tickets(tx: &Connection, ns: &str, key: &str, now: i64, what: &str) -> Result<()> {
+    tx.execute(
+        "DELETE FROM tickets WHERE namespace = ?1 AND key = ?2 AND expires_at_ms <= ?3",
+        params![ns, key, now],
+    )
+    .map_err(|e| db_error(what, e))?;
+    Ok(())
+}
+
 /// The wake-up of a key that may have become free: the head of its line, or (nobody in line)
 /// anyone who waits on the key. `except`: a ticket leaving the line in this transaction.
 fn add_wakeup(tx: &Connection, ns: &str, key: &str, except: Option<i64>, now: i64) -> Result<()> {
@@ -855,6 +869,7 @@ impl Backend for SqliteBackend {
         let metadata = r.metadata.map(str::to_string);
         // The same steps as PostgreSQL's `acquire_queued`, under the store's write lock.
         self.write("acquire", move |tx, now| {
+            delete_dead_tickets(tx, &ns, &key, now, "acquire")?;
             let row = read_key(tx, &ns, &key, "acquire")?;
             let line = waiting(tx, &ns, &key, now)?;
             // The caller's place: its ticket, or (none known) one its attempt took before.
@@ -1266,7 +1281,64 @@ impl Backend for SqliteBackend {
                     ResetOutcome::Reset
                 }
             };
+            delete_dead_tickets(tx, &ns, &key, now, "reset")?;
             Ok((outcome, false))
+        })
+        .await
+    }
+
+    async fn sweep(&self, namespace: &str, prefix: &str) -> Result<(u64, u64)> {
+        let (ns, prefix) = (namespace.to_string(), prefix.to_string());
+        let below = crate::options::prefix_end(&prefix);
+        self.write("sweep", move |tx, now| {
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT key, owner, fence, expires_at_ms, done, attempt, shared_until_ms,
+                            pool IS NOT NULL
+                       FROM leases
+                      WHERE namespace = ?1 AND key >= ?2 AND (?3 IS NULL OR key < ?3)",
+                )
+                .map_err(|e| db_error("sweep", e))?;
+            let mut rows = stmt
+                .query(params![ns, prefix, below])
+                .map_err(|e| db_error("sweep", e))?;
+            let mut gone: Vec<String> = Vec::new();
+            while let Some(row) = rows.next().map_err(|e| db_error("sweep", e))? {
+                let get = |e| db_error("sweep", e);
+                let owner: Option<String> = row.get(1).map_err(get)?;
+                let stored = StoredKey {
+                    owner: owner.as_deref(),
+                    fence: row.get(2).map_err(get)?,
+                    expires_at_ms: row.get(3).map_err(get)?,
+                    done: row.get(4).map_err(get)?,
+                    attempt: row.get(5).map_err(get)?,
+                    shared_until_ms: row.get(6).map_err(get)?,
+                };
+                if rules::member_row_is_sweepable(&stored, row.get(7).map_err(get)?, now) {
+                    gone.push(row.get(0).map_err(get)?);
+                    if gone.len() == SWEEP_LIMIT {
+                        break;
+                    }
+                }
+            }
+            drop(rows);
+            for key in &gone {
+                tx.execute(
+                    "DELETE FROM leases WHERE namespace = ?1 AND key = ?2",
+                    params![ns, key],
+                )
+                .map_err(|e| db_error("sweep", e))?;
+            }
+            // Dead tickets (`rules::waits_in_line`), up to SWEEP_LIMIT of the namespace.
+            let tickets = tx
+                .execute(
+                    "DELETE FROM tickets WHERE rowid IN (
+                       SELECT rowid FROM tickets
+                        WHERE namespace = ?1 AND expires_at_ms <= ?2 LIMIT ?3)",
+                    params![ns, now, SWEEP_LIMIT as i64],
+                )
+                .map_err(|e| db_error("sweep", e))?;
+            Ok(((gone.len() as u64, tickets as u64), false))
         })
         .await
     }
