@@ -491,7 +491,7 @@ impl Backend for PgBackend {
         };
         // One more than asked tells whether another page follows.
         let limit = i64::try_from(q.limit).unwrap_or(i64::MAX) + 1;
-        let params: [&(dyn ToSql + Sync); 9] = [
+        let params: [&(dyn ToSql + Sync); 10] = [
             &namespace,
             &range.from,
             &state,
@@ -501,6 +501,7 @@ impl Backend for PgBackend {
             &after_fence,
             &limit,
             &range.undone_only,
+            &range.owned_only,
         ];
         let (sql, params) = (self.pool.sql(), &params);
         // Both on one connection, pipelined: one round trip. Always sent by their text
@@ -549,6 +550,7 @@ impl Backend for PgBackend {
                 // One more than asked tells whether another page follows.
                 limit: i64::try_from(q.limit).unwrap_or(i64::MAX) + 1,
                 undone_only: range.undone_only,
+                owned_only: range.owned_only,
             })
         };
         let (p, r) = (list_params(page)?, list_params(recipes)?);
@@ -562,7 +564,7 @@ impl Backend for PgBackend {
             .pool
             .run_retrying("snapshot", |c| async move {
                 let (pa, ra) = (p.after(), r.after());
-                let page_params: [&(dyn ToSql + Sync); 9] = [
+                let page_params: [&(dyn ToSql + Sync); 10] = [
                     &namespace,
                     &p.from,
                     &p.state,
@@ -572,8 +574,9 @@ impl Backend for PgBackend {
                     &pa.1,
                     &p.limit,
                     &p.undone_only,
+                    &p.owned_only,
                 ];
-                let recipe_params: [&(dyn ToSql + Sync); 9] = [
+                let recipe_params: [&(dyn ToSql + Sync); 10] = [
                     &namespace,
                     &r.from,
                     &r.state,
@@ -583,6 +586,7 @@ impl Backend for PgBackend {
                     &ra.1,
                     &r.limit,
                     &r.undone_only,
+                    &r.owned_only,
                 ];
                 let count_params: [&(dyn ToSql + Sync); 3] = [&namespace, &p.from, &p.below];
                 let stream_params: [&(dyn ToSql + Sync); 2] = [&namespace, streams_limit];
@@ -911,6 +915,7 @@ struct ListParams {
     after: Option<(String, i64)>,
     limit: i64,
     undone_only: bool,
+    owned_only: bool,
 }
 
 impl ListParams {

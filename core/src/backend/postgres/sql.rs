@@ -623,6 +623,9 @@ impl Sql {
                     -- A state that is never done ($9): folded to `NOT done`, which lets the
                     -- scan use leases_undone.
                     AND (NOT $9::bool OR NOT l.done)
+                    -- Held only ($10): folded to `owner IS NOT NULL`, which with `NOT done`
+                    -- lets the scan use leases_owned (a held key names its owner).
+                    AND (NOT $10::bool OR l.owner IS NOT NULL)
                     AND CASE WHEN ($4::text IS NULL OR l.metadata @> $4::text::jsonb)
                                   AND NOT s.by_shared AND ($3::text IS NULL OR s.state = $3)
                              THEN true ELSE false END
@@ -930,6 +933,7 @@ pub(crate) mod param_types {
         Type::INT8,
         Type::INT8,
         Type::BOOL,
+        Type::BOOL,
     ];
     /// The shared holders' page takes the keys' page's first eight parameters, one for one.
     pub const LIST_HOLDERS: &[Type] = LIST_KEYS.split_at(8).0;
@@ -1095,6 +1099,17 @@ pub(crate) fn migrations(schema: &str) -> Vec<Vec<String>> {
         // the server time. The price: pages of keys never updated again (done keys) are half
         // empty. Applies to pages written from now on; VACUUM FULL rewrites the rest.
         vec![format!("ALTER TABLE {s}.leases SET (fillfactor = 50)")],
+        // Version 8: the keys that name an owner and are not done, in key order, for pages of
+        // held keys (a held key names its owner): at 1,000,000 free keys and none held such a
+        // page read every undone key (0.6-1.4 s); through this index, two buffers (0.07 ms).
+        // A renewal leaves the owner as it is, so it stays HOT; a grant (owner set) and a
+        // release (owner cleared) now change an indexed column and write index entries:
+        // measured on 50,000 keys granted, renewed and released in bulk, 0.74 s and 20 MB of
+        // WAL before, 1.9 s and 36 MB after (renewals still HOT).
+        vec![format!(
+            "CREATE INDEX leases_owned ON {s}.leases (namespace, key)
+              WHERE owner IS NOT NULL AND NOT done"
+        )],
     ]
 }
 
