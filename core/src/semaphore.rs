@@ -1,6 +1,8 @@
 //! The [`Semaphore`] handle: at most `limit` holders of a name at once, each holding one of
 //! `limit` permit keys of a work pool (so each holder has an ordinary lease: fence, keepalive,
-//! lost signal, release).
+//! lost signal, release). The permits are ordinary keys, not reserved: a semaphore survives plain
+//! calls on them instead, restoring a permit that a plain `reset` deleted or a plain `done`
+//! retired when an acquire finds no free permit.
 
 use std::sync::Arc;
 
@@ -142,6 +144,14 @@ impl Semaphore {
             })
     }
 
+    /// Whether `key` is one of this handle's permits (`<name>#<digits>` below its limit), not
+    /// another key that happens to start with the pool's prefix.
+    fn is_permit(&self, key: &str) -> bool {
+        key.strip_prefix(self.pool.as_str()).is_some_and(|digits| {
+            digits.len() == PERMIT_DIGITS && digits.bytes().all(|b| b.is_ascii_digit())
+        }) && key < self.below.as_str()
+    }
+
     /// Puts back the permits under this handle's limit that plain calls took out of the pool:
     /// `reset` of a free permit deletes its row (offered again here) and `done` retires it
     /// (reset, then offered again). One count of the pool when nothing is missing. Returns
@@ -160,7 +170,8 @@ impl Semaphore {
                 .limit(validate::MAX_LIST_LIMIT);
             loop {
                 let page = scope.backend.list(&scope.namespace, &query).await?;
-                for item in page.items.iter().filter(|i| i.key < self.below) {
+                let permits = page.items.iter().filter(|i| self.is_permit(&i.key));
+                for item in permits {
                     restored |= matches!(
                         scope.backend.reset(&scope.namespace, &item.key).await?,
                         ResetOutcome::Reset
