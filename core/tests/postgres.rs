@@ -687,18 +687,23 @@ async fn a_retried_exclusive_acquire_waits_for_shared_holders() {
 }
 
 /// Processes cut off mid-membership and mid-wait (a killed pod: its connections gone, nothing
-/// released or given up) leave no rows behind for long: a waiting acquire deletes the key's
-/// dead tickets, and a join deletes the group's rows nobody holds and the namespace's dead
-/// tickets. After 100 such pods the tables hold the live ones and a small constant.
+/// released or given up) leave no rows behind for long: a waiting acquire or a reset deletes
+/// the key's dead tickets, and a join deletes the group's rows nobody holds and the namespace's
+/// dead tickets. After 100 such pods the tables hold the live ones and a small constant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_members_and_waiters_leave_no_rows() {
     let h = Harness::postgres("sweep").await;
     let long = Duration::from_secs(60);
     let holder = h.client("holder").await;
-    let _busy = holder
-        .acquire("busy", AcquireOptions::new().ttl(long))
-        .await
-        .unwrap();
+    let mut busy = Vec::new();
+    for key in ["busy", "busy2"] {
+        busy.push(
+            holder
+                .acquire(key, AcquireOptions::new().ttl(long))
+                .await
+                .unwrap(),
+        );
+    }
     let _stable = holder
         .join("g", accord::JoinOptions::new().ttl(long))
         .await
@@ -710,12 +715,11 @@ async fn killed_members_and_waiters_leave_no_rows() {
             .await
             .unwrap();
         let member = pod.join("g", accord::JoinOptions::new()).await.unwrap();
+        // Half the pods wait for "busy", half for "busy2".
+        let key = ["busy", "busy2"][i % 2];
         let waiter = tokio::spawn({
             let pod = pod.clone();
-            async move {
-                pod.acquire("busy", AcquireOptions::new().timeout(long))
-                    .await
-            }
+            async move { pod.acquire(key, AcquireOptions::new().timeout(long)).await }
         });
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while pod.queued_count() == 0 {
@@ -739,6 +743,8 @@ async fn killed_members_and_waiters_leave_no_rows() {
     let members = "SELECT count(*) FROM accord.leases
                     WHERE namespace = $1 AND key LIKE 'accord.group/g/%'";
     let tickets = "SELECT count(*) FROM accord.tickets WHERE namespace = $1";
+    let tickets_of_busy2 = "SELECT count(*) FROM accord.tickets
+                             WHERE namespace = $1 AND key = 'busy2'";
     let live_tickets = "SELECT count(*) FROM accord.tickets
                          WHERE namespace = $1 AND expires_at > clock_timestamp()";
     // Once every pod's place has expired, a waiting acquire of the key deletes them.
@@ -747,7 +753,16 @@ async fn killed_members_and_waiters_leave_no_rows() {
         assert!(std::time::Instant::now() < deadline, "places never expired");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // A reset of a key deletes its dead tickets (refused here: the key is held).
+    assert!(count(tickets_of_busy2).await > 0);
     let other = h.client("other").await;
+    let refused = other.reset("busy2").await.unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::Held);
+    assert_eq!(
+        count(tickets_of_busy2).await,
+        0,
+        "dead tickets left after a reset"
+    );
     let waited = other
         .acquire(
             "busy",
