@@ -58,6 +58,37 @@ struct ListedRow {
 
 /// One page of `list` (`Backend::list`), read on `conn` at `now` (also inside the snapshot's
 /// transaction).
+/// The end of a prefix's range: a bound only when there is one (a statement each).
+fn below_sql(range: &ListRange) -> &'static str {
+    if range.below.is_some() {
+        "AND key < ?3"
+    } else {
+        "AND ?3 IS NULL"
+    }
+}
+
+/// The keys' rows of a page's range in primary-key order, read lazily: a page stops the scan.
+/// ?1 the namespace, ?2 the range's start, ?3 its end.
+fn keys_sql(range: &ListRange) -> String {
+    let below = below_sql(range);
+    // Held only: the keys that name an owner, through leases_owned; free or held: the keys
+    // not done, through leases_undone (SQLite uses a partial index when the statement carries
+    // its condition as written).
+    let only = if range.owned_only {
+        "AND owner IS NOT NULL AND NOT done"
+    } else if range.undone_only {
+        "AND NOT done"
+    } else {
+        ""
+    };
+    format!(
+        "SELECT key, owner, fence, expires_at_ms, done, metadata, updated_at_ms, shared_until_ms
+           FROM leases
+          WHERE namespace = ?1 AND key >= ?2 {below} {only}
+          ORDER BY key"
+    )
+}
+
 fn list_in(
     conn: &Connection,
     ns: &str,
@@ -66,29 +97,8 @@ fn list_in(
     now: i64,
 ) -> Result<ListPage> {
     let e = |e| db_error("list", e);
-    // The keys' rows in primary-key order, read lazily: a page stops the scan. The
-    // end of a prefix's range is a bound only when there is one (a statement each).
-    let below = if range.below.is_some() {
-        "AND key < ?3"
-    } else {
-        "AND ?3 IS NULL"
-    };
-    // Free or held only: the keys not done, through leases_undone (SQLite uses a partial
-    // index when the statement carries its condition as written).
-    let undone = if range.undone_only {
-        "AND NOT done"
-    } else {
-        ""
-    };
-    let mut keys = conn
-        .prepare_cached(&format!(
-            "SELECT key, owner, fence, expires_at_ms, done, metadata, updated_at_ms,
-                            shared_until_ms
-                       FROM leases
-                      WHERE namespace = ?1 AND key >= ?2 {below} {undone}
-                      ORDER BY key"
-        ))
-        .map_err(e)?;
+    let mut keys = conn.prepare_cached(&keys_sql(range)).map_err(e)?;
+    let below = below_sql(range);
     // Shared holders (granted tickets) in the same range, in (key, fence) order;
     // `ListPage::merged` puts the two in one order.
     let mut tickets = conn
@@ -1789,6 +1799,29 @@ mod tests {
         assert_eq!(first.len(), 1);
         assert_eq!(first[0].key, "q/b");
         assert_eq!((truncated, waiting), (true, 4));
+    }
+
+    /// A page of held keys reads only the keys that name an owner (leases_owned, version 8),
+    /// a page of free keys the keys not done: the plans SQLite picks for `list`'s statement.
+    #[test]
+    fn held_pages_search_the_owned_index() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        store::migrate(&mut conn).unwrap();
+        let plan = |state: KeyState| {
+            let range = ListQuery::new().prefix("k/").state(state).range().unwrap();
+            let sql = format!("EXPLAIN QUERY PLAN {}", keys_sql(&range));
+            let mut stmt = conn.prepare(&sql).unwrap();
+            let details: Vec<String> = stmt
+                .query_map(params!["ns", "k/", "k0"], |r| r.get(3))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap();
+            details.join("; ")
+        };
+        let held = plan(KeyState::Held);
+        assert!(held.contains("USING INDEX leases_owned"), "{held}");
+        let free = plan(KeyState::Free);
+        assert!(free.contains("USING INDEX leases_undone"), "{free}");
     }
 
     /// An exclusive acquire retried with its first try's attempt after that grant expired
