@@ -505,62 +505,98 @@ fn prometheus_serves_key_gauges_and_client_counters() {
     assert_eq!(status.code(), Some(0));
 }
 
-/// A holder of `key` as `owner` (with `metadata`), running until dropped.
-fn hold(env: &Env, owner: &str, key: &str, metadata: &str) -> Guard {
-    let mut child = env
-        .cmd(&[
-            "--owner",
-            owner,
-            "acquire",
-            key,
-            "--ttl",
-            "30s",
-            "--metadata",
-            metadata,
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let lines = lines_of(child.stdout.take().unwrap());
-    let guard = Guard(child);
-    expect_line(&lines, "", Duration::from_secs(30));
-    guard
+/// The recipes of [`recipes`], alive until dropped: the clients, the member and the fleet, on
+/// a runtime of their own (the test itself is synchronous: it runs the CLI).
+struct Recipes {
+    runtime: tokio::runtime::Runtime,
+    clients: Vec<accord::Client>,
+    member: Option<accord::Member>,
+    fleet: Option<accord::Fleet>,
+}
+
+impl Drop for Recipes {
+    fn drop(&mut self) {
+        let (clients, member, fleet) = (
+            std::mem::take(&mut self.clients),
+            self.member.take(),
+            self.fleet.take(),
+        );
+        self.runtime.block_on(async move {
+            if let Some(fleet) = fleet {
+                fleet.close().await;
+            }
+            drop(member);
+            for client in clients {
+                client.close().await;
+            }
+        });
+    }
 }
 
 /// A group member, a fleet (member w1 holding shards 0 and 1 of 0-3) and a stream of 3 events
-/// whose consumer `billing` read and acknowledged 2, made through the recipes' key layout
-/// (docs/semantics.md: "readable with list"), since the CLI has no join or fleet command. The
-/// recipes themselves are the core's test (`t1_snapshot_shows_every_section`).
-fn recipes(env: &Env) -> Vec<Guard> {
-    let mut holders = vec![hold(
-        env,
-        "alice",
-        "accord.group/workers/alice",
-        r#"{"metadata":{"zone":"a"}}"#,
-    )];
-    let mut offer = env
-        .cmd(&["offer", "accord.fleet/orders/s/"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    offer
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"accord.fleet/orders/s/0\naccord.fleet/orders/s/1\naccord.fleet/orders/s/2\naccord.fleet/orders/s/3\n")
-        .unwrap();
-    assert!(offer.wait().unwrap().success());
-    holders.push(hold(
-        env,
-        "w1",
-        "accord.fleet/orders/m/w1",
-        r#"{"metadata":{}}"#,
-    ));
-    holders.push(hold(env, "w1", "accord.fleet/orders/s/0", "{}"));
-    holders.push(hold(env, "w1", "accord.fleet/orders/s/1", "{}"));
+/// whose consumer `billing` read and acknowledged 2. The CLI has no join or fleet command, and
+/// the recipes' keys are refused to its plain calls, so the member and the fleet are the
+/// core's: a fleet of 4 shards opened and closed (its shards stay offered, unowned; its member
+/// row, left, goes at the next join), then w1's of 2 shards, which takes 0 and 1 only.
+fn recipes(env: &Env) -> Recipes {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let mut recipes = Recipes {
+        runtime,
+        clients: Vec::new(),
+        member: None,
+        fleet: None,
+    };
+    let (url, namespace) = (env.url.clone(), env.namespace.clone());
+    let (clients, member, fleet) = recipes.runtime.block_on(async move {
+        let connect = |owner: &'static str| {
+            let (url, namespace) = (url.clone(), namespace.clone());
+            async move {
+                accord::Client::connect(
+                    &url,
+                    accord::ClientOptions::new()
+                        .namespace(namespace)
+                        .owner(owner),
+                )
+                .await
+                .unwrap()
+            }
+        };
+        let ttl = Duration::from_secs(30);
+        let alice = connect("alice").await;
+        let mut zone = accord::Metadata::new();
+        zone.insert("zone".into(), "a".into());
+        let member = alice
+            .join(
+                "workers",
+                accord::JoinOptions::new().ttl(ttl).metadata(zone),
+            )
+            .await
+            .unwrap();
+        let setup = connect("setup").await;
+        let options = |shards| {
+            accord::FleetOptions::shards(shards)
+                .ttl(ttl)
+                .period(Duration::from_millis(100))
+        };
+        setup
+            .fleet("orders", options(4))
+            .await
+            .unwrap()
+            .close()
+            .await;
+        setup.close().await;
+        let w1 = connect("w1").await;
+        let fleet = w1.fleet("orders", options(2)).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while fleet.shards().len() < 2 {
+            assert!(Instant::now() < deadline, "w1 never took its shards");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        (vec![alice, w1], member, fleet)
+    });
+    recipes.clients = clients;
+    recipes.member = Some(member);
+    recipes.fleet = Some(fleet);
     let mut publish = env
         .cmd(&["publish", "events"])
         .stdin(Stdio::piped())
@@ -585,7 +621,7 @@ fn recipes(env: &Env) -> Vec<Guard> {
         "--count",
         "2",
     ]);
-    holders
+    recipes
 }
 
 /// The plain-text section whose column titles start with `title`: its rows, split on

@@ -121,6 +121,7 @@ impl Client {
     /// done, `Timeout` after the options' timeout, `Cancelled` when its cancel token fires,
     /// `Closed` when the client closes. In every failure nothing is left held.
     pub async fn acquire(&self, key: &str, options: AcquireOptions) -> Result<Lease> {
+        validate::unreserved("key", key)?;
         match self.session.acquire(key, options, true).await? {
             Some(grant) => Ok(Lease::new(self.session.clone(), grant)),
             None => Err(Error::internal(
@@ -132,6 +133,7 @@ impl Client {
     /// Tries once: the lease if `key` is free, `None` if it is held (by anyone, including
     /// another handle of this client: leases are not re-entrant), `Done` if it is done.
     pub async fn try_acquire(&self, key: &str, options: AcquireOptions) -> Result<Option<Lease>> {
+        validate::unreserved("key", key)?;
         Ok(self
             .session
             .acquire(key, options, false)
@@ -155,6 +157,10 @@ impl Client {
         S: Into<String>,
     {
         let keys: Vec<String> = keys.into_iter().map(Into::into).collect();
+        validate::unreserved("prefix", prefix)?;
+        for key in &keys {
+            validate::unreserved("key", key)?;
+        }
         self.session.offer(prefix, &keys, metadata.as_ref()).await
     }
 
@@ -163,6 +169,7 @@ impl Client {
     /// or, with a timeout, after waiting for a release, an offer or an expiry in the pool.
     /// Concurrent claimers never wait for each other and never get the same key.
     pub async fn claim(&self, prefix: &str, options: ClaimOptions) -> Result<Vec<Lease>> {
+        validate::unreserved("prefix", prefix)?;
         Ok(self
             .session
             .claim(prefix, options, None)
@@ -243,6 +250,7 @@ impl Client {
     pub async fn reset(&self, key: &str) -> Result<bool> {
         self.session.check_usable()?;
         validate::name("key", key)?;
+        validate::unreserved("key", key)?;
         let scope = &self.session.scope;
         match scope.backend.reset(&scope.namespace, key).await? {
             ResetOutcome::Reset => Ok(true),

@@ -237,6 +237,8 @@ impl Lease {
                 "a shared lease cannot mark its key done; acquire the key exclusively",
             ));
         }
+        // A member's, shard's or leader's key marked done would keep its recipe from it.
+        validate::unreserved("key", &self.grant.key)?;
         let text = metadata
             .as_ref()
             .map(|m| validate::metadata("metadata", m))

@@ -138,6 +138,19 @@ impl Member {
                 ),
             ));
         }
+        // Processes that joined once and are gone (a fleet gets new pod names every deploy)
+        // leave a row each; a join deletes those nobody holds, so the group's rows stay about
+        // as many as its members. Best effort: the join does not depend on it.
+        let scope = &session.scope;
+        match scope.backend.sweep(&scope.namespace, prefix).await {
+            Ok((members, tickets)) if members + tickets > 0 => {
+                tracing::debug!(target: "accord", group, members, tickets, "swept rows nobody holds");
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(target: "accord", group, error = %e, "sweep before join failed");
+            }
+        }
         let acquire = AcquireOptions::new()
             .ttl(ttl)
             .metadata(wrap(metadata))

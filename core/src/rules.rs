@@ -72,7 +72,8 @@ pub(crate) enum Grantable {
 
 /// An exclusive grant, regardless of any queue (a claim of a pool's key). Mirrors the claim
 /// statement's `NOT l.done AND ((l.expires_at IS NULL OR l.expires_at <= clock_timestamp())
-/// AND (l.shared_until IS NULL OR l.shared_until <= clock_timestamp()) OR l.attempt = $4)`.
+/// AND (l.shared_until IS NULL OR l.shared_until <= clock_timestamp()) OR (l.attempt = $4
+/// AND l.expires_at > clock_timestamp()))`.
 pub(crate) fn grantable(key: Option<&StoredKey<'_>>, attempt: i64, now_ms: i64) -> Grantable {
     grantable_in_turn(key, false, &[], attempt, now_ms)
 }
@@ -80,8 +81,8 @@ pub(crate) fn grantable(key: Option<&StoredKey<'_>>, attempt: i64, now_ms: i64) 
 /// Whether an acquire may be granted now, given the live waiting tickets `ahead` of it (all
 /// of them for an acquire that has no ticket yet: it is last in line). Mirrors the
 /// `acquire` and `acquire_queued` statements:
-/// - a done key is never granted; this very acquire call is granted again (a retry whose
-///   first answer was lost);
+/// - a done key is never granted; this very acquire call is granted again while its grant
+///   is live (a retry whose first answer was lost), and otherwise only as any other grant;
 /// - an exclusive grant needs no live holder, no live shared holder and no ticket ahead;
 /// - a shared grant needs no live exclusive holder and no exclusive ticket ahead (shared
 ///   tickets ahead are being granted alongside it), so a waiting writer stops new readers.
@@ -103,7 +104,12 @@ pub(crate) fn grantable_in_turn(
         if key.done {
             return Grantable::Done;
         }
-        if key.attempt == Some(attempt) && !shared {
+        // This very acquire call's grant, still live (a retry whose first answer was lost):
+        // granted again. Once that grant has expired, the retry is a new grant and meets every
+        // condition below: a shared holder or a waiter may have come in since (a shared grant
+        // leaves `attempt` as it was).
+        if key.attempt == Some(attempt) && !shared && key.expires_at_ms.is_some_and(|e| e > now_ms)
+        {
             return Grantable::Yes;
         }
         if let Some(expires) = key.expires_at_ms.filter(|&e| e > now_ms) {
@@ -174,9 +180,23 @@ pub(crate) fn wake_tag(secret: &str, namespace: &str, key: &str) -> String {
 /// granted (a granted ticket is a shared holder) and its place live (a waiter pushes its
 /// ticket's expiry back at each try; one that stopped trying loses its place at that expiry).
 /// The same liveness `grantable_in_turn` and `wake_range` apply to the tickets ahead. Mirrors
-/// `NOT granted AND expires_at > clock_timestamp()`.
+/// `NOT granted AND expires_at > clock_timestamp()`. A ticket past that expiry, granted or
+/// not, is dead: nothing reads it again, and the sweeps of `acquire_queued`, `reset` and `sweep`
+/// delete it (`expires_at <= clock_timestamp()`).
 pub(crate) fn waits_in_line(granted: bool, expires_at_ms: i64, now_ms: i64) -> bool {
     !granted && expires_at_ms > now_ms
+}
+
+/// Whether a group's member row may be deleted: nobody holds it (left, or expired) and it is
+/// neither done nor a pool's key (those rows carry state: a done key must stay done, an offered
+/// key stays offered). Deleting it sets no fence back: fences come from the sequence. Mirrors
+/// the `sweep` statement's `NOT done AND pool IS NULL AND (expires_at IS NULL OR expires_at <=
+/// clock_timestamp()) AND (shared_until IS NULL OR shared_until <= clock_timestamp())`.
+pub(crate) fn member_row_is_sweepable(key: &StoredKey<'_>, pooled: bool, now_ms: i64) -> bool {
+    !key.done
+        && !pooled
+        && key.expires_at_ms.is_none_or(|e| e <= now_ms)
+        && key.shared_until_ms.is_none_or(|u| u <= now_ms)
 }
 
 /// A shared grant's effect on the key's count of shared holders and their latest expiry:
@@ -340,12 +360,69 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_retry_after_its_grant_expired_meets_every_condition() {
+        // The call's first grant expired (its answer lost), then shared holders came: a shared
+        // grant leaves `attempt` as it was, and the retry must not be granted beside them.
+        let read_held = StoredKey {
+            shared_until_ms: Some(400),
+            ..held(Some(90), false, Some(1))
+        };
+        assert_eq!(
+            grantable_in_turn(Some(&read_held), false, &[], 1, 100),
+            Grantable::Held(Duration::from_millis(300))
+        );
+        assert_eq!(
+            grantable(Some(&read_held), 1, 100),
+            Grantable::Held(Duration::from_millis(300))
+        );
+        // Nor past a waiter in line.
+        let expired = held(Some(90), false, Some(1));
+        assert!(matches!(
+            grantable_in_turn(Some(&expired), false, &[waiting(5, false)], 1, 100),
+            Grantable::Held(_)
+        ));
+        // While its grant is live, waiters behind it do not stop it (it holds the key).
+        let live = held(Some(150), false, Some(1));
+        assert_eq!(
+            grantable_in_turn(Some(&live), false, &[waiting(5, false)], 1, 100),
+            Grantable::Yes
+        );
+    }
+
     fn waiting(ticket: i64, shared: bool) -> Waiting {
         Waiting {
             ticket,
             shared,
             expires_at_ms: 1_000,
         }
+    }
+
+    #[test]
+    fn only_rows_nobody_holds_are_swept() {
+        let left = held(None, false, None);
+        assert!(member_row_is_sweepable(&left, false, 100));
+        assert!(member_row_is_sweepable(
+            &held(Some(100), false, None),
+            false,
+            100
+        ));
+        assert!(!member_row_is_sweepable(
+            &held(Some(101), false, None),
+            false,
+            100
+        ));
+        assert!(!member_row_is_sweepable(
+            &held(None, true, None),
+            false,
+            100
+        ));
+        assert!(!member_row_is_sweepable(&left, true, 100));
+        let read_held = StoredKey {
+            shared_until_ms: Some(101),
+            ..left
+        };
+        assert!(!member_row_is_sweepable(&read_held, false, 100));
     }
 
     #[test]

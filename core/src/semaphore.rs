@@ -1,13 +1,16 @@
 //! The [`Semaphore`] handle: at most `limit` holders of a name at once, each holding one of
 //! `limit` permit keys of a work pool (so each holder has an ordinary lease: fence, keepalive,
-//! lost signal, release).
+//! lost signal, release). The permits are ordinary keys, not reserved: a semaphore survives plain
+//! calls on them instead, restoring a permit that a plain `reset` deleted or a plain `done`
+//! retired when an acquire finds no free permit.
 
 use std::sync::Arc;
 
+use crate::backend::ResetOutcome;
 use crate::error::{Error, ErrorKind, Result};
 use crate::lease::Lease;
-use crate::options::{AcquireOptions, ClaimOptions};
-use crate::session::Session;
+use crate::options::{AcquireOptions, ClaimOptions, KeyState, ListQuery};
+use crate::session::{Grant, Session};
 use crate::validate::{self, MAX_NAME_BYTES, MAX_PERMITS};
 
 /// Permit keys are `<name>#<index>`, the index zero-padded to this many digits, so that
@@ -55,10 +58,7 @@ impl Semaphore {
         }
         validate::permits(i64::try_from(limit).unwrap_or(i64::MAX))?;
         let pool = format!("{name}#");
-        let permits: Vec<String> = (0..limit).map(|i| permit_key(name, i)).collect();
-        for batch in permits.chunks(validate::MAX_OFFER_KEYS) {
-            session.offer(&pool, batch, None).await?;
-        }
+        offer_permits(session, &pool, name, limit).await?;
         Ok(Semaphore {
             session: session.clone(),
             name: name.to_string(),
@@ -116,11 +116,23 @@ impl Semaphore {
         if let Some(cancel) = options.cancel {
             claim = claim.cancel(cancel);
         }
-        if let Some(timeout) = timeout {
-            claim = claim.timeout(timeout);
+        // A claim that finds no free permit first restores any permit a plain call took out of
+        // the pool, then tries again (waiting, with a timeout): the slow path alone pays for it.
+        let mut grants = self.claim_once(claim.clone()).await?;
+        if grants.is_empty() && (self.restore_permits().await? || timeout.is_some()) {
+            if let Some(timeout) = timeout {
+                claim = claim.timeout(timeout);
+            }
+            grants = self.claim_once(claim).await?;
         }
-        let grants = self
-            .session
+        Ok(grants
+            .into_iter()
+            .next()
+            .map(|grant| Lease::new(self.session.clone(), grant)))
+    }
+
+    async fn claim_once(&self, claim: ClaimOptions) -> Result<Vec<Arc<Grant>>> {
+        self.session
             .claim(&self.pool, claim, Some(self.below.clone()))
             .await
             .map_err(|e| match e.kind() {
@@ -129,12 +141,67 @@ impl Semaphore {
                     Error::cancelled(&format!("acquire of semaphore {:?}", self.name))
                 }
                 _ => e,
-            })?;
-        Ok(grants
-            .into_iter()
-            .next()
-            .map(|grant| Lease::new(self.session.clone(), grant)))
+            })
     }
+
+    /// Whether `key` is one of this handle's permits (`<name>#<digits>` below its limit), not
+    /// another key that happens to start with the pool's prefix.
+    fn is_permit(&self, key: &str) -> bool {
+        key.strip_prefix(self.pool.as_str()).is_some_and(|digits| {
+            digits.len() == PERMIT_DIGITS && digits.bytes().all(|b| b.is_ascii_digit())
+        }) && key < self.below.as_str()
+    }
+
+    /// Puts back the permits under this handle's limit that plain calls took out of the pool:
+    /// `reset` of a free permit deletes its row (offered again here) and `done` retires it
+    /// (reset, then offered again). One count of the pool when nothing is missing. Returns
+    /// whether a permit came back.
+    async fn restore_permits(&self) -> Result<bool> {
+        let counts = self.session.counts(&self.pool).await?;
+        if counts.done == 0 && counts.total() >= validate::usize_count(self.limit) as u64 {
+            return Ok(false);
+        }
+        let mut restored = false;
+        if counts.done > 0 {
+            let scope = &self.session.scope;
+            let mut query = ListQuery::new()
+                .prefix(self.pool.clone())
+                .state(KeyState::Done)
+                .limit(validate::MAX_LIST_LIMIT);
+            loop {
+                let page = scope.backend.list(&scope.namespace, &query).await?;
+                let permits = page.items.iter().filter(|i| self.is_permit(&i.key));
+                for item in permits {
+                    restored |= matches!(
+                        scope.backend.reset(&scope.namespace, &item.key).await?,
+                        ResetOutcome::Reset
+                    );
+                }
+                match page.next_cursor {
+                    Some(cursor) => query = query.cursor(cursor),
+                    None => break,
+                }
+            }
+        }
+        let offered = offer_permits(&self.session, &self.pool, &self.name, self.limit).await?;
+        Ok(restored || offered > 0)
+    }
+}
+
+/// Offers the permits `name#00000` … below `limit` (idempotent: a permit in the pool stays as
+/// it is). Returns how many joined.
+async fn offer_permits(
+    session: &Arc<Session>,
+    pool: &str,
+    name: &str,
+    limit: usize,
+) -> Result<u64> {
+    let permits: Vec<String> = (0..limit).map(|i| permit_key(name, i)).collect();
+    let mut joined = 0;
+    for batch in permits.chunks(validate::MAX_OFFER_KEYS) {
+        joined += session.offer(pool, batch, None).await?;
+    }
+    Ok(joined)
 }
 
 fn permit_key(name: &str, index: usize) -> String {

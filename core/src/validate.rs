@@ -122,6 +122,33 @@ pub(crate) fn name(field: &str, value: &str) -> Result<()> {
     bounded_text(field, value, MAX_NAME_BYTES)
 }
 
+/// The key prefixes under which recipes keep their state, with what each is reserved for and
+/// the call that manages it. A plain call that would write there (acquire, try_acquire, reset,
+/// done, offer, claim) is refused, naming the recipe: a member's, shard's or leader's key taken,
+/// reset or marked done by hand would keep the recipe from it with no error. Reading (`list`,
+/// `counts`, `snapshot`) stays allowed. Semaphores keep their permits as ordinary keys and
+/// survive plain calls instead (`crate::semaphore`).
+pub const RESERVED_KEY_PREFIXES: &[(&str, &str, &str)] = &[
+    ("accord.group/", "groups", "client.join(...)"),
+    ("accord.fleet/", "fleets", "client.fleet(...)"),
+    ("accord.election/", "elections", "client.election(...)"),
+];
+
+/// A key or pool prefix of a plain call: refused when it lies under a recipe's prefix
+/// ([`RESERVED_KEY_PREFIXES`]).
+pub(crate) fn unreserved(field: &str, value: &str) -> Result<()> {
+    match RESERVED_KEY_PREFIXES
+        .iter()
+        .find(|(prefix, _, _)| value.starts_with(prefix))
+    {
+        Some((prefix, recipe, call)) => Err(Error::invalid(
+            field,
+            format!("{value:?} is under {prefix:?}, which is reserved for {recipe}; use {call}"),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The start of every channel accord notifies on for itself: the wake-ups of waiting acquires
 /// (`accord_wakeup_<schema>`, or `accord_wakeup` on the embedded store), the announcements of
 /// streams, groups, fleets and elections (`accord_stream_<hash>`, …) and the listening
@@ -381,6 +408,7 @@ pub(crate) fn schema(value: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
 
     #[test]
     fn names_are_bounded_and_clean() {
@@ -391,6 +419,21 @@ mod tests {
         assert!(name("key", &"x".repeat(513)).is_err());
         // 171 three-byte characters = 513 bytes: the limit counts bytes, not characters.
         assert!(name("key", &"€".repeat(171)).is_err());
+    }
+
+    #[test]
+    fn recipe_prefixes_are_reserved() {
+        let refused = unreserved("key", "accord.fleet/f/s/0").unwrap_err();
+        assert_eq!(refused.kind(), ErrorKind::InvalidArgument);
+        assert!(refused.message().contains("invalid key"), "{refused}");
+        assert!(refused
+            .message()
+            .contains("reserved for fleets; use client.fleet(...)"));
+        assert!(unreserved("prefix", "accord.group/g/").is_err());
+        assert!(unreserved("key", "accord.election/e").is_err());
+        assert!(unreserved("key", "accord.elections").is_ok());
+        assert!(unreserved("key", "jobs/accord.fleet/x").is_ok());
+        assert!(unreserved("key", "accord").is_ok());
     }
 
     #[test]

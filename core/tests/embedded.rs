@@ -94,6 +94,27 @@ fn embedded_worker() {
                         .is_ok();
                     println!("LOST {fired}");
                 }
+                // A member of "g" waiting in line for "busy" (held by the parent), which says
+                // READY once queued and is then killed with SIGKILL.
+                "join_and_wait" => {
+                    let _member = client.join("g", accord::JoinOptions::new()).await.unwrap();
+                    let waiter = tokio::spawn({
+                        let client = client.clone();
+                        async move {
+                            client
+                                .acquire(
+                                    "busy",
+                                    AcquireOptions::new().timeout(Duration::from_secs(60)),
+                                )
+                                .await
+                        }
+                    });
+                    while client.queued_count() == 0 {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    println!("READY");
+                    let _ = waiter.await;
+                }
                 other => panic!("unknown worker mode {other}"),
             }
             client.close().await;
@@ -127,7 +148,7 @@ fn lines(child: &mut std::process::Child) -> impl Iterator<Item = String> {
         .lines()
         .map_while(Result::ok)
         .filter_map(|l| {
-            ["OK", "VIOLATION", "HELD", "LOST"]
+            ["OK", "VIOLATION", "HELD", "LOST", "READY"]
                 .iter()
                 .find_map(|w| l.find(w).map(|i| l[i..].to_string()))
         })
@@ -217,6 +238,65 @@ async fn sqlite_stalled_holder_loses_before_takeover() {
     assert_eq!(said.next().as_deref(), Some("LOST true"));
     assert_eq!(said.count(), 0); // read to the end, so the worker can finish writing
     assert!(holder.wait().unwrap().success());
+}
+
+/// Processes killed with SIGKILL while members of a group and waiting in line leave no rows
+/// behind for long (docs/semantics.md, "What is deleted, and when"): after 100 of them, once
+/// their places and memberships expired, one waiting acquire leaves no ticket and one join
+/// leaves the live members' rows only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_killed_members_and_waiters_leave_no_rows() {
+    let h = Harness::sqlite("xsweep").await;
+    let long = Duration::from_secs(60);
+    let holder = h.client("holder").await;
+    let _busy = holder
+        .acquire("busy", AcquireOptions::new().ttl(long))
+        .await
+        .unwrap();
+    let _stable = holder
+        .join("g", accord::JoinOptions::new().ttl(long))
+        .await
+        .unwrap();
+    for _ in 0..100 {
+        let mut child = worker(&h, "join_and_wait").spawn().unwrap();
+        assert_eq!(lines(&mut child).next().as_deref(), Some("READY"));
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) };
+        child.wait().unwrap();
+    }
+    let db = rusqlite::Connection::open(h.url.trim_start_matches("sqlite://")).unwrap();
+    let count = |sql: &str| -> i64 { db.query_row(sql, [&h.tag], |r| r.get(0)).unwrap() };
+    let now_ms = || chrono::Utc::now().timestamp_millis().to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while count(&format!(
+        "SELECT count(*) FROM tickets WHERE namespace = ?1 AND expires_at_ms > {}",
+        now_ms()
+    )) > 0
+    {
+        assert!(Instant::now() < deadline, "places never expired");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let other = h.client("other").await;
+    let waited = other
+        .acquire(
+            "busy",
+            AcquireOptions::new().timeout(Duration::from_millis(200)),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(waited.kind(), accord::ErrorKind::Timeout);
+    let tickets = "SELECT count(*) FROM tickets WHERE namespace = ?1";
+    assert_eq!(count(tickets), 0, "dead tickets left after a wait");
+    while holder.members("g").await.unwrap().len() > 1 {
+        assert!(Instant::now() < deadline, "memberships never expired");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _newcomer = other
+        .join("g", accord::JoinOptions::new().ttl(long))
+        .await
+        .unwrap();
+    let members = "SELECT count(*) FROM leases
+                    WHERE namespace = ?1 AND key LIKE 'accord.group/g/%'";
+    assert_eq!(count(members), 2, "the two live members' rows only");
 }
 
 /// `memory:` stores are per process and per name.

@@ -618,6 +618,266 @@ async fn release_and_done_retried_after_commit_succeed() {
     client.close().await;
 }
 
+/// An exclusive acquire retried with its first try's attempt token (the answer was lost with
+/// the connection) after that grant expired and a shared holder took the key is refused: the
+/// retry meets every condition of a grant, and the server never records an exclusive holder
+/// beside a live shared one. Each statement that grants exclusively (plain, batched, queued,
+/// and a claim of the key as a pool's), sent again with the first try's token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_exclusive_acquire_waits_for_shared_holders() {
+    let h = Harness::postgres("retry_shared").await;
+    let reader = h.client("reader").await;
+    let statements: std::collections::HashMap<_, _> =
+        accord::statements("accord").unwrap().into_iter().collect();
+    let (ns, owner, attempt, ttl_ms) = (h.tag.as_str(), "writer", 42_i64, 200_i64);
+    let no_metadata: Option<&str> = None;
+    let acquire = h.admin().prepare(&statements["acquire"]).await.unwrap();
+    let row = h
+        .admin()
+        .query_one(
+            &acquire,
+            &[&ns, &"p/k", &owner, &attempt, &ttl_ms, &no_metadata],
+        )
+        .await
+        .unwrap();
+    assert!(row.get::<_, bool>(0), "the first try is granted");
+    let first: i64 = row.get(1);
+    // The key is a pool's too, for the claim's retry.
+    let offer = h.admin().prepare(&statements["offer"]).await.unwrap();
+    let channel = accord::wakeup_channel("accord").unwrap();
+    h.admin()
+        .query_one(&offer, &[&ns, &"p/", &vec!["p/k"], &no_metadata, &channel])
+        .await
+        .unwrap();
+
+    // Once the first grant expired, a shared holder takes the key.
+    let shared = AcquireOptions::new()
+        .shared(true)
+        .ttl(Duration::from_secs(60));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let holder = loop {
+        if let Some(lease) = reader.try_acquire("p/k", shared.clone()).await.unwrap() {
+            break lease;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first grant never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+
+    let row = h
+        .admin()
+        .query_one(
+            &acquire,
+            &[&ns, &"p/k", &owner, &attempt, &ttl_ms, &no_metadata],
+        )
+        .await
+        .unwrap();
+    assert!(
+        !row.get::<_, bool>(0),
+        "acquire granted the retry beside a shared holder"
+    );
+    let batch = h
+        .admin()
+        .prepare(&statements["acquire_batch"])
+        .await
+        .unwrap();
+    let row = h
+        .admin()
+        .query_one(
+            &batch,
+            &[
+                &ns,
+                &owner,
+                &vec!["p/k"],
+                &vec![attempt],
+                &vec![ttl_ms],
+                &vec![no_metadata],
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        row.get::<_, Option<i64>>(1),
+        None,
+        "acquire_batch granted the retry beside a shared holder"
+    );
+    let queued = h
+        .admin()
+        .prepare(&statements["acquire_queued"])
+        .await
+        .unwrap();
+    let no_ticket: Option<i64> = None;
+    let rows = h
+        .admin()
+        .query(
+            &queued,
+            &[
+                &ns,
+                &"p/k",
+                &owner,
+                &attempt,
+                &ttl_ms,
+                &no_metadata,
+                &false,
+                &no_ticket,
+                &false,
+            ],
+        )
+        .await
+        .unwrap();
+    assert!(
+        !rows[0].get::<_, bool>(0),
+        "acquire_queued granted the retry beside a shared holder"
+    );
+    let claim = h.admin().prepare(&statements["claim"]).await.unwrap();
+    let (no_below, end) = (None::<&str>, "p0");
+    let rows = h
+        .admin()
+        .query(
+            &claim,
+            &[
+                &ns,
+                &"p/",
+                &1_i64,
+                &attempt,
+                &owner,
+                &ttl_ms,
+                &no_metadata,
+                &no_below,
+                &end,
+            ],
+        )
+        .await
+        .unwrap();
+    assert!(
+        rows.iter().all(|r| r.get::<_, Option<String>>(0).is_none()),
+        "claim granted the retry beside a shared holder"
+    );
+
+    // The row still records the first grant, expired: no exclusive holder beside the reader.
+    let row = h
+        .admin()
+        .query_one(
+            "SELECT fence, expires_at > clock_timestamp() FROM accord.leases
+              WHERE namespace = $1 AND key = 'p/k'",
+            &[&ns],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i64>(0), first);
+    assert!(!row.get::<_, bool>(1));
+    assert!(!holder.is_lost());
+    reader.close().await;
+}
+
+/// Processes cut off mid-membership and mid-wait (a killed pod: its connections gone, nothing
+/// released or given up) leave no rows behind for long: a waiting acquire or a reset deletes
+/// the key's dead tickets, and a join deletes the group's rows nobody holds and the namespace's
+/// dead tickets. After 100 such pods the tables hold the live ones and a small constant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_members_and_waiters_leave_no_rows() {
+    let h = Harness::postgres("sweep").await;
+    let long = Duration::from_secs(60);
+    let holder = h.client("holder").await;
+    let mut busy = Vec::new();
+    for key in ["busy", "busy2"] {
+        busy.push(
+            holder
+                .acquire(key, AcquireOptions::new().ttl(long))
+                .await
+                .unwrap(),
+        );
+    }
+    let _stable = holder
+        .join("g", accord::JoinOptions::new().ttl(long))
+        .await
+        .unwrap();
+    let ttl = Duration::from_millis(300);
+    for i in 0..100 {
+        let (proxy, url) = h.proxy().await;
+        let pod = Client::connect(&url, h.options(&format!("pod-{i}")).ttl(ttl))
+            .await
+            .unwrap();
+        let member = pod.join("g", accord::JoinOptions::new()).await.unwrap();
+        // Half the pods wait for "busy", half for "busy2".
+        let key = ["busy", "busy2"][i % 2];
+        let waiter = tokio::spawn({
+            let pod = pod.clone();
+            async move { pod.acquire(key, AcquireOptions::new().timeout(long)).await }
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while pod.queued_count() == 0 {
+            assert!(std::time::Instant::now() < deadline, "pod-{i} never queued");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        proxy.set(support::Mode::Cut);
+        waiter.abort();
+        drop((member, pod, proxy));
+    }
+    let count = |sql: &'static str| {
+        let h = &h;
+        async move {
+            h.admin()
+                .query_one(sql, &[&h.tag])
+                .await
+                .unwrap()
+                .get::<_, i64>(0)
+        }
+    };
+    let members = "SELECT count(*) FROM accord.leases
+                    WHERE namespace = $1 AND key LIKE 'accord.group/g/%'";
+    let tickets = "SELECT count(*) FROM accord.tickets WHERE namespace = $1";
+    let tickets_of_busy2 = "SELECT count(*) FROM accord.tickets
+                             WHERE namespace = $1 AND key = 'busy2'";
+    let live_tickets = "SELECT count(*) FROM accord.tickets
+                         WHERE namespace = $1 AND expires_at > clock_timestamp()";
+    // Once every pod's place has expired, a waiting acquire of the key deletes them.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while count(live_tickets).await > 0 {
+        assert!(std::time::Instant::now() < deadline, "places never expired");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A reset of a key deletes its dead tickets (refused here: the key is held).
+    assert!(count(tickets_of_busy2).await > 0);
+    let other = h.client("other").await;
+    let refused = other.reset("busy2").await.unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::Held);
+    assert_eq!(
+        count(tickets_of_busy2).await,
+        0,
+        "dead tickets left after a reset"
+    );
+    let waited = other
+        .acquire(
+            "busy",
+            AcquireOptions::new().timeout(Duration::from_millis(200)),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(waited.kind(), ErrorKind::Timeout);
+    assert_eq!(count(tickets).await, 0, "dead tickets left after a wait");
+    // Once every pod's membership has expired, a join deletes their rows.
+    while holder.members("g").await.unwrap().len() > 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "memberships never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        count(members).await > 1,
+        "the dead members' rows are there before a join"
+    );
+    let _newcomer = other
+        .join("g", accord::JoinOptions::new().ttl(long))
+        .await
+        .unwrap();
+    assert_eq!(count(members).await, 2, "the two live members' rows only");
+    assert_eq!(count(tickets).await, 0);
+}
+
 /// Fair waiting: a release that names a waiter while it is leaving the line (the release's
 /// snapshot still shows its place) wakes nobody by itself; the leaver's client hears the
 /// wake-up and passes the turn on, so the next in line is granted on the release, not when its
@@ -915,7 +1175,8 @@ async fn deep_pages_follow_the_key_index_whatever_the_statistics() {
         .unwrap();
     // The page after the cursor half way: (key, fence) ('k/0050000', 50000), 100 keys.
     db.batch_execute(&format!(
-        "PREPARE deep_page(text, text, text, text, text, text, bigint, bigint, boolean) AS {}",
+        "PREPARE deep_page(text, text, text, text, text, text, bigint, bigint, boolean, boolean) \
+         AS {}",
         statements["list_keys"]
     ))
     .await
@@ -925,7 +1186,7 @@ async fn deep_pages_follow_the_key_index_whatever_the_statistics() {
             .simple_query(&format!(
                 "SET plan_cache_mode = {mode};
                  EXPLAIN (FORMAT JSON) EXECUTE deep_page('{ns}', 'k/0050000', NULL, NULL, NULL,
-                                                        'k/0050000', 50000, 101, false)"
+                                                        'k/0050000', 50000, 101, false, false)"
             ))
             .await
             .unwrap();
@@ -960,6 +1221,60 @@ async fn deep_pages_follow_the_key_index_whatever_the_statistics() {
     let keys: Vec<&str> = page.items.iter().map(|i| i.key.as_str()).collect();
     assert_eq!(keys.len(), 100);
     assert_eq!((keys[0], keys[99]), ("k/0050001", "k/0050100"));
+    client.close().await;
+}
+
+/// A page of held keys reads only the keys that name an owner (`leases_owned`, schema version
+/// 8), whatever the statistics say: with 100,000 free keys and two held, analyzed, the page's
+/// plan (custom, as `list` sends it by its text) is one scan of that index, and it reads a few
+/// buffers, not the 100,000 keys. On the old schema (no such index) it scans every undone key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_pages_follow_the_owned_index_whatever_the_statistics() {
+    let h = Harness::postgres("held_plan").await;
+    let (schema, client, statements) = plan_fixture(&h, "hp").await;
+    let ns = h.tag.as_str();
+    let db = h.admin();
+    db.execute(
+        &format!(
+            "INSERT INTO \"{schema}\".leases (namespace, key, owner, fence, expires_at, updated_at)
+             SELECT $1, 'k/' || lpad(i::text, 7, '0'),
+                    CASE WHEN i % 40000 = 0 THEN 'w' END, i,
+                    CASE WHEN i % 40000 = 0 THEN now() + interval '1 hour' END, now()
+               FROM generate_series(1, 100000) AS i"
+        ),
+        &[&ns],
+    )
+    .await
+    .unwrap();
+    db.batch_execute(&format!("ANALYZE \"{schema}\".leases"))
+        .await
+        .unwrap();
+    let (from, held, limit, yes): (&str, Option<&str>, i64, bool) = ("k/", Some("held"), 101, true);
+    let (none, no_fence): (Option<&str>, Option<i64>) = (None, None);
+    let below = Some("k0");
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
+        &ns, &from, &held, &none, &below, &none, &no_fence, &limit, &yes, &yes,
+    ];
+    let plan = custom_plan(db, &statements["list_keys"], &params).await;
+    let mut scans = Vec::new();
+    walk_plan(&plan, &mut |node| {
+        if let Some(kind @ ("Index Scan" | "Index Only Scan" | "Seq Scan" | "Bitmap Heap Scan")) =
+            node["Node Type"].as_str()
+        {
+            scans.push((kind.to_string(), node["Index Name"].clone()));
+        }
+    });
+    assert_eq!(
+        scans,
+        [("Index Scan".to_string(), serde_json::json!("leases_owned"))],
+        "a page of held keys does not scan the keys that name an owner: {plan:#}"
+    );
+    let page = client
+        .list(accord::ListQuery::new().state(accord::KeyState::Held))
+        .await
+        .unwrap();
+    let keys: Vec<&str> = page.items.iter().map(|i| i.key.as_str()).collect();
+    assert_eq!(keys, ["k/0040000", "k/0080000"]);
     client.close().await;
 }
 

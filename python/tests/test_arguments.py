@@ -92,6 +92,21 @@ def test_bad_keys(clients: Clients) -> None:
     assert c.held_count == 0
 
 
+def test_recipe_keys_are_refused_naming_the_recipe(clients: Clients) -> None:
+    c = clients("o1")
+    with pytest.raises(accord.InvalidArgument) as e:
+        c.try_acquire("accord.fleet/f/s/0")
+    assert str(e.value) == (
+        'invalid key: "accord.fleet/f/s/0" is under "accord.fleet/", which is reserved for '
+        "fleets; use client.fleet(...)"
+    )
+    with pytest.raises(accord.InvalidArgument, match=r"reserved for groups; use client\.join"):
+        c.reset("accord.group/g/o1")
+    with pytest.raises(accord.InvalidArgument, match=r"invalid prefix: .*reserved for elections"):
+        c.claim("accord.election/")
+    assert c.held_count == 0
+
+
 @pytest.mark.parametrize(
     ("ttl", "error"),
     [

@@ -349,6 +349,10 @@ pub(crate) trait Backend: StreamStore + Send + Sync + 'static {
         items: &[DoneItem],
     ) -> Result<Vec<(i64, Metadata)>>;
     async fn reset(&self, namespace: &str, key: &str) -> Result<ResetOutcome>;
+    /// Deletes up to 1,000 member rows under `prefix` that nobody holds
+    /// (`rules::member_row_is_sweepable`) and up to 1,000 dead tickets of the namespace
+    /// (dead: see `rules::waits_in_line`). Returns how many of each went.
+    async fn sweep(&self, namespace: &str, prefix: &str) -> Result<(u64, u64)>;
     async fn list(&self, namespace: &str, query: &ListQuery) -> Result<ListPage>;
     async fn notify(&self, channel: &str, payload: &str) -> Result<()>;
     /// [`Backend::notify`] for many (channel, payload) pairs in one statement and transaction,

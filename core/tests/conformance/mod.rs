@@ -23,6 +23,7 @@ pub mod leases;
 pub mod notify;
 pub mod pool;
 pub mod queue;
+pub mod recipes;
 pub mod snapshot;
 pub mod streams;
 
@@ -91,6 +92,9 @@ macro_rules! conformance_suite {
             streams::d6_a_consumer_behind_retention_is_told_the_way_out: [],
             snapshot::t1_snapshot_shows_every_section: [],
             snapshot::t2_snapshot_counts_waiters_per_key: [],
+            recipes::r1_recipe_keys_are_refused_to_plain_calls: [],
+            recipes::r2_semaphores_survive_plain_calls: [],
+            recipes::r3_departed_members_leave_no_rows: [],
         );
     };
 }

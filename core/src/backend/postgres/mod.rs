@@ -460,6 +460,25 @@ impl Backend for PgBackend {
         })
     }
 
+    async fn sweep(&self, namespace: &str, prefix: &str) -> Result<(u64, u64)> {
+        let below = crate::options::prefix_end(prefix);
+        let params: [&(dyn ToSql + Sync); 3] = [&namespace, &prefix, &below];
+        let (sql, params) = (self.pool.sql(), &params);
+        // Rare (once per join): sent by its text, not prepared on every connection.
+        let rows = self
+            .pool
+            .run_retrying("sweep", |c| async move {
+                let typed = pool::typed(params, sql::param_types::SWEEP);
+                c.client.query_typed(&sql.sweep, &typed).await
+            })
+            .await?;
+        let count = |i: usize| {
+            rows.first()
+                .map_or(0, |r| u64::try_from(r.get::<_, i64>(i)).unwrap_or(0))
+        };
+        Ok((count(0), count(1)))
+    }
+
     async fn list(&self, namespace: &str, q: &ListQuery) -> Result<ListPage> {
         let state = match q.state {
             StateFilter::All => None,
@@ -477,7 +496,7 @@ impl Backend for PgBackend {
         };
         // One more than asked tells whether another page follows.
         let limit = i64::try_from(q.limit).unwrap_or(i64::MAX) + 1;
-        let params: [&(dyn ToSql + Sync); 9] = [
+        let params: [&(dyn ToSql + Sync); 10] = [
             &namespace,
             &range.from,
             &state,
@@ -487,6 +506,7 @@ impl Backend for PgBackend {
             &after_fence,
             &limit,
             &range.undone_only,
+            &range.owned_only,
         ];
         let (sql, params) = (self.pool.sql(), &params);
         // Both on one connection, pipelined: one round trip. Always sent by their text
@@ -535,6 +555,7 @@ impl Backend for PgBackend {
                 // One more than asked tells whether another page follows.
                 limit: i64::try_from(q.limit).unwrap_or(i64::MAX) + 1,
                 undone_only: range.undone_only,
+                owned_only: range.owned_only,
             })
         };
         let (p, r) = (list_params(page)?, list_params(recipes)?);
@@ -548,7 +569,7 @@ impl Backend for PgBackend {
             .pool
             .run_retrying("snapshot", |c| async move {
                 let (pa, ra) = (p.after(), r.after());
-                let page_params: [&(dyn ToSql + Sync); 9] = [
+                let page_params: [&(dyn ToSql + Sync); 10] = [
                     &namespace,
                     &p.from,
                     &p.state,
@@ -558,8 +579,9 @@ impl Backend for PgBackend {
                     &pa.1,
                     &p.limit,
                     &p.undone_only,
+                    &p.owned_only,
                 ];
-                let recipe_params: [&(dyn ToSql + Sync); 9] = [
+                let recipe_params: [&(dyn ToSql + Sync); 10] = [
                     &namespace,
                     &r.from,
                     &r.state,
@@ -569,6 +591,7 @@ impl Backend for PgBackend {
                     &ra.1,
                     &r.limit,
                     &r.undone_only,
+                    &r.owned_only,
                 ];
                 let count_params: [&(dyn ToSql + Sync); 3] = [&namespace, &p.from, &p.below];
                 let stream_params: [&(dyn ToSql + Sync); 2] = [&namespace, streams_limit];
@@ -956,6 +979,7 @@ struct ListParams {
     after: Option<(String, i64)>,
     limit: i64,
     undone_only: bool,
+    owned_only: bool,
 }
 
 impl ListParams {

@@ -65,8 +65,10 @@ fn wake_all_payload(s: &str, key: &str) -> String {
     )
 }
 
-/// The two CTEs of an exclusive grant, `taken` (the key's row, when free, expired, or already
-/// this attempt's, with no live shared holder and no one in `blockers` ahead) and `created` (a
+/// The two CTEs of an exclusive grant, `taken` (the key's row, when free or expired with no
+/// live shared holder and no one in `blockers` ahead, or when this attempt's grant is still
+/// live: a retry whose answer was lost; once that grant expired, the retry meets every
+/// condition, since shared holders may have come in and leave `attempt` as it was) and `created` (a
 /// key never seen): the same rule in `acquire` and `acquire_queued` (`rules::grantable_in_turn`).
 /// `guard` is a condition (ending in AND) both apply first.
 fn exclusive_grant(
@@ -85,7 +87,7 @@ fn exclusive_grant(
                           metadata = l.metadata || COALESCE($6::text::jsonb, '{{}}'::jsonb),
                           updated_at = clock_timestamp(), granted_at = clock_timestamp()
                     WHERE {guard}l.namespace = $1 AND l.key = $2 AND NOT l.done
-                      AND (l.attempt = $4
+                      AND ((l.attempt = $4 AND l.expires_at > clock_timestamp())
                            OR ((l.expires_at IS NULL OR l.expires_at <= clock_timestamp())
                                AND (l.shared_until IS NULL OR l.shared_until <= clock_timestamp())
                                AND NOT EXISTS (SELECT 1 FROM {blockers})))
@@ -129,6 +131,7 @@ pub(crate) struct Sql {
     pub count_keys: String,
     pub list_waiters: String,
     pub list_streams: String,
+    pub sweep: String,
     /// Durable streams' statements (prepared on first use).
     pub streams: super::streams::StreamSql,
 }
@@ -140,7 +143,7 @@ impl Sql {
         // identifier is quoted once more, as a literal.
         let seq = quote_literal(&format!("{s}.fence_seq"));
         Sql {
-            // Grant when the row is free, expired, or already granted to this very attempt (a
+            // Grant when the row is free, expired, or still granted to this very attempt (a
             // retry after a lost answer); otherwise report the row as this statement saw it.
             //
             // Two rules shape it. (1) A refusal writes nothing: `seen` reads the row without
@@ -208,7 +211,7 @@ impl Sql {
                     CROSS JOIN LATERAL (
                       SELECT l.ctid AS row_id FROM {s}.leases l
                        WHERE l.namespace = $1 AND l.key = b.key AND NOT l.done
-                         AND (l.attempt = b.attempt
+                         AND ((l.attempt = b.attempt AND l.expires_at > clock_timestamp())
                               OR ((l.expires_at IS NULL OR l.expires_at <= clock_timestamp())
                                   AND (l.shared_until IS NULL
                                        OR l.shared_until <= clock_timestamp())
@@ -275,6 +278,14 @@ impl Sql {
                    SELECT t.fence, t.expires_at, t.metadata FROM {s}.tickets t
                     WHERE $7 AND t.namespace = $1 AND t.key = $2 AND t.owner = $3
                       AND t.attempt = $4 AND t.granted AND t.expires_at > clock_timestamp()),
+                 -- The key's dead tickets go (waiters and shared holders that stopped renewing):
+                 -- never the caller's own, which `kept` or `placed` may write.
+                 swept AS (
+                   DELETE FROM {s}.tickets t
+                    WHERE t.namespace = $1 AND t.key = $2
+                      AND t.expires_at <= clock_timestamp()
+                      AND NOT (t.owner = $3 AND t.attempt = $4)
+                      AND t.ticket IS DISTINCT FROM $8),
                  {grant}
                  s_taken AS (
                    UPDATE {s}.leases AS l
@@ -577,12 +588,17 @@ impl Sql {
                 wake = wake_all_payload(&s, "key"),
             ),
             // A live lease is never reset: its holder would keep believing it holds the key.
+            // The key's dead tickets go with it (dead: see `rules::waits_in_line`).
             reset: format!(
                 "WITH removed AS (
                    DELETE FROM {s}.leases
                     WHERE namespace = $1 AND key = $2
                       AND (done OR expires_at IS NULL OR expires_at <= clock_timestamp())
-                   RETURNING key)
+                   RETURNING key),
+                 swept AS (
+                   DELETE FROM {s}.tickets t
+                    WHERE t.namespace = $1 AND t.key = $2
+                      AND t.expires_at <= clock_timestamp())
                  SELECT EXISTS (SELECT 1 FROM removed),
                         EXISTS (SELECT 1 FROM {s}.leases WHERE namespace = $1 AND key = $2)"
             ),
@@ -626,6 +642,9 @@ impl Sql {
                     -- A state that is never done ($9): folded to `NOT done`, which lets the
                     -- scan use leases_undone.
                     AND (NOT $9::bool OR NOT l.done)
+                    -- Held only ($10): folded to `owner IS NOT NULL`, which with `NOT done`
+                    -- lets the scan use leases_owned (a held key names its owner).
+                    AND (NOT $10::bool OR l.owner IS NOT NULL)
                     AND CASE WHEN ($4::text IS NULL OR l.metadata @> $4::text::jsonb)
                                   AND NOT s.by_shared AND ($3::text IS NULL OR s.state = $3)
                              THEN true ELSE false END
@@ -696,7 +715,7 @@ impl Sql {
                    FROM changed c",
                 wake = wake_all_payload(&s, "$2"),
             ),
-            // Up to $3 keys of pool $2 that are free (or granted to this very claim call, a
+            // Up to $3 keys of pool $2 that are free (or still granted to this very claim call, a
             // retry after a lost answer), oldest offer first, in one statement. SKIP LOCKED:
             // a row another claimer is granting is passed over, never waited for. The fence and
             // expiry are SET expressions, computed once the row is locked (as in acquire). When
@@ -716,7 +735,7 @@ impl Sql {
                     WHERE l.namespace = $1 AND l.pool = $2 AND NOT l.done
                       AND ((l.expires_at IS NULL OR l.expires_at <= clock_timestamp())
                            AND (l.shared_until IS NULL OR l.shared_until <= clock_timestamp())
-                           OR l.attempt = $4)
+                           OR (l.attempt = $4 AND l.expires_at > clock_timestamp()))
                       AND ($8::text IS NULL OR l.key < $8::text)
                     ORDER BY l.offered
                     LIMIT $3
@@ -796,6 +815,41 @@ impl Sql {
                   WHERE st.namespace = $1
                   ORDER BY st.stream, a.consumer
                   LIMIT $2"
+            ),
+            // The bounded sweep a join runs (`rules::member_row_is_sweepable`,
+            // `rules::waits_in_line`): up to 1,000 member rows of the group's range [$2, $3)
+            // that nobody holds (left or expired; never a done key or a pool's key), and up to
+            // 1,000 dead tickets of the namespace. Each row is picked by a read, then deleted
+            // only if it still qualifies once locked: a member joining again at that instant
+            // has updated its row (a new version, a new ctid), so the delete passes it over.
+            // Fences come from the sequence, never from a row: a deleted row sets none back.
+            sweep: format!(
+                "WITH members AS (
+                   DELETE FROM {s}.leases l
+                    WHERE l.ctid = ANY (ARRAY(
+                            SELECT r.ctid FROM {s}.leases r
+                             WHERE r.namespace = $1 AND r.key >= $2
+                               AND ($3::text IS NULL OR r.key < $3)
+                               AND NOT r.done AND r.pool IS NULL
+                               AND (r.expires_at IS NULL
+                                    OR r.expires_at <= clock_timestamp())
+                               AND (r.shared_until IS NULL OR r.shared_until <= clock_timestamp())
+                             LIMIT 1000))
+                      AND NOT l.done AND l.pool IS NULL
+                      AND (l.expires_at IS NULL
+                           OR l.expires_at <= clock_timestamp())
+                      AND (l.shared_until IS NULL OR l.shared_until <= clock_timestamp())
+                   RETURNING 1),
+                 tickets AS (
+                   DELETE FROM {s}.tickets t
+                    WHERE t.ctid = ANY (ARRAY(
+                            SELECT x.ctid FROM {s}.tickets x
+                             WHERE x.namespace = $1
+                               AND x.expires_at <= clock_timestamp()
+                             LIMIT 1000))
+                      AND t.expires_at <= clock_timestamp()
+                   RETURNING 1)
+                 SELECT (SELECT count(*) FROM members), (SELECT count(*) FROM tickets)"
             ),
             streams: super::streams::StreamSql::new(schema),
         }
@@ -899,6 +953,7 @@ pub(crate) mod param_types {
         Type::INT8,
         Type::INT8,
         Type::BOOL,
+        Type::BOOL,
     ];
     /// The shared holders' page takes the keys' page's first eight parameters, one for one.
     pub const LIST_HOLDERS: &[Type] = LIST_KEYS.split_at(8).0;
@@ -927,6 +982,7 @@ pub(crate) mod param_types {
     /// The waiters' range is the counts' ($1-$3), then how many keys at most.
     pub const LIST_WAITERS: &[Type] = &[Type::TEXT, Type::TEXT, Type::TEXT, Type::INT8];
     pub const LIST_STREAMS: &[Type] = &[Type::TEXT, Type::INT8];
+    pub const SWEEP: &[Type] = &[Type::TEXT, Type::TEXT, Type::TEXT];
     pub const PUBLISH: &[Type] = &[
         Type::TEXT,
         Type::TEXT_ARRAY,
@@ -1063,6 +1119,17 @@ pub(crate) fn migrations(schema: &str) -> Vec<Vec<String>> {
         // the server time. The price: pages of keys never updated again (done keys) are half
         // empty. Applies to pages written from now on; VACUUM FULL rewrites the rest.
         vec![format!("ALTER TABLE {s}.leases SET (fillfactor = 50)")],
+        // Version 8: the keys that name an owner and are not done, in key order, for pages of
+        // held keys (a held key names its owner): at 1,000,000 free keys and none held such a
+        // page read every undone key (0.6-1.4 s); through this index, two buffers (0.07 ms).
+        // A renewal leaves the owner as it is, so it stays HOT; a grant (owner set) and a
+        // release (owner cleared) now change an indexed column and write index entries:
+        // measured on 50,000 keys granted, renewed and released in bulk, 0.74 s and 20 MB of
+        // WAL before, 1.9 s and 36 MB after (renewals still HOT).
+        vec![format!(
+            "CREATE INDEX leases_owned ON {s}.leases (namespace, key)
+              WHERE owner IS NOT NULL AND NOT done"
+        )],
     ]
 }
 

@@ -66,6 +66,37 @@ struct ListedRow {
 
 /// One page of `list` (`Backend::list`), read on `conn` at `now` (also inside the snapshot's
 /// transaction).
+/// The end of a prefix's range: a bound only when there is one (a statement each).
+fn below_sql(range: &ListRange) -> &'static str {
+    if range.below.is_some() {
+        "AND key < ?3"
+    } else {
+        "AND ?3 IS NULL"
+    }
+}
+
+/// The keys' rows of a page's range in primary-key order, read lazily: a page stops the scan.
+/// ?1 the namespace, ?2 the range's start, ?3 its end.
+fn keys_sql(range: &ListRange) -> String {
+    let below = below_sql(range);
+    // Held only: the keys that name an owner, through leases_owned; free or held: the keys
+    // not done, through leases_undone (SQLite uses a partial index when the statement carries
+    // its condition as written).
+    let only = if range.owned_only {
+        "AND owner IS NOT NULL AND NOT done"
+    } else if range.undone_only {
+        "AND NOT done"
+    } else {
+        ""
+    };
+    format!(
+        "SELECT key, owner, fence, expires_at_ms, done, metadata, updated_at_ms, shared_until_ms
+           FROM leases
+          WHERE namespace = ?1 AND key >= ?2 {below} {only}
+          ORDER BY key"
+    )
+}
+
 fn list_in(
     conn: &Connection,
     ns: &str,
@@ -74,29 +105,8 @@ fn list_in(
     now: i64,
 ) -> Result<ListPage> {
     let e = |e| db_error("list", e);
-    // The keys' rows in primary-key order, read lazily: a page stops the scan. The
-    // end of a prefix's range is a bound only when there is one (a statement each).
-    let below = if range.below.is_some() {
-        "AND key < ?3"
-    } else {
-        "AND ?3 IS NULL"
-    };
-    // Free or held only: the keys not done, through leases_undone (SQLite uses a partial
-    // index when the statement carries its condition as written).
-    let undone = if range.undone_only {
-        "AND NOT done"
-    } else {
-        ""
-    };
-    let mut keys = conn
-        .prepare_cached(&format!(
-            "SELECT key, owner, fence, expires_at_ms, done, metadata, updated_at_ms,
-                            shared_until_ms
-                       FROM leases
-                      WHERE namespace = ?1 AND key >= ?2 {below} {undone}
-                      ORDER BY key"
-        ))
-        .map_err(e)?;
+    let mut keys = conn.prepare_cached(&keys_sql(range)).map_err(e)?;
+    let below = below_sql(range);
     // Shared holders (granted tickets) in the same range, in (key, fence) order;
     // `ListPage::merged` puts the two in one order.
     let mut tickets = conn
@@ -548,6 +558,20 @@ fn waiting(conn: &Connection, ns: &str, key: &str, now: i64) -> Result<Vec<(Wait
     Ok(rows)
 }
 
+/// The most rows of each kind one sweep deletes (as the `sweep` statement's `LIMIT 1000`).
+const SWEEP_LIMIT: usize = 1000;
+
+/// Deletes the key's dead tickets (dead: waiters and shared holders that stopped
+/// renewing, `rules::waits_in_line`), as PostgreSQL's `acquire_queued` and `reset` do.
+fn delete_dead_tickets(tx: &Connection, ns: &str, key: &str, now: i64, what: &str) -> Result<()> {
+    tx.execute(
+        "DELETE FROM tickets WHERE namespace = ?1 AND key = ?2 AND expires_at_ms <= ?3",
+        params![ns, key, now],
+    )
+    .map_err(|e| db_error(what, e))?;
+    Ok(())
+}
+
 /// The wake-up of a key that may have become free: the head of its line, or (nobody in line)
 /// anyone who waits on the key. `except`: a ticket leaving the line in this transaction.
 fn add_wakeup(tx: &Connection, ns: &str, key: &str, except: Option<i64>, now: i64) -> Result<()> {
@@ -876,6 +900,7 @@ impl Backend for SqliteBackend {
         let metadata = r.metadata.map(str::to_string);
         // The same steps as PostgreSQL's `acquire_queued`, under the store's write lock.
         self.write("acquire", move |tx, now| {
+            delete_dead_tickets(tx, &ns, &key, now, "acquire")?;
             let row = read_key(tx, &ns, &key, "acquire")?;
             let line = waiting(tx, &ns, &key, now)?;
             // The caller's place: its ticket, or (none known) one its attempt took before.
@@ -1287,7 +1312,64 @@ impl Backend for SqliteBackend {
                     ResetOutcome::Reset
                 }
             };
+            delete_dead_tickets(tx, &ns, &key, now, "reset")?;
             Ok((outcome, false))
+        })
+        .await
+    }
+
+    async fn sweep(&self, namespace: &str, prefix: &str) -> Result<(u64, u64)> {
+        let (ns, prefix) = (namespace.to_string(), prefix.to_string());
+        let below = crate::options::prefix_end(&prefix);
+        self.write("sweep", move |tx, now| {
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT key, owner, fence, expires_at_ms, done, attempt, shared_until_ms,
+                            pool IS NOT NULL
+                       FROM leases
+                      WHERE namespace = ?1 AND key >= ?2 AND (?3 IS NULL OR key < ?3)",
+                )
+                .map_err(|e| db_error("sweep", e))?;
+            let mut rows = stmt
+                .query(params![ns, prefix, below])
+                .map_err(|e| db_error("sweep", e))?;
+            let mut gone: Vec<String> = Vec::new();
+            while let Some(row) = rows.next().map_err(|e| db_error("sweep", e))? {
+                let get = |e| db_error("sweep", e);
+                let owner: Option<String> = row.get(1).map_err(get)?;
+                let stored = StoredKey {
+                    owner: owner.as_deref(),
+                    fence: row.get(2).map_err(get)?,
+                    expires_at_ms: row.get(3).map_err(get)?,
+                    done: row.get(4).map_err(get)?,
+                    attempt: row.get(5).map_err(get)?,
+                    shared_until_ms: row.get(6).map_err(get)?,
+                };
+                if rules::member_row_is_sweepable(&stored, row.get(7).map_err(get)?, now) {
+                    gone.push(row.get(0).map_err(get)?);
+                    if gone.len() == SWEEP_LIMIT {
+                        break;
+                    }
+                }
+            }
+            drop(rows);
+            for key in &gone {
+                tx.execute(
+                    "DELETE FROM leases WHERE namespace = ?1 AND key = ?2",
+                    params![ns, key],
+                )
+                .map_err(|e| db_error("sweep", e))?;
+            }
+            // Dead tickets (`rules::waits_in_line`), up to SWEEP_LIMIT of the namespace.
+            let tickets = tx
+                .execute(
+                    "DELETE FROM tickets WHERE rowid IN (
+                       SELECT rowid FROM tickets
+                        WHERE namespace = ?1 AND expires_at_ms <= ?2 LIMIT ?3)",
+                    params![ns, now, SWEEP_LIMIT as i64],
+                )
+                .map_err(|e| db_error("sweep", e))?;
+            Ok(((gone.len() as u64, tickets as u64), false))
         })
         .await
     }
@@ -1743,5 +1825,65 @@ mod tests {
         assert_eq!(first.len(), 1);
         assert_eq!(first[0].key, "q/b");
         assert_eq!((truncated, waiting), (true, 4));
+    }
+
+    /// A page of held keys reads only the keys that name an owner (leases_owned, version 8),
+    /// a page of free keys the keys not done: the plans SQLite picks for `list`'s statement.
+    #[test]
+    fn held_pages_search_the_owned_index() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        store::migrate(&mut conn).unwrap();
+        let plan = |state: KeyState| {
+            let range = ListQuery::new().prefix("k/").state(state).range().unwrap();
+            let sql = format!("EXPLAIN QUERY PLAN {}", keys_sql(&range));
+            let mut stmt = conn.prepare(&sql).unwrap();
+            let details: Vec<String> = stmt
+                .query_map(params!["ns", "k/", "k0"], |r| r.get(3))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap();
+            details.join("; ")
+        };
+        let held = plan(KeyState::Held);
+        assert!(held.contains("USING INDEX leases_owned"), "{held}");
+        let free = plan(KeyState::Free);
+        assert!(free.contains("USING INDEX leases_undone"), "{free}");
+    }
+
+    /// An exclusive acquire retried with its first try's attempt after that grant expired
+    /// (its answer lost) while a shared holder took the key: the retry is refused, and the
+    /// row still shows the shared holder alone.
+    #[test]
+    fn a_retried_exclusive_acquire_is_not_granted_beside_shared_holders() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        store::migrate(&mut conn).unwrap();
+        let item = ("ns", "k", "writer");
+        let first = acquire_in(&conn, item, 42, 100, None, 1_000).unwrap();
+        let AcquireOutcome::Granted(granted) = first else {
+            panic!("the first try was not granted");
+        };
+        // Past the grant's expiry, a shared holder takes the key, as `acquire_queued` writes it.
+        conn.execute(
+            "UPDATE leases SET shared_holders = 1, shared_until_ms = 5000
+              WHERE namespace = 'ns' AND key = 'k'",
+            [],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO tickets (namespace, key, ticket, owner, shared, attempt, granted, fence,
+                                  expires_at_ms, updated_at_ms, granted_at_ms)
+             VALUES ('ns', 'k', 99, 'reader', 1, 7, 1, 99, 5000, 1200, 1200)",
+            [],
+        )
+        .unwrap();
+
+        let retry = acquire_in(&conn, item, 42, 100, None, 1_200).unwrap();
+        assert!(
+            matches!(retry, AcquireOutcome::Held),
+            "the retry was granted beside a live shared holder"
+        );
+        let row = read_key(&conn, "ns", "k", "test").unwrap().unwrap();
+        assert_eq!(row.fence, granted.fence, "the retry took a new fence");
+        assert_eq!(row.expires_at_ms, Some(1_100));
     }
 }

@@ -302,6 +302,10 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
         // Version 7: PostgreSQL's fill factor for in-place renewals; SQLite has no such
         // setting (a row is rewritten where it lies): nothing to do, the version counts alike.
         "",
+        // Version 8: the keys that name an owner and are not done, for pages of held keys, as
+        // on PostgreSQL. 1,000,000 free keys, none held: a page of held keys took 1 s, 0.05 ms
+        // through it. A renewal does not touch it (the owner stays); a grant and a release do.
+        "CREATE INDEX leases_owned ON leases (namespace, key) WHERE owner IS NOT NULL AND NOT done;",
     ];
     let tx = conn
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
