@@ -8,8 +8,8 @@
 //! Observers listen on the election's channel, which campaign, proclaim and resign announce on,
 //! and re-read the key when it speaks, when the listening connection reconnected (announcements
 //! may have been missed), and at the leader's expiry (a leader that dies announces nothing): the
-//! table is the truth, an announcement only says "read again". An observer reports each leader
-//! and each proclaimed value once, in order of fence (a stale read never goes back).
+//! table is the truth, an announcement only says "read again". An observer reports each leader,
+//! each proclaimed value and each vacancy once, in order of fence (a stale read never goes back).
 
 use std::fmt;
 use std::sync::Arc;
@@ -170,9 +170,10 @@ impl Election {
         Ok(holder.map(leader_of))
     }
 
-    /// Follows the election: the current leader (once there is one), then every new leader and
-    /// every proclaimed value, each once, in order. Listens before its first read, so that no
-    /// change after this returns is missed.
+    /// Follows the election: the current state first (the leader, or `None` when nobody
+    /// leads), then every new leader, every proclaimed value and every vacancy, each once, in
+    /// order (see [`Observer::next`]). Listens before its first read, so that no change after
+    /// this returns is missed.
     pub async fn observe(&self) -> Result<Observer> {
         self.session.check_usable()?;
         let subscription = Subscription::open(&self.session, vec![self.channel.clone()]).await?;
@@ -180,8 +181,9 @@ impl Election {
             election: self.clone(),
             subscription,
             last: None,
+            vacant: false,
             expires_at: None,
-            started: false,
+            read_owed: true,
         })
     }
 
@@ -308,11 +310,17 @@ impl Drop for Leadership {
 pub struct Observer {
     election: Election,
     subscription: Subscription,
-    /// The last leader reported: (fence, value).
+    /// The last leader reported: (fence, value). Kept after a vacancy, so that a leader is
+    /// never reported twice.
     last: Option<(i64, String)>,
+    /// The last thing reported was a vacancy.
+    vacant: bool,
     /// The current leader's expiry, when one leads: re-read then.
     expires_at: Option<DateTime<Utc>>,
-    started: bool,
+    /// The key changed, or may have, since the last read (the first read, an announcement, a
+    /// reconnect, the leader's expiry): kept here, not in `next`'s future, so that a `next`
+    /// dropped between taking the announcement and finishing the read loses nothing.
+    read_owed: bool,
 }
 
 impl fmt::Debug for Observer {
@@ -320,16 +328,20 @@ impl fmt::Debug for Observer {
         f.debug_struct("Observer")
             .field("election", &self.election.name)
             .field("last", &self.last)
+            .field("vacant", &self.vacant)
             .finish_non_exhaustive()
     }
 }
 
 impl Observer {
-    /// The next leader (or new value of the leader): the current one first. Waits while nobody
-    /// leads. `Closed` once the client closes. Cancel-safe.
-    pub async fn next(&mut self) -> Result<Leader> {
+    /// The next change of leadership: the current state first (`Some(leader)`, or `None` when
+    /// nobody leads), then every new leader, every proclaimed value and every vacancy (the
+    /// leader resigned, released or expired and nobody leads yet), each once, in order.
+    /// `Closed` once the client closes. Cancel-safe: a `next` dropped after an announcement
+    /// arrived leaves the read owed, and the next call reads first.
+    pub async fn next(&mut self) -> Result<Option<Leader>> {
         loop {
-            if self.started {
+            if !self.read_owed {
                 let wait = self.until_expiry();
                 tokio::select! {
                     event = self.subscription.recv() => match event? {
@@ -339,25 +351,30 @@ impl Observer {
                     },
                     _ = tokio::time::sleep(wait) => {}
                 }
+                self.read_owed = true;
             }
-            self.started = true;
             let leader = self.election.leader().await?;
+            self.read_owed = false;
             self.expires_at = leader.as_ref().map(|l| l.expires_at);
-            if let Some(leader) = leader {
-                if self.is_new(&leader) {
-                    self.last = Some((leader.fence, leader.value.clone()));
-                    return Ok(leader);
+            if self.is_new(leader.as_ref()) {
+                self.vacant = leader.is_none();
+                if let Some(l) = &leader {
+                    self.last = Some((l.fence, l.value.clone()));
                 }
+                return Ok(leader);
             }
         }
     }
 
-    /// A leader not reported yet: a larger fence, or the same leader with a new value.
-    fn is_new(&self, leader: &Leader) -> bool {
-        match &self.last {
-            None => true,
-            Some((fence, value)) => {
-                leader.fence > *fence || (leader.fence == *fence && leader.value != *value)
+    /// A state not reported yet: a vacancy after a leader (or first), a larger fence, or the
+    /// same leader with a new value. A read of a leader already followed by a vacancy is stale.
+    fn is_new(&self, leader: Option<&Leader>) -> bool {
+        match (leader, &self.last) {
+            (None, _) => !self.vacant,
+            (Some(_), None) => true,
+            (Some(leader), Some((fence, value))) => {
+                leader.fence > *fence
+                    || (!self.vacant && leader.fence == *fence && leader.value != *value)
             }
         }
     }

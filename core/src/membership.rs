@@ -293,6 +293,10 @@ pub struct MemberWatch {
     known: BTreeMap<String, MemberInfo>,
     pending: VecDeque<MemberEvent>,
     started: bool,
+    /// The table changed, or may have, since the last read (an announcement arrived, a
+    /// reconnect, an expiry): kept here, not in `next`'s future, so that a `next` dropped
+    /// between taking the announcement and finishing the read loses nothing.
+    read_owed: bool,
 }
 
 impl fmt::Debug for MemberWatch {
@@ -324,11 +328,13 @@ impl MemberWatch {
             known: BTreeMap::new(),
             pending: VecDeque::new(),
             started: false,
+            read_owed: false,
         })
     }
 
     /// The next event: [`MemberEvent::Members`] first, then `Joined` and `Left` in the order the
-    /// reads found them. `Closed` once the client closes. Cancel-safe.
+    /// reads found them. `Closed` once the client closes. Cancel-safe: a `next` dropped after
+    /// an announcement arrived leaves the read owed, and the next call reads first.
     pub async fn next(&mut self) -> Result<MemberEvent> {
         loop {
             if let Some(event) = self.pending.pop_front() {
@@ -343,14 +349,17 @@ impl MemberWatch {
                 self.started = true;
                 return Ok(MemberEvent::Members(members));
             }
-            let wait = self.until_soonest_expiry();
-            tokio::select! {
-                event = self.subscription.recv() => match event? {
-                    // A change was announced, or announcements may have been missed.
-                    Some(Event::Message(_)) | Some(Event::Reconnected) => {}
-                    None => return Err(Error::closed()),
-                },
-                _ = tokio::time::sleep(wait) => {}
+            if !self.read_owed {
+                let wait = self.until_soonest_expiry();
+                tokio::select! {
+                    event = self.subscription.recv() => match event? {
+                        // A change was announced, or announcements may have been missed.
+                        Some(Event::Message(_)) | Some(Event::Reconnected) => {}
+                        None => return Err(Error::closed()),
+                    },
+                    _ = tokio::time::sleep(wait) => {}
+                }
+                self.read_owed = true;
             }
             self.reread().await?;
         }
@@ -386,6 +395,7 @@ impl MemberWatch {
             }
         }
         self.known = now;
+        self.read_owed = false;
         Ok(())
     }
 
