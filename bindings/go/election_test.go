@@ -307,20 +307,20 @@ func TestElectionBadInput(t *testing.T) {
 // ended half-way shows as this passing.
 const rereadBound = 10 * time.Second
 
-// pollObserver asks for the observer's next change with 1 ms contexts until it comes (most end
-// the read half-way, after it took the announcement); nil is a vacancy.
-func pollObserver(t *testing.T, o *Observer) *Leader {
+// poll asks next for the next change with 1 ms contexts until it comes (most end the read
+// half-way, after it took the announcement).
+func poll[T any](t *testing.T, next func(context.Context) (T, error)) T {
 	t.Helper()
 	started := time.Now()
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-		l, err := o.Next(ctx)
+		v, err := next(ctx)
 		cancel()
 		if err == nil {
-			return l
+			return v
 		}
 		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("observe: %v", err)
+			t.Fatalf("next: %v", err)
 		}
 		if time.Since(started) > rereadBound {
 			t.Fatal("a read whose context ended lost the change")
@@ -338,24 +338,24 @@ func TestObserverReportsVacanciesAndLosesNothingToDeadlines(t *testing.T) { // E
 	ea, ew := must(a.Election("e4")), must(watcher.Election("e4"))
 	obs := must(ew.Observe(ctx))
 	defer obs.Close()
-	if l := pollObserver(t, obs); l != nil {
+	if l := poll(t, obs.Next); l != nil {
 		t.Fatalf("a leader before any campaign: %+v", l)
 	}
 	for round := 0; round < 3; round++ {
 		la := must(ea.Campaign(ctx, "v", CampaignOptions{TTL: time.Minute}))
-		if l := pollObserver(t, obs); l == nil || l.Owner != "a" || l.Fence != la.Fence() {
+		if l := poll(t, obs.Next); l == nil || l.Owner != "a" || l.Fence != la.Fence() {
 			t.Fatalf("round %d: observed %+v, want a at %d", round, l, la.Fence())
 		}
 		if err := la.Proclaim(ctx, "w"); err != nil {
 			t.Fatal(err)
 		}
-		if l := pollObserver(t, obs); l == nil || l.Value != "w" || l.Fence != la.Fence() {
+		if l := poll(t, obs.Next); l == nil || l.Value != "w" || l.Fence != la.Fence() {
 			t.Fatalf("round %d: observed %+v, want the value w", round, l)
 		}
 		if err := la.Resign(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if l := pollObserver(t, obs); l != nil {
+		if l := poll(t, obs.Next); l != nil {
 			t.Fatalf("round %d: observed %+v after the resignation, want a vacancy", round, l)
 		}
 	}

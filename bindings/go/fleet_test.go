@@ -156,27 +156,6 @@ func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() boo
 // F2, F4: a member takes all 8 shards; a second joins and they split 4/4, each moved shard
 // Revoked(handoff) on the first before it is Assigned (with a larger fence) to the second;
 // Close hands back (Revoked(closed), then ErrClosed) and the first takes everything again.
-// pollWatch asks for the watch's next event with 1 ms contexts until it comes (most end the
-// read half-way, after it took the announcement).
-func pollWatch(t *testing.T, w *MemberWatch) MemberEvent {
-	t.Helper()
-	started := time.Now()
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-		ev, err := w.Next(ctx)
-		cancel()
-		if err == nil {
-			return ev
-		}
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("watch: %v", err)
-		}
-		if time.Since(started) > rereadBound {
-			t.Fatal("a read whose context ended lost the change")
-		}
-	}
-}
-
 // M2: watch reads whose context ends after a millisecond lose no change: Joined and Left still
 // come, well before the 30 s safety re-read.
 func TestWatchLosesNothingToDeadlines(t *testing.T) { // M2
@@ -185,18 +164,18 @@ func TestWatchLosesNothingToDeadlines(t *testing.T) { // M2
 	a, b := connect(t, ns, "a"), connect(t, ns, "b")
 	w := must(b.Watch(ctx, "g"))
 	defer w.Close()
-	if ev := pollWatch(t, w); ev.Kind != MembersNow || len(ev.Members) != 0 {
+	if ev := poll(t, w.Next); ev.Kind != MembersNow || len(ev.Members) != 0 {
 		t.Fatalf("first event %+v", ev)
 	}
 	for round := 0; round < 3; round++ {
 		m := must(a.Join(ctx, "g", &JoinOptions{TTL: time.Minute}))
-		if ev := pollWatch(t, w); ev.Kind != MemberJoined || ev.Members[0].Fence != m.Fence() {
+		if ev := poll(t, w.Next); ev.Kind != MemberJoined || ev.Members[0].Fence != m.Fence() {
 			t.Fatalf("round %d: %+v, want Joined at %d", round, ev, m.Fence())
 		}
 		if err := m.Leave(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if ev := pollWatch(t, w); ev.Kind != MemberLeft || ev.Members[0].Fence != m.Fence() {
+		if ev := poll(t, w.Next); ev.Kind != MemberLeft || ev.Members[0].Fence != m.Fence() {
 			t.Fatalf("round %d: %+v, want Left at %d", round, ev, m.Fence())
 		}
 	}

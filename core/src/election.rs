@@ -24,7 +24,7 @@ use crate::lease::{Lease, LostSignal};
 use crate::metadata::Metadata;
 use crate::naming::{channel_for, escape};
 use crate::options::AcquireOptions;
-use crate::session::{Event, Session};
+use crate::session::Session;
 use crate::subscription::Subscription;
 use crate::validate::{self, MAX_NAME_BYTES};
 
@@ -343,14 +343,7 @@ impl Observer {
         loop {
             if !self.read_owed {
                 let wait = self.until_expiry();
-                tokio::select! {
-                    event = self.subscription.recv() => match event? {
-                        // A change was announced, or announcements may have been missed.
-                        Some(Event::Message(_)) | Some(Event::Reconnected) => {}
-                        None => return Err(Error::closed()),
-                    },
-                    _ = tokio::time::sleep(wait) => {}
-                }
+                self.subscription.changed_or_after(wait).await?;
                 self.read_owed = true;
             }
             let leader = self.election.leader().await?;

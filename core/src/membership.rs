@@ -20,7 +20,7 @@ use crate::lease::{Lease, LostSignal};
 use crate::metadata::Metadata;
 use crate::naming::escape;
 use crate::options::{AcquireOptions, KeyState, ListQuery};
-use crate::session::{Event, Session};
+use crate::session::Session;
 use crate::subscription::Subscription;
 use crate::validate::{self, MAX_NAME_BYTES};
 
@@ -351,14 +351,7 @@ impl MemberWatch {
             }
             if !self.read_owed {
                 let wait = self.until_soonest_expiry();
-                tokio::select! {
-                    event = self.subscription.recv() => match event? {
-                        // A change was announced, or announcements may have been missed.
-                        Some(Event::Message(_)) | Some(Event::Reconnected) => {}
-                        None => return Err(Error::closed()),
-                    },
-                    _ = tokio::time::sleep(wait) => {}
-                }
+                self.subscription.changed_or_after(wait).await?;
                 self.read_owed = true;
             }
             self.reread().await?;

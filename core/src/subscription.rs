@@ -1,6 +1,7 @@
 //! The [`Subscription`] handle: notifications on some channels, read in order.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::Stream;
 use tokio::sync::mpsc;
@@ -82,6 +83,19 @@ impl Subscription {
                 Some(event) => Ok(Some(event)),
                 None => Err(Error::closed()),
             },
+        }
+    }
+
+    /// Waits until an event says the table may have changed (a notification, or a reconnect:
+    /// notifications may have been missed) or `wait` passes: for a reader that then reads the
+    /// table. `Err(Closed)` once this subscription or the client is closed. Cancel-safe.
+    pub(crate) async fn changed_or_after(&self, wait: Duration) -> Result<()> {
+        tokio::select! {
+            event = self.recv() => match event? {
+                Some(Event::Message(_)) | Some(Event::Reconnected) => Ok(()),
+                None => Err(Error::closed()),
+            },
+            _ = tokio::time::sleep(wait) => Ok(()),
         }
     }
 

@@ -12,6 +12,7 @@ use accord::{
     MemberEvent, Metadata, RevokeReason,
 };
 
+use crate::conformance::dropped::next_after_drops;
 use crate::support::proxy::Mode;
 use crate::support::Harness;
 
@@ -245,24 +246,6 @@ pub async fn m2_a_dropped_next_loses_no_change(h: &Harness) {
         assert!(matches!(&left, MemberEvent::Left(m) if m.owner == newcomer.owner()));
         assert_eq!(next_after_drops(&mut dropped).await, left);
     }
-}
-
-/// Well before the 30 s safety re-read: a lost announcement shows as a hang here.
-const REREAD_BOUND: Duration = Duration::from_secs(10);
-
-/// The watch's next event, after dropping three `next` futures each polled once: the first
-/// takes the announcement already delivered and starts its read.
-async fn next_after_drops(watch: &mut accord::MemberWatch) -> MemberEvent {
-    use futures_util::FutureExt;
-    for _ in 0..3 {
-        if let Some(event) = watch.next().now_or_never() {
-            return event.unwrap(); // the read finished within one poll: nothing was dropped
-        }
-    }
-    tokio::time::timeout(REREAD_BOUND, watch.next())
-        .await
-        .expect("the change announced before the dropped reads is reported")
-        .unwrap()
 }
 
 /// F1: four members split 16 shards 4 each; no shard held twice; then nothing moves for ten

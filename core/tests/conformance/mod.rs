@@ -16,6 +16,7 @@
 //!
 //! [`Harness`]: crate::support::Harness
 
+pub mod dropped;
 pub mod ending;
 pub mod fleet;
 pub mod input;

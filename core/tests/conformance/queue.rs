@@ -11,6 +11,7 @@ use accord::{
 };
 use serde_json::json;
 
+use crate::conformance::dropped::next_after_drops;
 use crate::support::{meta, Harness, Mode};
 
 const SEC: Duration = Duration::from_secs(1);
@@ -405,7 +406,10 @@ pub async fn e4_vacancies_are_reported(h: &Harness) {
             .await
             .unwrap();
         let seen = observer.next().await.unwrap().unwrap();
-        assert_eq!((seen.owner.as_str(), seen.fence), ("leader", leading.fence()));
+        assert_eq!(
+            (seen.owner.as_str(), seen.fence),
+            ("leader", leading.fence())
+        );
         assert!(seen.fence > fence);
         fence = seen.fence;
         if round == 0 {
@@ -472,22 +476,4 @@ pub async fn e5_a_dropped_next_loses_no_change(h: &Harness) {
         assert_eq!(awaited.next().await.unwrap(), None);
         assert_eq!(next_after_drops(&mut dropped).await, None);
     }
-}
-
-/// Well before the 30 s safety re-read: a lost announcement shows as a hang here.
-const REREAD_BOUND: Duration = Duration::from_secs(10);
-
-/// The observer's next report, after dropping three `next` futures each polled once: the first
-/// takes the announcement already delivered and starts its read.
-async fn next_after_drops(observer: &mut Observer) -> Option<Leader> {
-    use futures_util::FutureExt;
-    for _ in 0..3 {
-        if let Some(report) = observer.next().now_or_never() {
-            return report.unwrap(); // the read finished within one poll: nothing was dropped
-        }
-    }
-    tokio::time::timeout(REREAD_BOUND, observer.next())
-        .await
-        .expect("the change announced before the dropped reads is reported")
-        .unwrap()
 }
