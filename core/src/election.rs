@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::Holder;
@@ -183,8 +184,9 @@ impl Election {
             last: None,
             vacant: false,
             expires_at: None,
-            read_owed: true,
-        })
+            read: None,
+        }
+        .first_read())
     }
 
     async fn announce(&self) {
@@ -317,10 +319,11 @@ pub struct Observer {
     vacant: bool,
     /// The current leader's expiry, when one leads: re-read then.
     expires_at: Option<DateTime<Utc>>,
-    /// The key changed, or may have, since the last read (the first read, an announcement, a
-    /// reconnect, the leader's expiry): kept here, not in `next`'s future, so that a `next`
-    /// dropped between taking the announcement and finishing the read loses nothing.
-    read_owed: bool,
+    /// The read under way: the first, or one a change (an announcement, a reconnect, the
+    /// leader's expiry) called for. Kept here, not in `next`'s future, so that a `next` dropped
+    /// half-way (a timeout, a cancellation) loses nothing, and the next call goes on with the
+    /// same read: calls with timeouts shorter than a read still get through.
+    read: Option<BoxFuture<'static, Result<Option<Leader>>>>,
 }
 
 impl fmt::Debug for Observer {
@@ -337,17 +340,20 @@ impl Observer {
     /// The next change of leadership: the current state first (`Some(leader)`, or `None` when
     /// nobody leads), then every new leader, every proclaimed value and every vacancy (the
     /// leader resigned, released or expired and nobody leads yet), each once, in order.
-    /// `Closed` once the client closes. Cancel-safe: a `next` dropped after an announcement
-    /// arrived leaves the read owed, and the next call reads first.
+    /// `Closed` once the client closes. Cancel-safe: a `next` dropped half-way leaves its read
+    /// with the observer, and the next call finishes it.
     pub async fn next(&mut self) -> Result<Option<Leader>> {
         loop {
-            if !self.read_owed {
+            if self.read.is_none() {
                 let wait = self.until_expiry();
                 self.subscription.changed_or_after(wait).await?;
-                self.read_owed = true;
+                self.read = Some(self.start_read());
             }
-            let leader = self.election.leader().await?;
-            self.read_owed = false;
+            let read = self.read.as_mut().expect("a read was just started");
+            let leader = read.await;
+            // A failed read is owed again: the next call retries it without waiting.
+            self.read = leader.is_err().then(|| self.start_read());
+            let leader = leader?;
             self.expires_at = leader.as_ref().map(|l| l.expires_at);
             if self.is_new(leader.as_ref()) {
                 self.vacant = leader.is_none();
@@ -357,6 +363,17 @@ impl Observer {
                 return Ok(leader);
             }
         }
+    }
+
+    /// The observer with its first read owed: the current state comes first.
+    fn first_read(mut self) -> Self {
+        self.read = Some(self.start_read());
+        self
+    }
+
+    fn start_read(&self) -> BoxFuture<'static, Result<Option<Leader>>> {
+        let election = self.election.clone();
+        Box::pin(async move { election.leader().await })
     }
 
     /// A state not reported yet: a vacancy after a leader (or first), a larger fence, or the

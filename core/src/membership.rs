@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use futures_util::future::BoxFuture;
 
 use crate::error::{Error, Result};
 use crate::lease::{Lease, LostSignal};
@@ -293,10 +294,11 @@ pub struct MemberWatch {
     known: BTreeMap<String, MemberInfo>,
     pending: VecDeque<MemberEvent>,
     started: bool,
-    /// The table changed, or may have, since the last read (an announcement arrived, a
-    /// reconnect, an expiry): kept here, not in `next`'s future, so that a `next` dropped
-    /// between taking the announcement and finishing the read loses nothing.
-    read_owed: bool,
+    /// The read under way: the first, or one a change (an announcement, a reconnect, an
+    /// expiry) called for. Kept here, not in `next`'s future, so that a `next` dropped half-way
+    /// (a timeout, a cancellation) loses nothing, and the next call goes on with the same read:
+    /// calls with timeouts shorter than a read still get through.
+    read: Option<BoxFuture<'static, Result<Vec<MemberInfo>>>>,
 }
 
 impl fmt::Debug for MemberWatch {
@@ -306,6 +308,13 @@ impl fmt::Debug for MemberWatch {
             .field("known", &self.known.len())
             .finish_non_exhaustive()
     }
+}
+
+fn by_owner(members: &[MemberInfo]) -> BTreeMap<String, MemberInfo> {
+    members
+        .iter()
+        .map(|m| (m.owner.clone(), m.clone()))
+        .collect()
 }
 
 /// The longest a watch goes without re-reading (a clock far off the coordinator's, say).
@@ -328,34 +337,42 @@ impl MemberWatch {
             known: BTreeMap::new(),
             pending: VecDeque::new(),
             started: false,
-            read_owed: false,
+            read: None,
         })
     }
 
     /// The next event: [`MemberEvent::Members`] first, then `Joined` and `Left` in the order the
-    /// reads found them. `Closed` once the client closes. Cancel-safe: a `next` dropped after
-    /// an announcement arrived leaves the read owed, and the next call reads first.
+    /// reads found them. `Closed` once the client closes. Cancel-safe: a `next` dropped half-way
+    /// leaves its read with the watch, and the next call finishes it.
     pub async fn next(&mut self) -> Result<MemberEvent> {
         loop {
             if let Some(event) = self.pending.pop_front() {
                 return Ok(event);
             }
+            if self.read.is_none() {
+                if self.started {
+                    let wait = self.until_soonest_expiry();
+                    self.subscription.changed_or_after(wait).await?;
+                }
+                self.read = Some(self.start_read());
+            }
+            let read = self.read.as_mut().expect("a read was just started");
+            let members = read.await;
+            // A failed read is owed again: the next call retries it without waiting.
+            self.read = members.is_err().then(|| self.start_read());
+            let members = members?;
             if !self.started {
-                let members = read_members(&self.session, &self.prefix).await?;
-                self.known = members
-                    .iter()
-                    .map(|m| (m.owner.clone(), m.clone()))
-                    .collect();
                 self.started = true;
+                self.known = by_owner(&members);
                 return Ok(MemberEvent::Members(members));
             }
-            if !self.read_owed {
-                let wait = self.until_soonest_expiry();
-                self.subscription.changed_or_after(wait).await?;
-                self.read_owed = true;
-            }
-            self.reread().await?;
+            self.compare(members);
         }
+    }
+
+    fn start_read(&self) -> BoxFuture<'static, Result<Vec<MemberInfo>>> {
+        let (session, prefix) = (self.session.clone(), self.prefix.clone());
+        Box::pin(async move { read_members(&session, &prefix).await })
     }
 
     fn until_soonest_expiry(&self) -> Duration {
@@ -369,12 +386,10 @@ impl MemberWatch {
             .clamp(EXPIRY_SLACK, MAX_WATCH_SLICE)
     }
 
-    async fn reread(&mut self) -> Result<()> {
-        let members = read_members(&self.session, &self.prefix).await?;
-        let now: BTreeMap<String, MemberInfo> = members
-            .iter()
-            .map(|m| (m.owner.clone(), m.clone()))
-            .collect();
+    /// Queues `Left` for each known member the read lacks (or has with another fence), then
+    /// `Joined` for each it has that was not known.
+    fn compare(&mut self, members: Vec<MemberInfo>) {
+        let now = by_owner(&members);
         for (owner, old) in &self.known {
             match now.get(owner) {
                 Some(new) if new.fence == old.fence => {}
@@ -388,8 +403,6 @@ impl MemberWatch {
             }
         }
         self.known = now;
-        self.read_owed = false;
-        Ok(())
     }
 
     /// Stops listening.

@@ -1,9 +1,10 @@
 //! Reads dropped half-way (M2, E5): a `next` future polled once, after the announcement it
 //! waits for has arrived, takes it and starts its read; dropping it then is what a timeout, an
-//! asyncio cancellation or a context deadline does to a binding's read.
+//! asyncio cancellation or a context deadline does to a binding's read, and a binding polling
+//! with timeouts shorter than a read does it again and again.
 
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 
@@ -30,16 +31,20 @@ impl Follow for accord::Observer {
     }
 }
 
-/// The next report of `follow`, after dropping three `next` futures each polled once: the
-/// first takes the announcement already delivered and starts its read.
+/// The next report of `follow`, asked for by `next` futures each polled once and dropped, a
+/// millisecond apart, until one has it: the first takes the announcement already delivered and
+/// starts the read; the others must find that read under way (were each to start its own, none
+/// would ever finish).
 pub async fn next_after_drops<F: Follow>(follow: &mut F) -> F::Item {
-    for _ in 0..3 {
+    let started = Instant::now();
+    loop {
         if let Some(report) = follow.next().now_or_never() {
-            return report.unwrap(); // the read finished within one poll: nothing was dropped
+            return report.unwrap();
         }
+        assert!(
+            started.elapsed() < REREAD_BOUND,
+            "the change announced before the dropped reads is not reported"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    tokio::time::timeout(REREAD_BOUND, follow.next())
-        .await
-        .expect("the change announced before the dropped reads is reported")
-        .unwrap()
 }
