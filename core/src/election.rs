@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::Holder;
@@ -26,7 +25,7 @@ use crate::metadata::Metadata;
 use crate::naming::{channel_for, escape};
 use crate::options::AcquireOptions;
 use crate::session::Session;
-use crate::subscription::Subscription;
+use crate::subscription::{PendingRead, Subscription};
 use crate::validate::{self, MAX_NAME_BYTES};
 
 /// The longest an observer goes without re-reading.
@@ -323,7 +322,7 @@ pub struct Observer {
     /// leader's expiry) called for. Kept here, not in `next`'s future, so that a `next` dropped
     /// half-way (a timeout, a cancellation) loses nothing, and the next call goes on with the
     /// same read: calls with timeouts shorter than a read still get through.
-    read: Option<BoxFuture<'static, Result<Option<Leader>>>>,
+    read: Option<PendingRead<Option<Leader>>>,
 }
 
 impl fmt::Debug for Observer {
@@ -349,7 +348,7 @@ impl Observer {
                 self.subscription.changed_or_after(wait).await?;
                 self.read = Some(self.start_read());
             }
-            let read = self.read.as_mut().expect("a read was just started");
+            let read = self.read.as_mut().expect("a read was just started").get();
             let leader = read.await;
             // A failed read is owed again: the next call retries it without waiting.
             self.read = leader.is_err().then(|| self.start_read());
@@ -371,9 +370,9 @@ impl Observer {
         self
     }
 
-    fn start_read(&self) -> BoxFuture<'static, Result<Option<Leader>>> {
+    fn start_read(&self) -> PendingRead<Option<Leader>> {
         let election = self.election.clone();
-        Box::pin(async move { election.leader().await })
+        PendingRead::new(async move { election.leader().await })
     }
 
     /// A state not reported yet: a vacancy after a leader (or first), a larger fence, or the

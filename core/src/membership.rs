@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use futures_util::future::BoxFuture;
 
 use crate::error::{Error, Result};
 use crate::lease::{Lease, LostSignal};
@@ -22,7 +21,7 @@ use crate::metadata::Metadata;
 use crate::naming::escape;
 use crate::options::{AcquireOptions, KeyState, ListQuery};
 use crate::session::Session;
-use crate::subscription::Subscription;
+use crate::subscription::{PendingRead, Subscription};
 use crate::validate::{self, MAX_NAME_BYTES};
 
 /// The most rows one read of a group or a fleet returns: every member and held shard of a
@@ -298,7 +297,7 @@ pub struct MemberWatch {
     /// expiry) called for. Kept here, not in `next`'s future, so that a `next` dropped half-way
     /// (a timeout, a cancellation) loses nothing, and the next call goes on with the same read:
     /// calls with timeouts shorter than a read still get through.
-    read: Option<BoxFuture<'static, Result<Vec<MemberInfo>>>>,
+    read: Option<PendingRead<Vec<MemberInfo>>>,
 }
 
 impl fmt::Debug for MemberWatch {
@@ -356,7 +355,7 @@ impl MemberWatch {
                 }
                 self.read = Some(self.start_read());
             }
-            let read = self.read.as_mut().expect("a read was just started");
+            let read = self.read.as_mut().expect("a read was just started").get();
             let members = read.await;
             // A failed read is owed again: the next call retries it without waiting.
             self.read = members.is_err().then(|| self.start_read());
@@ -370,9 +369,9 @@ impl MemberWatch {
         }
     }
 
-    fn start_read(&self) -> BoxFuture<'static, Result<Vec<MemberInfo>>> {
+    fn start_read(&self) -> PendingRead<Vec<MemberInfo>> {
         let (session, prefix) = (self.session.clone(), self.prefix.clone());
-        Box::pin(async move { read_members(&session, &prefix).await })
+        PendingRead::new(async move { read_members(&session, &prefix).await })
     }
 
     fn until_soonest_expiry(&self) -> Duration {
