@@ -994,8 +994,9 @@ accord_status accord_election_leader(const accord_election *election,
                                      accord_error **err);
 
 /**
- * Follows the election: the current leader (once there is one), then every new leader and
- * every proclaimed value, each once, in order (fences never decrease). Listens before it
+ * Follows the election: the current state (the leader, or a vacancy when nobody leads), then
+ * every new leader, every proclaimed value and every vacancy, each once, in order (fences
+ * never decrease). Listens before it
  * returns, so that no change from then on is missed. On success `*out_observer` is an observer
  * to read with accord_observer_next() and free with accord_observer_free(). Blocks.
  */
@@ -1004,9 +1005,11 @@ accord_status accord_election_observe(const accord_election *election,
                                       accord_error **err);
 
 /**
- * Waits up to `timeout_ms` (negative: without limit) for the next leader, or the next value of
- * the leader: ACCORD_OK with `*out_leader` set (free it with
- * accord_leader_free()); ACCORD_TIMEOUT if none came (nobody leads, or nothing changed);
+ * Waits up to `timeout_ms` (negative: without limit) for the next change of leadership:
+ * ACCORD_OK with `*out_leader` set to the new leader or value (free it with
+ * accord_leader_free()), or to NULL for a vacancy (the leader resigned or expired and nobody
+ * leads yet; the first call reports NULL when nobody leads); ACCORD_TIMEOUT if nothing changed
+ * (a timeout loses nothing: the next call reports what arrived meanwhile);
  * ACCORD_CANCELLED when `cancel` (may be NULL) fires; ACCORD_CLOSED once the observer or its
  * client is closed. Meant for one reader thread per observer. Blocks.
  */

@@ -182,8 +182,9 @@ export declare class Election {
   leader(): Promise<Leader | null>
   /**
    * Follows the election: iterate the observer with `for await` for the current leader
-   * (once there is one), then every new leader and every proclaimed value, each once, in
-   * order. Resolves once listening, so no change made after it resolves is missed.
+   * (`null` when nobody leads), then every new leader, every proclaimed value and every
+   * vacancy (`null`), each once, in order. Resolves once listening, so no change made after
+   * it resolves is missed.
    */
   observe(): Promise<Observer>
 }
@@ -443,8 +444,9 @@ export declare class MemberWatch {
 
 /**
  * An election's leaders: `for await (const leader of observer)` yields the current leader
- * (once there is one), then every new leader and every proclaimed value, each once, fences
- * never decreasing. Opened by `election.observe()`.
+ * (`null` when nobody leads), then every new leader, every proclaimed value and every vacancy
+ * (`null`: the leader resigned or expired and nobody leads yet), each once, fences never
+ * decreasing. Opened by `election.observe()`.
  *
  * The observer reads the election when it is asked for its next leader (woken by the
  * election's announcements, reconnections and the leader's expiry), so it keeps the Node
@@ -455,11 +457,11 @@ export declare class Observer {
   /** True once `close()` was called. */
   get closed(): boolean
   /**
-   * The next leader (or new value of the leader): `{ done: false, value }`, or
-   * `{ done: true }` once the observer is closed. Waits while nobody leads. Rejects with
-   * `ACCORD_CLOSED` once the client is closed.
+   * The next change of leadership: `{ done: false, value }` with the leader, or with `null`
+   * when nobody leads (a vacancy); `{ done: true }` once the observer is closed. Rejects
+   * with `ACCORD_CLOSED` once the client is closed.
    */
-  next(): Promise<IteratorResult<Leader, undefined>>
+  next(): Promise<IteratorResult<Leader | null, undefined>>
   /** Closes the observer (what leaving a `for await` loop calls). */
   return(): Promise<IteratorReturnResult<undefined>>
   /** Stops following: a pending `next()` resolves with `done: true`. Idempotent. */

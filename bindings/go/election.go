@@ -231,8 +231,9 @@ func (l *Leadership) free() {
 	l.client.forgetLost(l.fence)
 }
 
-// Observer yields an election's leaders: the current one (once there is one), then every new
-// leader and every proclaimed value, each once, in order (fences never decrease). Read it from
+// Observer yields an election's leaders: the current state (the leader, or nil when nobody
+// leads), then every new leader, every proclaimed value and every vacancy (nil), each once, in
+// order (fences never decrease). Read it from
 // one goroutine at a time; Close may be called from any.
 type Observer struct {
 	ptr     *C.accord_observer // freed when the Observer is garbage
@@ -256,20 +257,23 @@ func (e *Election) Observe(ctx context.Context) (*Observer, error) {
 	return o, nil
 }
 
-// Next waits for the next leader (or new value of the leader), as long as ctx allows (its end
-// gives an error matching both ErrCancelled and the context's error). After Close, or once the
-// client is closed, it gives an error matching ErrClosed.
-func (o *Observer) Next(ctx context.Context) (Leader, error) {
+// Next waits for the next change of leadership, as long as ctx allows (its end gives an error
+// matching both ErrCancelled and the context's error, and loses nothing: the next call reports
+// what arrived meanwhile): the new leader or value, or nil for a vacancy (the leader resigned or
+// expired and nobody leads yet). After Close, or once the client is closed, it gives an error
+// matching ErrClosed.
+func (o *Observer) Next(ctx context.Context) (*Leader, error) {
 	defer runtime.KeepAlive(o)
 	var ptr *C.accord_leader
 	err := cancellable(ctx, func(token *C.accord_cancel_token, cerr **C.accord_error) C.accord_status {
 		return C.accord_observer_next(o.ptr, -1, token, &ptr, cerr)
 	})
-	if err != nil {
-		return Leader{}, err
+	if err != nil || ptr == nil {
+		return nil, err
 	}
 	defer C.accord_leader_free(ptr)
-	return leaderOf(ptr), nil
+	leader := leaderOf(ptr)
+	return &leader, nil
 }
 
 // Close stops the observer: a Next waiting returns ErrClosed, and so does every later one.

@@ -1,15 +1,20 @@
 package accord
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 )
 
-// Shared locks, fair waiting and elections: X1, X2, E1-E3 of docs/semantics.md, and bad input.
+// Shared locks, fair waiting and elections: X1, X2, E1-E5 of docs/semantics.md, and bad input.
 // Waiters are ordered without sleeps: each takes its place in line (QueuedCount) before the
 // next one starts.
 
@@ -153,15 +158,21 @@ func TestFairWaitingGrantsInArrivalOrder(t *testing.T) { // X2
 	}
 }
 
+// observed checks the observer's next leader, past at most one vacancy: a resignation frees
+// the key before the campaigner in line, woken, takes it, and a read in between finds nobody
+// leading.
 func observed(t *testing.T, o *Observer, owner, value string, fence int64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	l, err := o.Next(ctx)
+	if err == nil && l == nil {
+		l, err = o.Next(ctx)
+	}
 	if err != nil {
 		t.Fatalf("observe: %v", err)
 	}
-	if l.Owner != owner || l.Value != value || l.Fence != fence || l.Since.IsZero() || !l.ExpiresAt.After(l.Since) {
+	if l == nil || l.Owner != owner || l.Value != value || l.Fence != fence || l.Since.IsZero() || !l.ExpiresAt.After(l.Since) {
 		t.Fatalf("observed %+v, want %s %s %d", l, owner, value, fence)
 	}
 }
@@ -289,5 +300,95 @@ func TestElectionBadInput(t *testing.T) {
 	}
 	if c.QueuedCount() != 0 || c.WaiterWakeups() != 0 {
 		t.Fatalf("queued %d, woken %d", c.QueuedCount(), c.WaiterWakeups())
+	}
+}
+
+// rereadBound is well before the 30 s safety re-read: a change lost by a read whose context
+// ended half-way shows as this passing.
+const rereadBound = 10 * time.Second
+
+// poll asks next for the next change with 1 ms contexts until it comes (most end the read
+// half-way, after it took the announcement).
+func poll[T any](t *testing.T, next func(context.Context) (T, error)) T {
+	t.Helper()
+	started := time.Now()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		v, err := next(ctx)
+		cancel()
+		if err == nil {
+			return v
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("next: %v", err)
+		}
+		if time.Since(started) > rereadBound {
+			t.Fatal("a read whose context ended lost the change")
+		}
+	}
+}
+
+// E4: an observer reports the current state first (nobody leads: nil), then every change,
+// vacancies included: a resignation, and a leader whose process was killed, at its lease's
+// expiry. E5: reads whose context ends after a millisecond lose no change.
+func TestObserverReportsVacanciesAndLosesNothingToDeadlines(t *testing.T) { // E4, E5
+	ctx := context.Background()
+	ns := namespace(t)
+	a, watcher := connect(t, ns, "a"), connect(t, ns, "watcher")
+	ea, ew := must(a.Election("e4")), must(watcher.Election("e4"))
+	obs := must(ew.Observe(ctx))
+	defer obs.Close()
+	if l := poll(t, obs.Next); l != nil {
+		t.Fatalf("a leader before any campaign: %+v", l)
+	}
+	for round := 0; round < 3; round++ {
+		la := must(ea.Campaign(ctx, "v", CampaignOptions{TTL: time.Minute}))
+		if l := poll(t, obs.Next); l == nil || l.Owner != "a" || l.Fence != la.Fence() {
+			t.Fatalf("round %d: observed %+v, want a at %d", round, l, la.Fence())
+		}
+		if err := la.Proclaim(ctx, "w"); err != nil {
+			t.Fatal(err)
+		}
+		if l := poll(t, obs.Next); l == nil || l.Value != "w" || l.Fence != la.Fence() {
+			t.Fatalf("round %d: observed %+v, want the value w", round, l)
+		}
+		if err := la.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if l := poll(t, obs.Next); l != nil {
+			t.Fatalf("round %d: observed %+v after the resignation, want a vacancy", round, l)
+		}
+	}
+
+	// A leader in another process (the C test program), killed: nobody leads once its 1 s
+	// lease expired.
+	leader, err := filepath.Abs("../../target/test_accord")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(leader); err != nil {
+		t.Fatalf("the C test program is missing (make build-c-tests): %v", err)
+	}
+	cmd := exec.Command(leader, "lead-child", databaseURL(t), ns)
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() {
+		t.Fatal("the C leader said nothing")
+	}
+	var fence int64
+	fmt.Sscan(lines.Text(), &fence)
+	bounded, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if l, err := obs.Next(bounded); err != nil || l == nil || l.Owner != "doomed" || l.Fence != fence {
+		t.Fatalf("observed %+v (%v), want doomed at %d", l, err, fence)
+	}
+	cmd.Process.Kill()
+	if l, err := obs.Next(bounded); err != nil || l != nil {
+		t.Fatalf("observed %+v (%v) after the leader was killed, want a vacancy", l, err)
 	}
 }

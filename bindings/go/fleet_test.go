@@ -156,6 +156,31 @@ func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() boo
 // F2, F4: a member takes all 8 shards; a second joins and they split 4/4, each moved shard
 // Revoked(handoff) on the first before it is Assigned (with a larger fence) to the second;
 // Close hands back (Revoked(closed), then ErrClosed) and the first takes everything again.
+// M2: watch reads whose context ends after a millisecond lose no change: Joined and Left still
+// come, well before the 30 s safety re-read.
+func TestWatchLosesNothingToDeadlines(t *testing.T) { // M2
+	ctx := context.Background()
+	ns := namespace(t)
+	a, b := connect(t, ns, "a"), connect(t, ns, "b")
+	w := must(b.Watch(ctx, "g"))
+	defer w.Close()
+	if ev := poll(t, w.Next); ev.Kind != MembersNow || len(ev.Members) != 0 {
+		t.Fatalf("first event %+v", ev)
+	}
+	for round := 0; round < 3; round++ {
+		m := must(a.Join(ctx, "g", &JoinOptions{TTL: time.Minute}))
+		if ev := poll(t, w.Next); ev.Kind != MemberJoined || ev.Members[0].Fence != m.Fence() {
+			t.Fatalf("round %d: %+v, want Joined at %d", round, ev, m.Fence())
+		}
+		if err := m.Leave(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if ev := poll(t, w.Next); ev.Kind != MemberLeft || ev.Members[0].Fence != m.Fence() {
+			t.Fatalf("round %d: %+v, want Left at %d", round, ev, m.Fence())
+		}
+	}
+}
+
 func TestFleetSplitsAndHandsOff(t *testing.T) { // F2, F4
 	ctx := context.Background()
 	ns := namespace(t)

@@ -8,8 +8,8 @@
 //! Observers listen on the election's channel, which campaign, proclaim and resign announce on,
 //! and re-read the key when it speaks, when the listening connection reconnected (announcements
 //! may have been missed), and at the leader's expiry (a leader that dies announces nothing): the
-//! table is the truth, an announcement only says "read again". An observer reports each leader
-//! and each proclaimed value once, in order of fence (a stale read never goes back).
+//! table is the truth, an announcement only says "read again". An observer reports each leader,
+//! each proclaimed value and each vacancy once, in order of fence (a stale read never goes back).
 
 use std::fmt;
 use std::sync::Arc;
@@ -24,8 +24,8 @@ use crate::lease::{Lease, LostSignal};
 use crate::metadata::Metadata;
 use crate::naming::{channel_for, escape};
 use crate::options::AcquireOptions;
-use crate::session::{Event, Session};
-use crate::subscription::Subscription;
+use crate::session::Session;
+use crate::subscription::{PendingRead, Subscription};
 use crate::validate::{self, MAX_NAME_BYTES};
 
 /// The longest an observer goes without re-reading.
@@ -170,9 +170,10 @@ impl Election {
         Ok(holder.map(leader_of))
     }
 
-    /// Follows the election: the current leader (once there is one), then every new leader and
-    /// every proclaimed value, each once, in order. Listens before its first read, so that no
-    /// change after this returns is missed.
+    /// Follows the election: the current state first (the leader, or `None` when nobody
+    /// leads), then every new leader, every proclaimed value and every vacancy, each once, in
+    /// order (see [`Observer::next`]). Listens before its first read, so that no change after
+    /// this returns is missed.
     pub async fn observe(&self) -> Result<Observer> {
         self.session.check_usable()?;
         let subscription = Subscription::open(&self.session, vec![self.channel.clone()]).await?;
@@ -180,9 +181,11 @@ impl Election {
             election: self.clone(),
             subscription,
             last: None,
+            vacant: false,
             expires_at: None,
-            started: false,
-        })
+            read: None,
+        }
+        .first_read())
     }
 
     async fn announce(&self) {
@@ -308,11 +311,18 @@ impl Drop for Leadership {
 pub struct Observer {
     election: Election,
     subscription: Subscription,
-    /// The last leader reported: (fence, value).
+    /// The last leader reported: (fence, value). Kept after a vacancy, so that a leader is
+    /// never reported twice.
     last: Option<(i64, String)>,
+    /// The last thing reported was a vacancy.
+    vacant: bool,
     /// The current leader's expiry, when one leads: re-read then.
     expires_at: Option<DateTime<Utc>>,
-    started: bool,
+    /// The read under way: the first, or one a change (an announcement, a reconnect, the
+    /// leader's expiry) called for. Kept here, not in `next`'s future, so that a `next` dropped
+    /// half-way (a timeout, a cancellation) loses nothing, and the next call goes on with the
+    /// same read: calls with timeouts shorter than a read still get through.
+    read: Option<PendingRead<Option<Leader>>>,
 }
 
 impl fmt::Debug for Observer {
@@ -320,44 +330,60 @@ impl fmt::Debug for Observer {
         f.debug_struct("Observer")
             .field("election", &self.election.name)
             .field("last", &self.last)
+            .field("vacant", &self.vacant)
             .finish_non_exhaustive()
     }
 }
 
 impl Observer {
-    /// The next leader (or new value of the leader): the current one first. Waits while nobody
-    /// leads. `Closed` once the client closes. Cancel-safe.
-    pub async fn next(&mut self) -> Result<Leader> {
+    /// The next change of leadership: the current state first (`Some(leader)`, or `None` when
+    /// nobody leads), then every new leader, every proclaimed value and every vacancy (the
+    /// leader resigned, released or expired and nobody leads yet), each once, in order.
+    /// `Closed` once the client closes. Cancel-safe: a `next` dropped half-way leaves its read
+    /// with the observer, and the next call finishes it.
+    pub async fn next(&mut self) -> Result<Option<Leader>> {
         loop {
-            if self.started {
+            if self.read.is_none() {
                 let wait = self.until_expiry();
-                tokio::select! {
-                    event = self.subscription.recv() => match event? {
-                        // A change was announced, or announcements may have been missed.
-                        Some(Event::Message(_)) | Some(Event::Reconnected) => {}
-                        None => return Err(Error::closed()),
-                    },
-                    _ = tokio::time::sleep(wait) => {}
-                }
+                self.subscription.changed_or_after(wait).await?;
+                self.read = Some(self.start_read());
             }
-            self.started = true;
-            let leader = self.election.leader().await?;
+            let read = self.read.as_mut().expect("a read was just started").get();
+            let leader = read.await;
+            // A failed read is owed again: the next call retries it without waiting.
+            self.read = leader.is_err().then(|| self.start_read());
+            let leader = leader?;
             self.expires_at = leader.as_ref().map(|l| l.expires_at);
-            if let Some(leader) = leader {
-                if self.is_new(&leader) {
-                    self.last = Some((leader.fence, leader.value.clone()));
-                    return Ok(leader);
+            if self.is_new(leader.as_ref()) {
+                self.vacant = leader.is_none();
+                if let Some(l) = &leader {
+                    self.last = Some((l.fence, l.value.clone()));
                 }
+                return Ok(leader);
             }
         }
     }
 
-    /// A leader not reported yet: a larger fence, or the same leader with a new value.
-    fn is_new(&self, leader: &Leader) -> bool {
-        match &self.last {
-            None => true,
-            Some((fence, value)) => {
-                leader.fence > *fence || (leader.fence == *fence && leader.value != *value)
+    /// The observer with its first read owed: the current state comes first.
+    fn first_read(mut self) -> Self {
+        self.read = Some(self.start_read());
+        self
+    }
+
+    fn start_read(&self) -> PendingRead<Option<Leader>> {
+        let election = self.election.clone();
+        PendingRead::new(async move { election.leader().await })
+    }
+
+    /// A state not reported yet: a vacancy after a leader (or first), a larger fence, or the
+    /// same leader with a new value. A read of a leader already followed by a vacancy is stale.
+    fn is_new(&self, leader: Option<&Leader>) -> bool {
+        match (leader, &self.last) {
+            (None, _) => !self.vacant,
+            (Some(_), None) => true,
+            (Some(leader), Some((fence, value))) => {
+                leader.fence > *fence
+                    || (!self.vacant && leader.fence == *fence && leader.value != *value)
             }
         }
     }

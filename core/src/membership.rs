@@ -20,8 +20,8 @@ use crate::lease::{Lease, LostSignal};
 use crate::metadata::Metadata;
 use crate::naming::escape;
 use crate::options::{AcquireOptions, KeyState, ListQuery};
-use crate::session::{Event, Session};
-use crate::subscription::Subscription;
+use crate::session::Session;
+use crate::subscription::{PendingRead, Subscription};
 use crate::validate::{self, MAX_NAME_BYTES};
 
 /// The most rows one read of a group or a fleet returns: every member and held shard of a
@@ -306,6 +306,11 @@ pub struct MemberWatch {
     known: BTreeMap<String, MemberInfo>,
     pending: VecDeque<MemberEvent>,
     started: bool,
+    /// The read under way: the first, or one a change (an announcement, a reconnect, an
+    /// expiry) called for. Kept here, not in `next`'s future, so that a `next` dropped half-way
+    /// (a timeout, a cancellation) loses nothing, and the next call goes on with the same read:
+    /// calls with timeouts shorter than a read still get through.
+    read: Option<PendingRead<Vec<MemberInfo>>>,
 }
 
 impl fmt::Debug for MemberWatch {
@@ -315,6 +320,13 @@ impl fmt::Debug for MemberWatch {
             .field("known", &self.known.len())
             .finish_non_exhaustive()
     }
+}
+
+fn by_owner(members: &[MemberInfo]) -> BTreeMap<String, MemberInfo> {
+    members
+        .iter()
+        .map(|m| (m.owner.clone(), m.clone()))
+        .collect()
 }
 
 /// The longest a watch goes without re-reading (a clock far off the coordinator's, say).
@@ -337,36 +349,42 @@ impl MemberWatch {
             known: BTreeMap::new(),
             pending: VecDeque::new(),
             started: false,
+            read: None,
         })
     }
 
     /// The next event: [`MemberEvent::Members`] first, then `Joined` and `Left` in the order the
-    /// reads found them. `Closed` once the client closes. Cancel-safe.
+    /// reads found them. `Closed` once the client closes. Cancel-safe: a `next` dropped half-way
+    /// leaves its read with the watch, and the next call finishes it.
     pub async fn next(&mut self) -> Result<MemberEvent> {
         loop {
             if let Some(event) = self.pending.pop_front() {
                 return Ok(event);
             }
+            if self.read.is_none() {
+                if self.started {
+                    let wait = self.until_soonest_expiry();
+                    self.subscription.changed_or_after(wait).await?;
+                }
+                self.read = Some(self.start_read());
+            }
+            let read = self.read.as_mut().expect("a read was just started").get();
+            let members = read.await;
+            // A failed read is owed again: the next call retries it without waiting.
+            self.read = members.is_err().then(|| self.start_read());
+            let members = members?;
             if !self.started {
-                let members = read_members(&self.session, &self.prefix).await?;
-                self.known = members
-                    .iter()
-                    .map(|m| (m.owner.clone(), m.clone()))
-                    .collect();
                 self.started = true;
+                self.known = by_owner(&members);
                 return Ok(MemberEvent::Members(members));
             }
-            let wait = self.until_soonest_expiry();
-            tokio::select! {
-                event = self.subscription.recv() => match event? {
-                    // A change was announced, or announcements may have been missed.
-                    Some(Event::Message(_)) | Some(Event::Reconnected) => {}
-                    None => return Err(Error::closed()),
-                },
-                _ = tokio::time::sleep(wait) => {}
-            }
-            self.reread().await?;
+            self.compare(members);
         }
+    }
+
+    fn start_read(&self) -> PendingRead<Vec<MemberInfo>> {
+        let (session, prefix) = (self.session.clone(), self.prefix.clone());
+        PendingRead::new(async move { read_members(&session, &prefix).await })
     }
 
     fn until_soonest_expiry(&self) -> Duration {
@@ -380,12 +398,10 @@ impl MemberWatch {
             .clamp(EXPIRY_SLACK, MAX_WATCH_SLICE)
     }
 
-    async fn reread(&mut self) -> Result<()> {
-        let members = read_members(&self.session, &self.prefix).await?;
-        let now: BTreeMap<String, MemberInfo> = members
-            .iter()
-            .map(|m| (m.owner.clone(), m.clone()))
-            .collect();
+    /// Queues `Left` for each known member the read lacks (or has with another fence), then
+    /// `Joined` for each it has that was not known.
+    fn compare(&mut self, members: Vec<MemberInfo>) {
+        let now = by_owner(&members);
         for (owner, old) in &self.known {
             match now.get(owner) {
                 Some(new) if new.fence == old.fence => {}
@@ -399,7 +415,6 @@ impl MemberWatch {
             }
         }
         self.known = now;
-        Ok(())
     }
 
     /// Stops listening.

@@ -1,7 +1,10 @@
 //! The [`Subscription`] handle: notifications on some channels, read in order.
 
-use std::sync::Arc;
+use std::future::Future;
+use std::sync::{Arc, PoisonError};
+use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use futures_util::Stream;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -85,6 +88,19 @@ impl Subscription {
         }
     }
 
+    /// Waits until an event says the table may have changed (a notification, or a reconnect:
+    /// notifications may have been missed) or `wait` passes: for a reader that then reads the
+    /// table. `Err(Closed)` once this subscription or the client is closed. Cancel-safe.
+    pub(crate) async fn changed_or_after(&self, wait: Duration) -> Result<()> {
+        tokio::select! {
+            event = self.recv() => match event? {
+                Some(Event::Message(_)) | Some(Event::Reconnected) => Ok(()),
+                None => Err(Error::closed()),
+            },
+            _ = tokio::time::sleep(wait) => Ok(()),
+        }
+    }
+
     /// Drops the events already delivered and not read: for a reader about to look at the
     /// table, which every one of them only said to read again.
     pub(crate) fn discard_pending(&self) {
@@ -151,5 +167,21 @@ impl Drop for Subscription {
                 scope.backend.unlisten(channel).await;
             }
         });
+    }
+}
+
+/// A read of the table under way, kept by a reader across calls of its `next` (a member watch,
+/// an observer), so that a call dropped half-way leaves it to the next. Behind a `Mutex` only
+/// so that its owner stays `Sync`: it is reached through `&mut`, never locked.
+pub(crate) struct PendingRead<T>(std::sync::Mutex<BoxFuture<'static, Result<T>>>);
+
+impl<T> PendingRead<T> {
+    pub(crate) fn new(read: impl Future<Output = Result<T>> + Send + 'static) -> Self {
+        PendingRead(std::sync::Mutex::new(Box::pin(read)))
+    }
+
+    /// The read, to poll.
+    pub(crate) fn get(&mut self) -> &mut BoxFuture<'static, Result<T>> {
+        self.0.get_mut().unwrap_or_else(PoisonError::into_inner)
     }
 }

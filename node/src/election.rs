@@ -146,8 +146,9 @@ impl Election {
     }
 
     /// Follows the election: iterate the observer with `for await` for the current leader
-    /// (once there is one), then every new leader and every proclaimed value, each once, in
-    /// order. Resolves once listening, so no change made after it resolves is missed.
+    /// (`null` when nobody leads), then every new leader, every proclaimed value and every
+    /// vacancy (`null`), each once, in order. Resolves once listening, so no change made after
+    /// it resolves is missed.
     #[napi(ts_return_type = "Promise<Observer>")]
     pub fn observe<'e>(&self, env: &'e Env) -> Result<PromiseRaw<'e, Observer>> {
         let election = self.inner.clone();
@@ -332,8 +333,9 @@ fn resigned(election: &str) -> accord::Error {
 }
 
 /// An election's leaders: `for await (const leader of observer)` yields the current leader
-/// (once there is one), then every new leader and every proclaimed value, each once, fences
-/// never decreasing. Opened by `election.observe()`.
+/// (`null` when nobody leads), then every new leader, every proclaimed value and every vacancy
+/// (`null`: the leader resigned or expired and nobody leads yet), each once, fences never
+/// decreasing. Opened by `election.observe()`.
 ///
 /// The observer reads the election when it is asked for its next leader (woken by the
 /// election's announcements, reconnections and the leader's expiry), so it keeps the Node
@@ -369,11 +371,11 @@ impl Observer {
         self.closed.is_cancelled()
     }
 
-    /// The next leader (or new value of the leader): `{ done: false, value }`, or
-    /// `{ done: true }` once the observer is closed. Waits while nobody leads. Rejects with
-    /// `ACCORD_CLOSED` once the client is closed.
-    #[napi(ts_return_type = "Promise<IteratorResult<Leader, undefined>>")]
-    pub fn next<'e>(&self, env: &'e Env) -> Result<PromiseRaw<'e, Step<Leader>>> {
+    /// The next change of leadership: `{ done: false, value }` with the leader, or with `null`
+    /// when nobody leads (a vacancy); `{ done: true }` once the observer is closed. Rejects
+    /// with `ACCORD_CLOSED` once the client is closed.
+    #[napi(ts_return_type = "Promise<IteratorResult<Leader | null, undefined>>")]
+    pub fn next<'e>(&self, env: &'e Env) -> Result<PromiseRaw<'e, Step<Option<Leader>>>> {
         let inner = self.inner.clone();
         let closed = self.closed.clone();
         settle(
@@ -395,7 +397,7 @@ impl Observer {
                 }
             },
             |_, outcome| match outcome? {
-                Some(leader) => Ok(Step::of(Leader::from(leader))),
+                Some(leader) => Ok(Step::of(leader.map(Leader::from))),
                 None => Ok(Step::end()),
             },
         )
@@ -406,7 +408,7 @@ impl Observer {
         js_name = "return",
         ts_return_type = "Promise<IteratorReturnResult<undefined>>"
     )]
-    pub fn return_<'e>(&self, env: &'e Env) -> Result<PromiseRaw<'e, Step<Leader>>> {
+    pub fn return_<'e>(&self, env: &'e Env) -> Result<PromiseRaw<'e, Step<Option<Leader>>>> {
         self.closed.cancel();
         let inner = self.inner.clone();
         settle_ok(env, async move {

@@ -1,7 +1,8 @@
 'use strict'
-// Elections (E1–E3 of docs/semantics.md) through the Node API, on PostgreSQL: one leader that
+// Elections (E1–E4 of docs/semantics.md) through the Node API, on PostgreSQL: one leader that
 // every client and an observer agree on, proclaim (same fence), resign handing over to the
-// campaigner waiting in line (larger fence); bad input refused naming the field. Waiting
+// campaigner waiting in line (larger fence); vacancies (null) after a resignation and a leader's
+// expiry; bad input refused naming the field. Waiting
 // campaigners are ordered with queuedCount(), never by sleeping.
 
 const assert = require('node:assert/strict')
@@ -11,11 +12,21 @@ const { accord, eventually, handled, rejectsWith, scenario, SEC, within } = requ
 const TTL = 60 * SEC
 const BOUND = 20 * SEC
 
-/** The next leader an observer reports, within a bound. */
-async function nextLeader(observer) {
-  const step = await within(BOUND, observer.next(), 'waiting for a leader')
+/** The next change an observer reports (a leader, or null: a vacancy), within a bound. */
+async function nextChange(observer) {
+  const step = await within(BOUND, observer.next(), 'waiting for a change of leader')
   assert.equal(step.done, false, 'the observer ended')
   return step.value
+}
+
+/**
+ * The next leader an observer reports, past at most one vacancy: a resignation frees the key
+ * before the campaigner in line, woken, takes it, and a read in between finds nobody leading.
+ */
+async function nextLeader(observer) {
+  const seen = (await nextChange(observer)) ?? (await nextChange(observer))
+  assert.notEqual(seen, null, 'a vacancy is reported once, then the next leader')
+  return seen
 }
 
 scenario('E1-E3 one leader, proclaim keeps the fence, resign hands over in line', async (h) => {
@@ -74,10 +85,11 @@ scenario('E1-E3 one leader, proclaim keeps the fence, resign hands over in line'
   const handedOver = await nextLeader(observer)
   assert.deepEqual([handedOver.owner, handedOver.value, handedOver.fence], ['b', 'b-value', next.fence])
 
-  // Disposing resigns; nobody leads afterwards.
+  // Disposing resigns; nobody leads afterwards: a vacancy.
   await next[Symbol.asyncDispose]()
   assert.equal(next.status, 'released')
   assert.equal(await election.leader(), null)
+  assert.equal(await nextChange(observer), null)
 
   // close() ends a pending next() and every later one with done.
   const pending = observer.next()
@@ -106,6 +118,27 @@ scenario('E1-E3 one leader, proclaim keeps the fence, resign hands over in line'
   await b.close()
   await rejectsWith(ending, 'ACCORD_CLOSED')
   assert.throws(() => b.election('primary'), { code: 'ACCORD_CLOSED' })
+})
+
+scenario('E4 an observer reports vacancies: after a resignation and at a dead leader\'s expiry', async (h) => {
+  const leader = await h.client('leader')
+  const watcher = await h.client('watcher')
+  const { proxy, url } = await h.proxy()
+  const doomed = await h.client('doomed', {}, url)
+  const observer = await watcher.election('e4').observe()
+  assert.equal(await nextChange(observer), null) // the current state: nobody leads
+  const leading = await leader.election('e4').campaign('v', { ttl: TTL })
+  assert.equal((await nextChange(observer)).fence, leading.fence)
+  await leading.resign()
+  assert.equal(await nextChange(observer), null)
+  const dying = await doomed.election('e4').campaign('d', { ttl: SEC })
+  const seen = await nextChange(observer)
+  assert.deepEqual([seen.owner, seen.fence], ['doomed', dying.fence])
+  proxy.cut() // the leader's process, as the coordinator sees it, died
+  // Reported at the lease's expiry, a second after its last renewal; BOUND only bounds a hang.
+  assert.equal(await nextChange(observer), null)
+  assert.equal(await watcher.election('e4').leader(), null)
+  await observer.close()
 })
 
 scenario('a waiting campaign gives up on timeout or abort, leaving its place in line', async (h) => {

@@ -27,7 +27,8 @@ database: they take leases on named keys, mark units of work done, and notify ea
 - Elections: ``election(name)`` (an ``Election``, ``AsyncElection``): ``campaign(value)`` waits
   in line to lead (a ``Leadership``, ``AsyncLeadership``: a lease with a ``fence``,
   ``proclaim`` and ``resign``; a context manager), ``leader()`` reads the ``Leader`` and
-  ``observe()`` (an ``Observer``, ``AsyncObserver``) yields each new leader and value.
+  ``observe()`` (an ``Observer``, ``AsyncObserver``) yields each new leader and value, and
+  None for a vacancy (nobody leads).
 - Durable streams: ``publish(stream, payload)`` (and ``publish_many``) appends events and
   returns their seqs (1, 2, 3, … per stream); ``subscribe(stream, after=, consumer=,
   page_size=)`` (a ``StreamSubscription``, ``AsyncStreamSubscription``) yields ``StreamEvent``

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use accord::{CampaignOptions, CancellationToken, ErrorKind, LeaseStatus};
 use chrono::{DateTime, Utc};
+use pyo3::exceptions::PyStopAsyncIteration;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCFunction, PyTuple};
@@ -423,9 +424,9 @@ impl Election {
         Ok(block_on(py, self.inner.leader())?.py()?.map(Leader))
     }
 
-    /// Follows the election: iterate the observer for the current leader (once there is one),
-    /// then every new leader and every proclaimed value, each once, in order. Listens before
-    /// it returns, so no change after that is missed.
+    /// Follows the election: iterate the observer for the current leader (None when nobody
+    /// leads), then every new leader, every proclaimed value and every vacancy (None), each
+    /// once, in order. Listens before it returns, so no change after that is missed.
     fn observe(&self, py: Python<'_>) -> PyResult<Observer> {
         let observer = block_on(py, self.inner.observe())?.py()?;
         Ok(Observer {
@@ -525,14 +526,15 @@ impl AsyncElection {
     }
 }
 
-/// A read's answer: the leader; None (iterating) or `Closed` (`next`) once the observer was
-/// closed; `Timeout` after `timeout` seconds.
+/// A read's answer: `Some` of the leader, or of None when nobody leads (a vacancy); None
+/// (iterating) or `Closed` (`next`) once the observer was closed; `Timeout` after `timeout`
+/// seconds.
 fn answer(
-    read: Read<accord::Leader>,
+    read: Read<Option<accord::Leader>>,
     timeout: Option<f64>,
     iterating: bool,
-) -> PyResult<Option<Leader>> {
-    Ok(watching::answer(read, "new leader", timeout, iterating)?.map(Leader))
+) -> PyResult<Option<Option<Leader>>> {
+    Ok(watching::answer(read, "change of leader", timeout, iterating)?.map(|l| l.map(Leader)))
 }
 
 /// The leaders of an election (sync API): iterate it (it ends once closed), or call `next`.
@@ -548,7 +550,7 @@ impl Observer {
         py: Python<'_>,
         timeout: Option<f64>,
         iterating: bool,
-    ) -> PyResult<Option<Leader>> {
+    ) -> PyResult<Option<Option<Leader>>> {
         let limit = convert::timeout("timeout", timeout)?;
         let read = block_on(py, self.watching.clone().read(limit))?;
         answer(read, timeout, iterating)
@@ -563,11 +565,12 @@ impl Observer {
         self.watching.closed()
     }
 
-    /// The next leader, or the leader's new value: the current leader first (waiting while
-    /// nobody leads), then each change once, fences never decreasing. Raises `Timeout` after
+    /// The next change of leadership: the current state first (the leader, or None when
+    /// nobody leads), then each new leader, new value and vacancy (None: the leader resigned
+    /// or expired and nobody leads yet) once, fences never decreasing. Raises `Timeout` after
     /// `timeout` seconds without one, `Closed` once the observer or its client closed.
     #[pyo3(signature = (timeout=None))]
-    fn next(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Leader> {
+    fn next(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Leader>> {
         self.read(py, timeout, false)?
             .ok_or_else(|| to_py(accord::Error::closed()))
     }
@@ -576,7 +579,8 @@ impl Observer {
         slf
     }
 
-    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Leader>> {
+    /// The next leader or None (a vacancy); iteration stops once closed.
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Option<Leader>>> {
         self.read(py, None, true)
     }
 
@@ -619,9 +623,11 @@ impl AsyncObserver {
     ) -> PyResult<Bound<'py, PyAny>> {
         let limit = convert::timeout("timeout", timeout)?;
         let watching = self.watching.clone();
-        // Cancelling drops the read, which loses no leader (the core's read is cancel-safe).
+        // Cancelling drops the read, which loses no change (the core's read is cancel-safe).
+        // Iterating, a closed observer ends the iteration here: None is a vacancy.
         runtime::future_into_py(py, async move {
-            answer(watching.read(limit).await, timeout, iterating)
+            answer(watching.read(limit).await, timeout, iterating)?
+                .ok_or_else(|| PyStopAsyncIteration::new_err(()))
         })
     }
 }
@@ -634,7 +640,7 @@ impl AsyncObserver {
         self.watching.closed()
     }
 
-    /// The next leader, or the leader's new value; see `Observer.next`.
+    /// The next change of leadership (a leader, or None: a vacancy); see `Observer.next`.
     #[pyo3(signature = (timeout=None))]
     fn next<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyAny>> {
         self.read(py, timeout, false)
@@ -645,7 +651,7 @@ impl AsyncObserver {
     }
 
     fn __anext__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        aio(py, "stop_at_none")?.call1((self.read(py, None, true)?,))
+        self.read(py, None, true)
     }
 
     /// Stops following (a read in progress ends). Idempotent.

@@ -31,7 +31,7 @@ impl Watched for accord::MemberWatch {
 }
 
 impl Watched for accord::Observer {
-    type Item = accord::Leader;
+    type Item = Option<accord::Leader>;
     fn next(&mut self) -> impl Future<Output = accord::Result<Self::Item>> + Send + '_ {
         accord::Observer::next(self)
     }

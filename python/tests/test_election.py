@@ -1,20 +1,76 @@
 """Elections (docs/semantics.md, scenarios E1-E3) through the sync and asyncio APIs: two
 campaigners, one leader that `leader()` agrees on from every client and an observer yields;
 `proclaim` changes the value (same fence); `resign` hands over to the campaigner waiting in
-line (a larger fence), which the observer sees; a waiting campaign that times out or is
-cancelled leaves nothing behind; a leadership lost with its client; bad input."""
+line (a larger fence), which the observer sees; vacancies (None) after a resignation and after
+a leader's expiry (E4); reads with a tiny timeout or cancelled by asyncio lose no change (E5); a
+waiting campaign that times out or is cancelled leaves nothing behind; a leadership lost with
+its client; bad input."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Optional
 
 import pytest
-from support import PATIENCE, AsyncClients, Clients, until_queued, until_queued_async
+from support import (
+    PATIENCE,
+    AsyncClients,
+    Clients,
+    Proxy,
+    until_queued,
+    until_queued_async,
+)
 
 import accord
 
 TTL = 60.0
+#: Well before the 30 s safety re-read: a change lost by a timed-out read shows as this passing.
+REREAD_BOUND = 10.0
+#: A timeout that ends most reads half-way.
+TINY = 0.001
+
+
+def next_leader(observer: accord.Observer) -> accord.Leader:
+    """The next leader, past at most one vacancy: a resignation frees the key before the
+    campaigner in line, woken, takes it, and a read in between finds nobody leading."""
+    seen = observer.next(timeout=PATIENCE)
+    if seen is None:
+        seen = observer.next(timeout=PATIENCE)
+    assert seen is not None
+    return seen
+
+
+async def next_leader_async(observer: accord.AsyncObserver) -> accord.Leader:
+    """`next_leader` of the asyncio API."""
+    seen = await observer.next(timeout=PATIENCE)
+    if seen is None:
+        seen = await observer.next(timeout=PATIENCE)
+    assert seen is not None
+    return seen
+
+
+def poll(observer: accord.Observer) -> Optional[accord.Leader]:
+    """The next change, asked for with a tiny timeout until it comes."""
+    started = time.monotonic()
+    while True:
+        try:
+            return observer.next(timeout=TINY)
+        except accord.Timeout:
+            assert time.monotonic() - started < REREAD_BOUND, "a timed-out read lost the change"
+
+
+async def poll_async(observer: accord.AsyncObserver, turn: int) -> Optional[accord.Leader]:
+    """`poll` of the asyncio API: a tiny timeout, or (every other turn) asyncio's cancellation."""
+    started = time.monotonic()
+    while True:
+        try:
+            if turn % 2:
+                return await asyncio.wait_for(observer.next(), TINY)
+            return await observer.next(timeout=TINY)
+        except (accord.Timeout, asyncio.TimeoutError):
+            assert time.monotonic() - started < REREAD_BOUND, "a cancelled read lost the change"
 
 
 def test_e1_e3_one_leader_handed_on(clients: Clients) -> None:
@@ -38,12 +94,14 @@ def test_e1_e3_one_leader_handed_on(clients: Clients) -> None:
             assert leader is not None
             assert (leader.owner, leader.value, leader.fence) == ("a", "a-value", first.fence)
         seen = observer.next(timeout=PATIENCE)
+        assert seen is not None
         assert (seen.owner, seen.value, seen.fence) == ("a", "a-value", first.fence)
         assert seen.since.tzinfo is not None and seen.expires_at > seen.since
 
         first.proclaim("a-new")
         assert first.value == "a-new"
         seen = observer.next(timeout=PATIENCE)
+        assert seen is not None
         assert (seen.owner, seen.value, seen.fence) == ("a", "a-new", first.fence)
 
         first.resign()
@@ -53,10 +111,11 @@ def test_e1_e3_one_leader_handed_on(clients: Clients) -> None:
             first.proclaim("late")
         with waiting.result(PATIENCE) as second:
             assert second.owner == "b" and second.fence > first.fence
-            seen = next(observer)
+            seen = next_leader(observer)
             assert (seen.owner, seen.value, seen.fence) == ("b", "b-value", second.fence)
         assert second.status == "released"  # the end of the block resigned
         assert election.leader() is None
+        assert next(observer) is None  # a vacancy: nobody was in line
     assert observer.closed
     assert list(observer) == []  # iteration ends once closed
     with pytest.raises(accord.Closed):
@@ -109,6 +168,7 @@ async def test_e1_e3_one_leader_handed_on_async(aclients: AsyncClients) -> None:
             assert leader is not None
             assert (leader.owner, leader.value, leader.fence) == ("a", "a-value", first.fence)
         seen = await observer.next(timeout=PATIENCE)
+        assert seen is not None
         assert (seen.owner, seen.value, seen.fence) == ("a", "a-value", first.fence)
         # A read cancelled loses nothing: the next read gets the change.
         with pytest.raises(asyncio.TimeoutError):
@@ -116,6 +176,7 @@ async def test_e1_e3_one_leader_handed_on_async(aclients: AsyncClients) -> None:
         await first.proclaim("a-new")
         assert first.value == "a-new"
         seen = await observer.next(timeout=PATIENCE)
+        assert seen is not None
         assert (seen.owner, seen.value, seen.fence) == ("a", "a-new", first.fence)
 
         await first.resign()
@@ -123,11 +184,13 @@ async def test_e1_e3_one_leader_handed_on_async(aclients: AsyncClients) -> None:
             await first.proclaim("late")
         async with await asyncio.wait_for(waiting, PATIENCE) as second:
             assert second.owner == "b" and second.fence > first.fence
-            async for seen in observer:
-                assert (seen.owner, seen.value, seen.fence) == ("b", "b-value", second.fence)
-                break
+            seen = await next_leader_async(observer)
+            assert (seen.owner, seen.value, seen.fence) == ("b", "b-value", second.fence)
         assert second.status == "released"
         assert await election.leader() is None
+        async for vacancy in observer:  # nobody was in line
+            assert vacancy is None
+            break
     assert observer.closed
     assert [leader async for leader in observer] == []
     with pytest.raises(accord.Closed):
@@ -164,3 +227,68 @@ async def test_bad_input_names_the_field_async(aclients: AsyncClients) -> None:
         client.election("a" * 10_000)
     with pytest.raises(accord.InvalidArgument, match="invalid ttl"):
         await client.election("e").campaign("v", ttl=100_000)
+
+
+def test_e4_vacancies_are_reported(clients: Clients, proxy: Proxy) -> None:
+    leader, watcher = clients("leader"), clients("watcher")
+    doomed = clients("doomed", url=proxy.url)
+    with watcher.election("e4").observe() as observer:
+        assert observer.next(timeout=PATIENCE) is None  # the current state: nobody leads
+        leading = leader.election("e4").campaign("v", ttl=TTL)
+        seen = observer.next(timeout=PATIENCE)
+        assert seen is not None and (seen.owner, seen.fence) == ("leader", leading.fence)
+        leading.resign()
+        assert observer.next(timeout=PATIENCE) is None
+        dying = doomed.election("e4").campaign("d", ttl=1.0)
+        seen = next(observer)
+        assert seen is not None and (seen.owner, seen.fence) == ("doomed", dying.fence)
+        proxy.set_cut(True)  # the leader's process, as the coordinator sees it, died
+        # Reported at the lease's expiry, 1 s after its last renewal; PATIENCE bounds a hang.
+        assert observer.next(timeout=PATIENCE) is None
+        assert watcher.election("e4").leader() is None
+
+
+def test_e5_reads_with_a_tiny_timeout_lose_no_change(clients: Clients) -> None:
+    leader, watcher = clients("leader"), clients("watcher")
+    with watcher.election("e5").observe() as observer:
+        assert poll(observer) is None
+        for _ in range(3):
+            leading = leader.election("e5").campaign("v", ttl=TTL)
+            seen = poll(observer)
+            assert seen is not None and seen.fence == leading.fence
+            leading.proclaim("w")
+            seen = poll(observer)
+            assert seen is not None and (seen.fence, seen.value) == (leading.fence, "w")
+            leading.resign()
+            assert poll(observer) is None
+
+
+async def test_e4_vacancies_are_reported_async(aclients: AsyncClients) -> None:
+    leader, watcher = await aclients("leader"), await aclients("watcher")
+    async with watcher.election("e4").observe() as observer:
+        assert await observer.next(timeout=PATIENCE) is None
+        for _ in range(2):
+            leading = await leader.election("e4").campaign("v", ttl=TTL)
+            seen = await observer.next(timeout=PATIENCE)
+            assert seen is not None and seen.fence == leading.fence
+            await leading.resign()
+            async for vacancy in observer:
+                assert vacancy is None
+                break
+
+
+async def test_e5_reads_timed_out_or_cancelled_lose_no_change_async(
+    aclients: AsyncClients,
+) -> None:
+    leader, watcher = await aclients("leader"), await aclients("watcher")
+    async with watcher.election("e5").observe() as observer:
+        assert await poll_async(observer, 0) is None
+        for turn in range(4):
+            leading = await leader.election("e5").campaign("v", ttl=TTL)
+            seen = await poll_async(observer, turn)
+            assert seen is not None and seen.fence == leading.fence
+            await leading.proclaim("w")
+            seen = await poll_async(observer, turn + 1)
+            assert seen is not None and (seen.fence, seen.value) == (leading.fence, "w")
+            await leading.resign()
+            assert await poll_async(observer, turn) is None

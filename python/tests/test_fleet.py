@@ -108,6 +108,31 @@ def test_join_members_and_watch_with_a_member_leaving(clients: Clients) -> None:
         watch.next()
 
 
+def test_watch_reads_with_a_tiny_timeout_lose_no_change(clients: Clients) -> None:
+    """M2: a read that times out half-way (after taking the announcement) loses nothing: the
+    change comes at the next read, well before the 30 s safety re-read."""
+    a, b = clients("a"), clients("b")
+
+    def poll(watch: accord.MemberWatch) -> Any:
+        started = time.monotonic()
+        while True:
+            try:
+                return watch.next(timeout=0.001)
+            except accord.Timeout:
+                assert time.monotonic() - started < 10, "a timed-out read lost the change"
+
+    with b.watch("workers") as watch:
+        first = poll(watch)
+        assert isinstance(first, Members) and first.members == []
+        for _ in range(3):
+            member = a.join("workers", ttl=60)
+            joined = poll(watch)
+            assert isinstance(joined, Joined) and joined.member.fence == member.fence
+            member.leave()
+            left = poll(watch)
+            assert isinstance(left, Left) and left.member.fence == member.fence
+
+
 def test_two_members_split_8_shards(clients: Clients) -> None:
     with open_fleet(clients, "m1") as f1:
         assert (f1.name, f1.closed) == ("f", False)

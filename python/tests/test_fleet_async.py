@@ -66,6 +66,34 @@ async def test_join_members_and_watch_with_a_member_leaving(aclients: AsyncClien
         await watch.next()
 
 
+async def test_watch_reads_timed_out_or_cancelled_lose_no_change(aclients: AsyncClients) -> None:
+    """M2: a read that times out or is cancelled by asyncio half-way (after taking the
+    announcement) loses nothing: the change comes at the next read, well before the 30 s
+    safety re-read."""
+    a, b = await aclients("a"), await aclients("b")
+
+    async def poll(watch: accord.AsyncMemberWatch, turn: int) -> Any:
+        started = time.monotonic()
+        while True:
+            try:
+                if turn % 2:
+                    return await asyncio.wait_for(watch.next(), 0.001)
+                return await watch.next(timeout=0.001)
+            except (accord.Timeout, asyncio.TimeoutError):
+                assert time.monotonic() - started < 10, "a cancelled read lost the change"
+
+    async with b.watch("workers") as watch:
+        first = await poll(watch, 0)
+        assert isinstance(first, Members) and first.members == []
+        for turn in range(4):
+            member = await a.join("workers", ttl=60)
+            joined = await poll(watch, turn)
+            assert isinstance(joined, Joined) and joined.member.fence == member.fence
+            await member.leave()
+            left = await poll(watch, turn + 1)
+            assert isinstance(left, Left) and left.member.fence == member.fence
+
+
 async def test_lost_membership_completes_lost(aclients: AsyncClients) -> None:
     client = await aclients("a", ttl=TTL)
     member = await client.join("g", ttl=TTL)

@@ -166,7 +166,10 @@ def elections(db: psycopg.Connection[tuple[object, ...]], url: str, tag: str) ->
         def follow() -> None:
             try:
                 for leader in observer:
-                    seen.put(leader)
+                    # Vacancies (None: nobody leads between a leader's end and the next
+                    # campaigner's grant) are E4's; this checks the leaders' order.
+                    if leader is not None:
+                        seen.put(leader)
             except accord.Closed:
                 pass
 

@@ -1613,10 +1613,13 @@ static void *campaign(void *arg) {
   return NULL;
 }
 
-/* The observer's next leader, which must be `owner` with `value` and `fence`. */
+/* The observer's next leader, which must be `owner` with `value` and `fence`, past at most one
+ * vacancy (a resignation frees the key before the campaigner in line, woken, takes it: a read
+ * in between finds nobody leading). */
 static void expect_observed(accord_observer *o, const char *owner, const char *value, int64_t fence) {
   accord_leader *l = NULL;
   MUST(accord_observer_next(o, 20000 * slow, NULL, &l, &err));
+  if (l == NULL) MUST(accord_observer_next(o, 20000 * slow, NULL, &l, &err));
   CHECK(l != NULL);
   if (strcmp(l->owner, owner) || strcmp(l->value, value) || l->fence != fence)
     FAIL("observed %s %s %lld, wanted %s %s %lld", l->owner, l->value, (long long)l->fence, owner,
@@ -1789,6 +1792,150 @@ static void *read_stream(void *arg) {
   struct stream_reader *r = arg;
   r->status = accord_stream_subscription_next(r->sub, -1, NULL, &r->event, NULL);
   return NULL;
+}
+
+/* Well before the 30 s safety re-read: a change lost by a timed-out read shows as this passing. */
+#define REREAD_BOUND_MS 10000
+
+/* The observer's next change, asked for with 1 ms timeouts until it comes (most end the read
+ * half-way, after it took the announcement): NULL for a vacancy. */
+static accord_leader *poll_observer(accord_observer *o) {
+  int64_t started = mono_ms();
+  for (;;) {
+    accord_error *e = NULL;
+    accord_leader *l = NULL;
+    accord_status s = accord_observer_next(o, 1, NULL, &l, &e);
+    accord_error_free(e);
+    checks++;
+    if (s == ACCORD_OK) return l;
+    if (s != ACCORD_TIMEOUT) FAIL("accord_observer_next: status %d", (int)s);
+    if (mono_ms() - started > REREAD_BOUND_MS * slow) FAIL("a timed-out read lost the change");
+  }
+}
+
+/* A child that leads election "e4" with a 1 s ttl until it is killed. */
+static int lead_child(const char *namespace) {
+  accord_client_options *o = accord_client_options_new();
+  accord_client_options_set_namespace(o, namespace, NULL);
+  accord_client_options_set_owner(o, "doomed", NULL);
+  accord_client *c = NULL;
+  if (accord_client_connect(url, o, &c, NULL) != ACCORD_OK) return 10;
+  accord_client_options_free(o);
+  accord_election *e = NULL;
+  if (accord_client_election(c, "e4", &e, NULL) != ACCORD_OK) return 11;
+  accord_campaign_options *co = accord_campaign_options_new();
+  if (accord_campaign_options_set_ttl_ms(co, 1000, NULL) != ACCORD_OK) return 12;
+  accord_leadership *l = NULL;
+  if (accord_election_campaign(e, "doomed", co, NULL, &l, NULL) != ACCORD_OK) return 13;
+  printf("%lld\n", (long long)accord_leadership_fence(l));
+  fflush(stdout);
+  for (;;) pause(); /* until SIGKILL */
+}
+
+/* E4: an observer reports the current state first (nobody leads: NULL), then every change,
+ * vacancies included: a resignation, and a leader whose process was killed, at its lease's
+ * expiry. E5: reads with a 1 ms timeout lose no change: the leader, its new value, the
+ * vacancy. */
+static void test_election_vacancies(const char *self) {
+  accord_client *a = client("e4", "a"), *watcher = client("e4", "watcher");
+  accord_election *ea = NULL, *ew = NULL;
+  MUST(accord_client_election(a, "e4", &ea, &err));
+  MUST(accord_client_election(watcher, "e4", &ew, &err));
+  accord_observer *obs = NULL;
+  MUST(accord_election_observe(ew, &obs, &err));
+  CHECK(poll_observer(obs) == NULL);
+  for (int round = 0; round < 3; round++) {
+    struct campaigner ca = {ea, "v", -1, NULL};
+    campaign(&ca);
+    CHECK(ca.status == ACCORD_OK);
+    accord_leader *l = poll_observer(obs);
+    CHECK(l != NULL && !strcmp(l->owner, "a") && l->fence == accord_leadership_fence(ca.leadership));
+    accord_leader_free(l);
+    MUST(accord_leadership_proclaim(ca.leadership, "w", &err));
+    l = poll_observer(obs);
+    CHECK(l != NULL && !strcmp(l->value, "w") && l->fence == accord_leadership_fence(ca.leadership));
+    accord_leader_free(l);
+    MUST(accord_leadership_resign(ca.leadership, &err));
+    CHECK(poll_observer(obs) == NULL);
+    accord_leadership_free(ca.leadership);
+  }
+
+  /* A leader killed: nobody leads once its 1 s lease expired. */
+  char ns[128];
+  fmt(ns, sizeof ns, "%s-e4", ns_prefix);
+  int out[2];
+  CHECK(pipe(out) == 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out[1], 1);
+    execl(self, self, "lead-child", url, ns, (char *)NULL);
+    _exit(127);
+  }
+  close(out[1]);
+  FILE *from_child = fdopen(out[0], "r");
+  long long child_fence = 0;
+  CHECK(fscanf(from_child, "%lld", &child_fence) == 1);
+  accord_leader *l = NULL;
+  MUST(accord_observer_next(obs, 20000 * slow, NULL, &l, &err));
+  CHECK(l != NULL && !strcmp(l->owner, "doomed") && l->fence == child_fence);
+  accord_leader_free(l);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  fclose(from_child);
+  MUST(accord_observer_next(obs, 20000 * slow, NULL, &l, &err));
+  CHECK(l == NULL);
+  MUST(accord_election_leader(ew, &l, &err));
+  CHECK(l == NULL);
+
+  accord_observer_free(obs);
+  accord_election_free(ea);
+  accord_election_free(ew);
+  accord_client_close(a);
+  accord_client_free(a);
+  accord_client_close(watcher);
+  accord_client_free(watcher);
+}
+
+/* M2: watch reads with a 1 ms timeout lose no change: Joined and Left still come, well before
+ * the 30 s safety re-read. */
+static accord_member_event *poll_watch(accord_member_watch *w) {
+  int64_t started = mono_ms();
+  for (;;) {
+    accord_error *e = NULL;
+    accord_member_event *ev = NULL;
+    accord_status s = accord_member_watch_next(w, 1, NULL, &ev, &e);
+    accord_error_free(e);
+    checks++;
+    if (s == ACCORD_OK) return ev;
+    if (s != ACCORD_TIMEOUT) FAIL("accord_member_watch_next: status %d", (int)s);
+    if (mono_ms() - started > REREAD_BOUND_MS * slow) FAIL("a timed-out read lost the change");
+  }
+}
+
+static void test_watch_tiny_timeouts(void) {
+  accord_client *a = client("m2", "a"), *b = client("m2", "b");
+  accord_member_watch *w = NULL;
+  MUST(accord_client_watch(b, "g", &w, &err));
+  accord_member_event *ev = poll_watch(w);
+  CHECK(ev->kind == ACCORD_MEMBER_EVENT_MEMBERS && ev->n_members == 0);
+  accord_member_event_free(ev);
+  for (int round = 0; round < 3; round++) {
+    accord_member *m = NULL;
+    MUST(accord_client_join(a, "g", NULL, 60000, &m, &err));
+    ev = poll_watch(w);
+    CHECK(ev->kind == ACCORD_MEMBER_EVENT_JOINED && ev->members[0].fence == accord_member_fence(m));
+    accord_member_event_free(ev);
+    MUST(accord_member_leave(m, &err));
+    ev = poll_watch(w);
+    CHECK(ev->kind == ACCORD_MEMBER_EVENT_LEFT && ev->members[0].fence == accord_member_fence(m));
+    accord_member_event_free(ev);
+    accord_member_free(m);
+  }
+  accord_member_watch_free(w);
+  accord_client_close(a);
+  accord_client_free(a);
+  accord_client_close(b);
+  accord_client_free(b);
 }
 
 /* Publish and subscribe: earliest replays 1..N in order, then a live event; latest starts with
@@ -2326,6 +2473,7 @@ static int burst;
 static const char *self;
 static void run_notify(void) { test_notify(burst); }
 static void run_l3_stalled_holder(void) { test_l3_stalled_holder(self); }
+static void run_election_vacancies(void) { test_election_vacancies(self); }
 
 #define TEST(f) {#f, f}
 static const struct {
@@ -2357,6 +2505,8 @@ static const struct {
     TEST(test_x1_shared),
     TEST(test_x2_fair),
     TEST(test_election),
+    {"test_election_vacancies", run_election_vacancies},
+    TEST(test_watch_tiny_timeouts),
     TEST(test_streams),
     TEST(test_stream_payloads_retention_bad_input),
     TEST(test_embedded_stores),
@@ -2386,6 +2536,10 @@ int main(int argc, char **argv) {
   if (argc == 4 && !strcmp(argv[1], "stall-child")) {
     url = argv[2];
     return stall_child(argv[3]);
+  }
+  if (argc == 4 && !strcmp(argv[1], "lead-child")) {
+    url = argv[2];
+    return lead_child(argv[3]);
   }
   url = getenv("ACCORD_TEST_DATABASE_URL");
   if (!url) {

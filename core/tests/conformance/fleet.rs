@@ -12,6 +12,7 @@ use accord::{
     MemberEvent, Metadata, RevokeReason,
 };
 
+use crate::conformance::dropped::next_after_drops;
 use crate::support::proxy::Mode;
 use crate::support::Harness;
 
@@ -217,6 +218,34 @@ pub async fn m1_members_join_watch_and_leave(h: &Harness) {
     );
     assert!(started.elapsed() < TTL * 5);
     assert_eq!(clients[0].members("g").await.unwrap().len(), 2);
+}
+
+/// M2: a watch's `next` dropped after it took an announcement and before its read finished
+/// (polled once, then dropped: what a timeout, an asyncio cancellation or a context deadline
+/// does) loses nothing: the next call reads first and reports the change, well before the 30 s
+/// safety re-read. A second watch on the same client says when the announcement has arrived
+/// (the client delivers it to both at once).
+pub async fn m2_a_dropped_next_loses_no_change(h: &Harness) {
+    let watcher = h.client("watcher").await;
+    let mut dropped = watcher.watch("g").await.unwrap();
+    let mut awaited = watcher.watch("g").await.unwrap();
+    for watch in [&mut dropped, &mut awaited] {
+        assert_eq!(watch.next().await.unwrap(), MemberEvent::Members(vec![]));
+    }
+    let newcomer = h.client("newcomer").await;
+    for _ in 0..3 {
+        let member = newcomer
+            .join("g", JoinOptions::new().ttl(60 * TTL))
+            .await
+            .unwrap();
+        let joined = awaited.next().await.unwrap();
+        assert!(matches!(&joined, MemberEvent::Joined(m) if m.owner == newcomer.owner()));
+        assert_eq!(next_after_drops(&mut dropped).await, joined);
+        member.leave().await.unwrap();
+        let left = awaited.next().await.unwrap();
+        assert!(matches!(&left, MemberEvent::Left(m) if m.owner == newcomer.owner()));
+        assert_eq!(next_after_drops(&mut dropped).await, left);
+    }
 }
 
 /// F1: four members split 16 shards 4 each; no shard held twice; then nothing moves for ten

@@ -16,6 +16,7 @@
 //!
 //! [`Harness`]: crate::support::Harness
 
+pub mod dropped;
 pub mod ending;
 pub mod fleet;
 pub mod input;
@@ -72,6 +73,7 @@ macro_rules! conformance_suite {
             pool::p4_a_dead_claimers_keys_return: [network_faults],
             pool::p6_semaphore_admits_its_limit: [],
             fleet::m1_members_join_watch_and_leave: [],
+            fleet::m2_a_dropped_next_loses_no_change: [],
             fleet::f1_shards_split_evenly_and_hold_still: [],
             fleet::f2_a_newcomer_is_handed_shards: [],
             fleet::f3_a_dead_members_shards_are_retaken: [network_faults],
@@ -83,6 +85,9 @@ macro_rules! conformance_suite {
             queue::x3_a_dead_waiter_costs_at_most_its_ttl: [network_faults],
             queue::e1_e3_one_leader_handed_on_in_order: [],
             queue::e2_a_dead_leader_is_replaced: [network_faults],
+            queue::e4_vacancies_are_reported: [],
+            queue::e4_a_dead_leaders_vacancy_is_reported: [network_faults],
+            queue::e5_a_dropped_next_loses_no_change: [],
             streams::d1_earliest_replays_in_order_then_live: [],
             streams::d1_concurrent_publishers_commit_in_order: [],
             streams::d2_no_gap_across_reconnects: [connection_termination],

@@ -6,10 +6,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use accord::{
-    AcquireOptions, CampaignOptions, CancellationToken, Client, ErrorKind, Lease, ListQuery,
+    AcquireOptions, CampaignOptions, CancellationToken, Client, ErrorKind, Leader, Lease,
+    ListQuery, Observer,
 };
 use serde_json::json;
 
+use crate::conformance::dropped::next_after_drops;
 use crate::support::{meta, Harness, Mode};
 
 const SEC: Duration = Duration::from_secs(1);
@@ -260,6 +262,20 @@ pub async fn x3_a_dead_waiter_costs_at_most_its_ttl(h: &Harness) {
     d.abort();
 }
 
+/// The next leader `observer` reports, past at most one vacancy: a resignation (or expiry)
+/// frees the key before the next campaigner in line, woken, takes it, and a read in between
+/// finds nobody leading.
+async fn next_leader(observer: &mut Observer) -> Leader {
+    match observer.next().await.unwrap() {
+        Some(leader) => leader,
+        None => observer
+            .next()
+            .await
+            .unwrap()
+            .expect("a vacancy is reported once, then the next leader"),
+    }
+}
+
 /// E1: three campaigners, one leader; `leader()` agrees from every client and an observer
 /// yields it. E2: the leader resigns, the next campaigner leads; every observer sees each
 /// leader once, in order, fences increasing. E3: `proclaim` changes the value observers see,
@@ -274,6 +290,8 @@ pub async fn e1_e3_one_leader_handed_on_in_order(h: &Harness) {
     let election = watcher.election("primary").unwrap();
     assert!(election.leader().await.unwrap().is_none());
     let mut observer = election.observe().await.unwrap();
+    // The current state first: nobody leads.
+    assert_eq!(observer.next().await.unwrap(), None);
 
     let first = clients[0]
         .election("primary")
@@ -304,11 +322,11 @@ pub async fn e1_e3_one_leader_handed_on_in_order(h: &Harness) {
         assert_eq!(leader.value, "a-value");
         assert_eq!(leader.fence, first.fence());
     }
-    let seen = observer.next().await.unwrap();
+    let seen = observer.next().await.unwrap().unwrap();
     assert_eq!((seen.owner.as_str(), seen.fence), ("a", first.fence()));
 
     first.proclaim("a-new").await.unwrap();
-    let seen = observer.next().await.unwrap();
+    let seen = observer.next().await.unwrap().unwrap();
     assert_eq!(
         (seen.owner.as_str(), seen.value.as_str(), seen.fence),
         ("a", "a-new", first.fence())
@@ -318,7 +336,7 @@ pub async fn e1_e3_one_leader_handed_on_in_order(h: &Harness) {
     first.resign().await.unwrap();
     for (task, owner) in waiting.into_iter().zip(["b", "c"]) {
         let leadership = task.await.unwrap();
-        let seen = observer.next().await.unwrap();
+        let seen = next_leader(&mut observer).await;
         assert_eq!(seen.owner, owner);
         assert!(seen.fence > fence);
         assert_eq!(seen.fence, leadership.fence());
@@ -327,6 +345,8 @@ pub async fn e1_e3_one_leader_handed_on_in_order(h: &Harness) {
         leadership.resign().await.unwrap();
     }
     assert!(election.leader().await.unwrap().is_none());
+    // The last resignation leaves nobody in line: a vacancy.
+    assert_eq!(observer.next().await.unwrap(), None);
     // Bad input is refused, naming what is wrong.
     let err = watcher.election("").unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
@@ -342,13 +362,14 @@ pub async fn e2_a_dead_leader_is_replaced(h: &Harness) {
     let watcher = h.client("watcher").await;
     let election = watcher.election("e2").unwrap();
     let mut observer = election.observe().await.unwrap();
+    assert_eq!(observer.next().await.unwrap(), None);
     let leading = doomed
         .election("e2")
         .unwrap()
         .campaign("doomed", CampaignOptions::new().ttl(SEC))
         .await
         .unwrap();
-    assert_eq!(observer.next().await.unwrap().owner, "doomed");
+    assert_eq!(observer.next().await.unwrap().unwrap().owner, "doomed");
     let campaign = {
         let e = heir.election("e2").unwrap();
         tokio::spawn(async move {
@@ -361,10 +382,98 @@ pub async fn e2_a_dead_leader_is_replaced(h: &Harness) {
     proxy.set(Mode::Cut);
     let leadership = campaign.await.unwrap();
     assert!(leadership.fence() > leading.fence());
-    let seen = observer.next().await.unwrap();
+    let seen = next_leader(&mut observer).await;
     assert_eq!(
         (seen.owner.as_str(), seen.fence),
         ("heir", leadership.fence())
     );
     leadership.resign().await.unwrap();
+}
+
+/// E4: an observer reports the current state first (nobody leads: `None`), then every change,
+/// vacancies included: a resignation with nobody in line, a leadership dropped, each reported
+/// as `None` once; a new leader after a vacancy with a larger fence.
+pub async fn e4_vacancies_are_reported(h: &Harness) {
+    let leader = h.client("leader").await;
+    let watcher = h.client("watcher").await;
+    let mut observer = watcher.election("e4").unwrap().observe().await.unwrap();
+    assert_eq!(observer.next().await.unwrap(), None);
+    let election = leader.election("e4").unwrap();
+    let mut fence = 0;
+    for round in 0..2 {
+        let leading = election
+            .campaign("v", CampaignOptions::new().ttl(60 * SEC))
+            .await
+            .unwrap();
+        let seen = observer.next().await.unwrap().unwrap();
+        assert_eq!(
+            (seen.owner.as_str(), seen.fence),
+            ("leader", leading.fence())
+        );
+        assert!(seen.fence > fence);
+        fence = seen.fence;
+        if round == 0 {
+            leading.resign().await.unwrap();
+        } else {
+            drop(leading); // resigns in the background
+        }
+        let vacancy = tokio::time::timeout(BOUND, observer.next()).await;
+        assert_eq!(vacancy.unwrap().unwrap(), None, "round {round}");
+    }
+}
+
+/// E4, dead leader: a leader whose connection is cut, with nobody in line, is reported gone
+/// (`None`) once its lease expires: within its ttl and a read, not at the next leader.
+pub async fn e4_a_dead_leaders_vacancy_is_reported(h: &Harness) {
+    let (proxy, url) = h.proxy().await;
+    let doomed = Client::connect(&url, h.options("doomed")).await.unwrap();
+    let watcher = h.client("watcher").await;
+    let election = watcher.election("e4d").unwrap();
+    let mut observer = election.observe().await.unwrap();
+    assert_eq!(observer.next().await.unwrap(), None);
+    let leading = doomed
+        .election("e4d")
+        .unwrap()
+        .campaign("doomed", CampaignOptions::new().ttl(SEC))
+        .await
+        .unwrap();
+    assert_eq!(observer.next().await.unwrap().unwrap().owner, "doomed");
+    proxy.set(Mode::Cut);
+    let vacancy = tokio::time::timeout(BOUND, observer.next()).await;
+    assert_eq!(vacancy.unwrap().unwrap(), None);
+    assert!(election.leader().await.unwrap().is_none());
+    drop(leading);
+}
+
+/// E5: an observer's `next` dropped after it took an announcement and before its read finished
+/// (polled once, then dropped: what a timeout, an asyncio cancellation or a context deadline
+/// does) loses nothing: the next call reads first and reports the leader, the new value and
+/// the vacancy, well before the 30 s safety re-read. A second observer on the same client
+/// says when the announcement has arrived (the client delivers it to both at once).
+pub async fn e5_a_dropped_next_loses_no_change(h: &Harness) {
+    let watcher = h.client("watcher").await;
+    let election = watcher.election("e5").unwrap();
+    let mut dropped = election.observe().await.unwrap();
+    let mut awaited = election.observe().await.unwrap();
+    for observer in [&mut dropped, &mut awaited] {
+        assert_eq!(observer.next().await.unwrap(), None);
+    }
+    let leader = h.client("leader").await;
+    let theirs = leader.election("e5").unwrap();
+    for _ in 0..3 {
+        let leading = theirs
+            .campaign("v", CampaignOptions::new().ttl(60 * SEC))
+            .await
+            .unwrap();
+        let seen = awaited.next().await.unwrap();
+        assert_eq!(seen.as_ref().map(|l| l.fence), Some(leading.fence()));
+        assert_eq!(next_after_drops(&mut dropped).await, seen);
+        leading.proclaim("w").await.unwrap();
+        let seen = awaited.next().await.unwrap();
+        assert_eq!(seen.as_ref().map(|l| l.value.as_str()), Some("w"));
+        assert_eq!(next_after_drops(&mut dropped).await, seen);
+        leading.resign().await.unwrap();
+        assert_eq!(awaited.next().await.unwrap(), None);
+        assert_eq!(next_after_drops(&mut dropped).await, None);
+    }
 }
