@@ -430,9 +430,11 @@ export declare class MemberWatch {
   get closed(): boolean
   /**
    * The next event: `{ done: false, value }`, or `{ done: true }` once the watch is closed.
-   * Rejects with `ACCORD_CLOSED` once the client is closed.
+   * Rejects with `ACCORD_CLOSED` once the client is closed, `ACCORD_TIMEOUT` after
+   * `options.timeout` ms and `ACCORD_CANCELLED` when `options.signal` aborts; after those
+   * two the next call goes on with the read under way, so no change is lost.
    */
-  next(): Promise<IteratorResult<MemberEvent, undefined>>
+  next(options?: NextOptions | null): Promise<IteratorResult<MemberEvent, undefined>>
   /** Closes the watch (what leaving a `for await` loop calls). */
   return(): Promise<IteratorReturnResult<undefined>>
   /** Stops the watch: a pending `next()` resolves with `done: true`. Idempotent. */
@@ -459,9 +461,11 @@ export declare class Observer {
   /**
    * The next change of leadership: `{ done: false, value }` with the leader, or with `null`
    * when nobody leads (a vacancy); `{ done: true }` once the observer is closed. Rejects
-   * with `ACCORD_CLOSED` once the client is closed.
+   * with `ACCORD_CLOSED` once the client is closed, `ACCORD_TIMEOUT` after
+   * `options.timeout` ms and `ACCORD_CANCELLED` when `options.signal` aborts; after those
+   * two the next call goes on with the read under way, so no change is lost.
    */
-  next(): Promise<IteratorResult<Leader | null, undefined>>
+  next(options?: NextOptions | null): Promise<IteratorResult<Leader | null, undefined>>
   /** Closes the observer (what leaving a `for await` loop calls). */
   return(): Promise<IteratorReturnResult<undefined>>
   /** Stops following: a pending `next()` resolves with `done: true`. Idempotent. */
@@ -878,6 +882,20 @@ export interface MemberInfo {
  * it by hand; connect clients with `migrate: false` afterwards.
  */
 export declare function migrationSql(schema?: string): string
+
+/** Options of `next()` on an observer or a member watch. Durations are in milliseconds. */
+export interface NextOptions {
+  /**
+   * Reject with `ACCORD_TIMEOUT` when nothing changed within this long (default: wait).
+   * The read under way is kept: the next call goes on with it, and no change is lost.
+   */
+  timeout?: number
+  /**
+   * Aborting it rejects the pending `next()` with `ACCORD_CANCELLED`; as with `timeout`,
+   * no change is lost.
+   */
+  signal?: AbortSignal
+}
 
 /** How many keys of a work pool are in each state, by the coordinator's clock. */
 export interface PoolCounts {

@@ -15,6 +15,7 @@ use crate::convert::{
 };
 use crate::error::{Failure, Outcome};
 use crate::lease::{lost_promise, lost_reason_name, status_name};
+use crate::read_options::ReadBound;
 use crate::subscription::Step;
 
 /// The properties of `CampaignOptions`: any other is refused, naming it.
@@ -373,32 +374,57 @@ impl Observer {
 
     /// The next change of leadership: `{ done: false, value }` with the leader, or with `null`
     /// when nobody leads (a vacancy); `{ done: true }` once the observer is closed. Rejects
-    /// with `ACCORD_CLOSED` once the client is closed.
-    #[napi(ts_return_type = "Promise<IteratorResult<Leader | null, undefined>>")]
-    pub fn next<'e>(&self, env: &'e Env) -> Result<PromiseRaw<'e, Step<Option<Leader>>>> {
+    /// with `ACCORD_CLOSED` once the client is closed, `ACCORD_TIMEOUT` after
+    /// `options.timeout` ms and `ACCORD_CANCELLED` when `options.signal` aborts; after those
+    /// two the next call goes on with the read under way, so no change is lost.
+    #[napi(
+        ts_args_type = "options?: NextOptions | null",
+        ts_return_type = "Promise<IteratorResult<Leader | null, undefined>>"
+    )]
+    pub fn next<'e>(
+        &self,
+        env: &'e Env,
+        options: Option<Unknown>,
+    ) -> Result<PromiseRaw<'e, Step<Option<Leader>>>> {
         let inner = self.inner.clone();
         let closed = self.closed.clone();
+        let bound = ReadBound::parse(env, "the observer's next()", options);
+        let (limit, watch) = match bound {
+            Ok(bound) => {
+                let (limit, watch) = bound.split();
+                (Ok(limit), watch)
+            }
+            Err(e) => (Err(e), None),
+        };
         settle(
             env,
             async move {
-                if closed.is_cancelled() {
-                    return Ok(None);
-                }
-                let mut observer = inner.lock().await;
-                tokio::select! {
-                    biased;
-                    _ = closed.cancelled() => Ok(None),
-                    leader = observer.next() => match leader {
-                        Ok(leader) => Ok(Some(leader)),
-                        // Closed by the user while the read was on its way: the end.
-                        Err(_) if closed.is_cancelled() => Ok(None),
-                        Err(e) => Err(Failure::from(e)),
-                    },
-                }
+                let read = async {
+                    if closed.is_cancelled() {
+                        return Ok(None);
+                    }
+                    let mut observer = inner.lock().await;
+                    tokio::select! {
+                        biased;
+                        _ = closed.cancelled() => Ok(None),
+                        leader = observer.next() => match leader {
+                            Ok(leader) => Ok(Some(leader)),
+                            // Closed by the user while the read was on its way: the end.
+                            Err(_) if closed.is_cancelled() => Ok(None),
+                            Err(e) => Err(Failure::from(e)),
+                        },
+                    }
+                };
+                limit?.run("leader change", read).await
             },
-            |_, outcome| match outcome? {
-                Some(leader) => Ok(Step::of(leader.map(Leader::from))),
-                None => Ok(Step::end()),
+            move |env, outcome| {
+                if let Some(watch) = watch {
+                    watch.stop(env);
+                }
+                match outcome? {
+                    Some(leader) => Ok(Step::of(leader.map(Leader::from))),
+                    None => Ok(Step::end()),
+                }
             },
         )
     }

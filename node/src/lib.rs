@@ -16,6 +16,7 @@ mod error;
 mod fleet;
 mod lease;
 mod membership;
+mod read_options;
 mod semaphore;
 mod stats;
 mod stream;

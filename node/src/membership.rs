@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::convert::{opt_metadata, settle_ok};
 use crate::error::{Failure, Outcome};
 use crate::lease::{lost_promise, lost_reason_name, status_name};
+use crate::read_options::ReadBound;
 use crate::subscription::Step;
 
 /// Options of `client.join()`.
@@ -297,32 +298,56 @@ impl MemberWatch {
     }
 
     /// The next event: `{ done: false, value }`, or `{ done: true }` once the watch is closed.
-    /// Rejects with `ACCORD_CLOSED` once the client is closed.
-    #[napi(ts_return_type = "Promise<IteratorResult<MemberEvent, undefined>>")]
-    pub fn next<'e>(&self, env: &'e Env) -> Result<PromiseRaw<'e, Step<MemberEvent>>> {
+    /// Rejects with `ACCORD_CLOSED` once the client is closed, `ACCORD_TIMEOUT` after
+    /// `options.timeout` ms and `ACCORD_CANCELLED` when `options.signal` aborts; after those
+    /// two the next call goes on with the read under way, so no change is lost.
+    #[napi(
+        ts_args_type = "options?: NextOptions | null",
+        ts_return_type = "Promise<IteratorResult<MemberEvent, undefined>>"
+    )]
+    pub fn next<'e>(
+        &self,
+        env: &'e Env,
+        options: Option<Unknown>,
+    ) -> Result<PromiseRaw<'e, Step<MemberEvent>>> {
         let inner = self.inner.clone();
         let closed = self.closed.clone();
+        let (limit, abort) = match ReadBound::parse(env, "the member watch's next()", options) {
+            Ok(bound) => {
+                let (limit, abort) = bound.split();
+                (Ok(limit), abort)
+            }
+            Err(e) => (Err(e), None),
+        };
         crate::convert::settle(
             env,
             async move {
-                if closed.is_cancelled() {
-                    return Ok(None);
-                }
-                let mut watch = inner.lock().await;
-                tokio::select! {
-                    biased;
-                    _ = closed.cancelled() => Ok(None),
-                    event = watch.next() => match event {
-                        Ok(event) => Ok(Some(event)),
-                        // Closed by the user while the read was on its way: the end.
-                        Err(_) if closed.is_cancelled() => Ok(None),
-                        Err(e) => Err(Failure::from(e)),
-                    },
-                }
+                let read = async {
+                    if closed.is_cancelled() {
+                        return Ok(None);
+                    }
+                    let mut watch = inner.lock().await;
+                    tokio::select! {
+                        biased;
+                        _ = closed.cancelled() => Ok(None),
+                        event = watch.next() => match event {
+                            Ok(event) => Ok(Some(event)),
+                            // Closed by the user while the read was on its way: the end.
+                            Err(_) if closed.is_cancelled() => Ok(None),
+                            Err(e) => Err(Failure::from(e)),
+                        },
+                    }
+                };
+                limit?.run("membership change", read).await
             },
-            |_, outcome| match outcome? {
-                Some(event) => Ok(Step::of(MemberEvent::convert(event)?)),
-                None => Ok(Step::end()),
+            move |env, outcome| {
+                if let Some(abort) = abort {
+                    abort.stop(env);
+                }
+                match outcome? {
+                    Some(event) => Ok(Step::of(MemberEvent::convert(event)?)),
+                    None => Ok(Step::end()),
+                }
             },
         )
     }

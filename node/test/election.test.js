@@ -7,7 +7,7 @@
 
 const assert = require('node:assert/strict')
 const { test } = require('node:test')
-const { accord, eventually, handled, rejectsWith, scenario, SEC, within } = require('./support')
+const { accord, eventually, handled, nextThroughTinyBounds, rejectsWith, scenario, SEC, within } = require('./support')
 
 const TTL = 60 * SEC
 const BOUND = 20 * SEC
@@ -138,6 +138,28 @@ scenario('E4 an observer reports vacancies: after a resignation and at a dead le
   // Reported at the lease's expiry, a second after its last renewal; BOUND only bounds a hang.
   assert.equal(await nextChange(observer), null)
   assert.equal(await watcher.election('e4').leader(), null)
+  await observer.close()
+})
+
+scenario('E5 observer reads bounded by a timeout or a signal lose no change', async (h) => {
+  const leader = await h.client('leader')
+  const watcher = await h.client('watcher')
+  const observer = await watcher.election('e5').observe()
+  assert.equal(await nextChange(observer), null)
+  // Nothing changes: a bound ends the read, naming what it waited for.
+  await rejectsWith(observer.next({ timeout: 20 }), 'ACCORD_TIMEOUT', /no leader change within 20 ms/)
+  const abort = new AbortController()
+  const pending = observer.next({ signal: abort.signal })
+  abort.abort()
+  await rejectsWith(pending, 'ACCORD_CANCELLED')
+  await rejectsWith(observer.next({ timeout: -1 }), 'ACCORD_INVALID_ARGUMENT', /options\.timeout/)
+  await rejectsWith(observer.next({ timeot: 1 }), 'ACCORD_INVALID_ARGUMENT', /timeot/)
+  for (let round = 0; round < 3; round++) {
+    const leading = await leader.election('e5').campaign(`v${round}`, { ttl: TTL })
+    assert.equal((await nextThroughTinyBounds(observer, BOUND)).fence, leading.fence)
+    await leading.resign()
+    assert.equal(await nextThroughTinyBounds(observer, BOUND), null)
+  }
   await observer.close()
 })
 

@@ -5,7 +5,7 @@
 
 const assert = require('node:assert/strict')
 const { test } = require('node:test')
-const { accord, eventually, handled, rejectsWith, scenario, SEC, sleep, within } = require('./support')
+const { accord, eventually, handled, nextThroughTinyBounds, rejectsWith, scenario, SEC, sleep, within } = require('./support')
 
 const TTL = 2 * SEC
 const PERIOD = 200
@@ -130,6 +130,23 @@ scenario('join, members and watch: joined, metadata, left, in order', async (h) 
     break
   }
   assert.equal(watch3.closed, true)
+})
+
+scenario('M2 member watch reads bounded by a timeout or a signal lose no change', async (h) => {
+  const a = await h.client('a')
+  const w = await h.client('w')
+  const watch = await w.watch('m2')
+  assert.equal((await nextEvent(watch)).type, 'members')
+  await rejectsWith(watch.next({ timeout: 20 }), 'ACCORD_TIMEOUT', /no membership change within 20 ms/)
+  for (let round = 0; round < 3; round++) {
+    const member = await a.join('m2', { ttl: TTL })
+    const joined = await nextThroughTinyBounds(watch, 20 * SEC)
+    assert.deepEqual([joined.type, joined.member.owner], ['joined', 'a'])
+    await member.leave()
+    const left = await nextThroughTinyBounds(watch, 20 * SEC)
+    assert.deepEqual([left.type, left.member.owner], ['left', 'a'])
+  }
+  await watch.close()
 })
 
 scenario('two fleet members split 8 shards; close hands everything back', async (h) => {

@@ -186,6 +186,29 @@ function handled(promise) {
 }
 
 /** Asserts that `promise` rejects with an accord error of `code`; returns the error. */
+/**
+ * The next change through reads bounded by 1 ms (or aborted at once): each that ends first
+ * rejects, and the change still comes, through a later call. Fails when a bounded read loses
+ * what it had begun to read, or when `next()` ignores its bound.
+ */
+async function nextThroughTinyBounds(source, bound) {
+  const until = Date.now() + bound
+  for (let i = 0; Date.now() < until; i++) {
+    const abort = new AbortController()
+    const options = i % 2 === 0 ? { timeout: 1 } : { signal: abort.signal }
+    const step = source.next(options)
+    if (i % 2 === 1) setImmediate(() => abort.abort())
+    try {
+      const got = await within(bound, step, 'a bounded next()')
+      assert.equal(got.done, false)
+      return got.value
+    } catch (e) {
+      assert.ok(['ACCORD_TIMEOUT', 'ACCORD_CANCELLED'].includes(e.code), `${e.code}: ${e.message}`)
+    }
+  }
+  assert.fail('the change never came through reads with tiny bounds')
+}
+
 async function rejectsWith(promise, code, messagePart) {
   let error
   await assert.rejects(promise, (e) => {
@@ -243,6 +266,7 @@ module.exports = {
   Harness,
   holds,
   nextMessage,
+  nextThroughTinyBounds,
   PACKAGE_DIR,
   rejectsWith,
   REPO_DIR,
