@@ -289,6 +289,29 @@ fn hold_shared(env: &Env, owner: &str, key: &str) -> Guard {
     guard
 }
 
+/// Holds `key` as `owner` with `metadata` (an `accord acquire` that stays up) until dropped.
+fn hold(env: &Env, owner: &str, key: &str, metadata: &str) -> Guard {
+    let mut child = env
+        .cmd(&[
+            "--owner",
+            owner,
+            "acquire",
+            key,
+            "--ttl",
+            "30s",
+            "--metadata",
+            metadata,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(child.stdout.take().unwrap());
+    let guard = Guard(child);
+    expect_line(&lines, "", Duration::from_secs(30));
+    guard
+}
+
 #[test]
 fn once_filters_by_prefix() {
     let env = Env::new("prefix");
