@@ -44,8 +44,8 @@ function noAddonError(cause) {
       : 'build it from source (needs Rust and Node): in a clone of accord, `make dist-node`, then ' +
         `\`npm install /path/to/accord/dist/${pkg.name}-${pkg.version}.tgz /path/to/accord/dist/${pkg.name}-<platform>-${pkg.version}.tgz\``
   const error = new Error(
-    `${pkg.name} ${pkg.version} has no addon loadable on ${here} (prebuilt: ${served.join(', ') || 'none'}, ` +
-      `glibc ≥ 2.17 for -gnu): ${advice}`,
+    `${pkg.name} ${pkg.version} has no addon loadable on ${here} (prebuilt: ${served.join(', ') || 'none'}` +
+      `${served.some((p) => p.endsWith('-gnu')) ? ', glibc ≥ 2.17 for -gnu' : ''}): ${advice}`,
   )
   error.cause = cause
   return error

@@ -2,7 +2,7 @@
 // The generated loader and index.d.ts are fresh, and `npm pack` in node/ takes what it should.
 
 const assert = require('node:assert/strict')
-const { execFileSync } = require('node:child_process')
+const { execFileSync, spawnSync } = require('node:child_process')
 const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
@@ -55,12 +55,16 @@ function loadWithoutAddon(targets) {
   const env = { ...process.env }
   delete env.NAPI_RS_NATIVE_LIBRARY_PATH
   delete env.NODE_PATH
-  const results = ['require', 'import'].map((how) => {
-    const code =
-      how === 'require'
-        ? `try { require(${JSON.stringify(dir)}) } catch (e) { console.log(e.message) }`
-        : `import(${JSON.stringify(path.join(dir, 'index.mjs'))}).catch((e) => console.log(e.message))`
-    return run(process.execPath, ['-e', code], { cwd: dir, env }).trim()
+  // The message of the error that ends the process (the first line of its report on stderr).
+  const results = [
+    ['-e', `require(${JSON.stringify(dir)})`],
+    ['--input-type=module', '-e', `import ${JSON.stringify(path.join(dir, 'index.mjs'))}`],
+  ].map((args) => {
+    const child = spawnSync(process.execPath, args, { cwd: dir, env, encoding: 'utf8', timeout: 60 * SEC })
+    assert.notEqual(child.status, 0, `node ${args.join(' ')} loaded a package with no addon`)
+    const thrown = child.stderr.match(/^Error: (.*)$/m)
+    assert.ok(thrown, `no error on stderr: ${child.stderr}`)
+    return thrown[1]
   })
   fs.rmSync(dir, { recursive: true, force: true })
   assert.equal(results[0], results[1], 'require and import fail alike')
@@ -70,7 +74,7 @@ function loadWithoutAddon(targets) {
 test('on a platform with no prebuilt addon, the error names the platforms served and how to build', () => {
   const message = loadWithoutAddon(['aarch64-apple-darwin', 'x86_64-pc-windows-msvc'])
   assert.doesNotMatch(message, /npm has a bug/)
-  assert.match(message, /^accord-coord \S+ has no addon loadable on linux-x64-gnu \(prebuilt: darwin-arm64, win32-x64-msvc/)
+  assert.match(message, /^accord-coord \S+ has no addon loadable on linux-x64-gnu \(prebuilt: darwin-arm64, win32-x64-msvc\): /)
   assert.match(message, /build it from source \(needs Rust and Node\): in a clone of accord, `make dist-node`/)
 })
 
