@@ -72,7 +72,10 @@ for (const [readme, heading] of [
 test('worker pool', () => {
   const namespace = `pool_${process.pid}`
   const output = run('worker-pool.mjs', ['3', '12'], { ACCORD_NAMESPACE: namespace })
+  // A work pool: offered once, claimed by the workers, every key done.
+  assert.match(output, /offered 12 new files/)
   assert.match(output, /processed 12 of 12 files/)
+  assert.match(output, /pool bucket\/: 0 free, 0 held, 12 done/)
   assert.match(output, /report \(fence \d+\): 12 files done/)
 })
 
