@@ -17,7 +17,7 @@ C_TEST_PREFIX := $(CURDIR)/target/c-install
 GO_LIB_DIR := bindings/go/lib/linux_amd64
 CC ?= cc
 
-.PHONY: build-c build-c-tests install header-fresh test-c test-c-valgrind test-go lint-go
+.PHONY: build-c build-c-tests install header-fresh test-c test-c-valgrind test-go lint-go go-lib
 
 TEST_SUITES += test-c test-go
 LINTS += lint-go
@@ -94,8 +94,15 @@ test-c-valgrind:
 lint-go: ## gofmt on every Go package
 	@out=$$(gofmt -l bindings/go examples/go demo/go bench/go); [ -z "$$out" ] || { echo "gofmt needed: $$out" >&2; exit 1; }
 
-# The Go package links libaccord.a from $(GO_LIB_DIR), whatever the profile.
+# What a Go build from a clone needs with default tags (bindings/go/lib_check.go names it).
+go-lib: build-c ## bindings/go/lib/linux_amd64/libaccord.a (release), for Go builds from a clone
+	mkdir -p $(GO_LIB_DIR) && cp $(C_LIBDIR)/libaccord.a $(GO_LIB_DIR)/libaccord.a
+
+# The Go package links libaccord.a from $(GO_LIB_DIR), whatever the profile. First, a build as
+# from a fresh clone (no lib/): its message, and README's pkg-config line against the installed
+# copy (tests/go-clone.sh).
 test-go: build-c-tests ## go vet and go test of bindings/go, then examples/go (db)
+	tests/go-clone.sh $(C_TEST_PREFIX)
 	mkdir -p $(GO_LIB_DIR) && cp $(C_LIBDIR)/libaccord.a $(GO_LIB_DIR)/libaccord.a
 	cd bindings/go && go vet ./... && go test -count=1 ./...
 	cd examples/go && go vet ./... && go build -o ../../target/quickstart_go . && \

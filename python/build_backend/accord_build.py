@@ -2,17 +2,31 @@
 
 pip falls back to the sdist on a platform no wheel is published for. maturin's backend then
 fetches and installs a Rust toolchain into a cache by itself (puccinialin) when `cargo` is not
-on PATH, a download of hundreds of megabytes the user never asked for, followed by a long
-compile. This backend stops instead, with one message saying which platforms have a wheel and
-what to do; with `cargo` on PATH it is maturin's backend unchanged.
+on PATH: a download of hundreds of megabytes nobody asked for, before a long compile. This
+backend stops instead, with one message saying which platforms have a wheel and what to do;
+with `cargo` on PATH it is maturin's backend unchanged. Making the sdist compiles nothing, so
+those hooks are maturin's as they are.
 """
 
 from __future__ import annotations
 
 import shutil
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any, Optional
 
 import maturin
+from maturin import build_sdist, get_requires_for_build_sdist
+
+__all__ = [
+    "build_editable",
+    "build_sdist",
+    "build_wheel",
+    "get_requires_for_build_editable",
+    "get_requires_for_build_sdist",
+    "get_requires_for_build_wheel",
+    "prepare_metadata_for_build_editable",
+    "prepare_metadata_for_build_wheel",
+]
 
 NO_RUST = (
     "accord-coord: no wheel of this version matches this platform (wheels: Linux x86_64 with "
@@ -31,35 +45,33 @@ def _require_cargo() -> None:
 
 def get_requires_for_build_wheel(config_settings: _Settings = None) -> list[str]:
     _require_cargo()
-    return maturin.get_requires_for_build_wheel(config_settings)
-
-
-def get_requires_for_build_editable(config_settings: _Settings = None) -> list[str]:
-    _require_cargo()
-    return maturin.get_requires_for_build_editable(config_settings)
+    return list(maturin.get_requires_for_build_wheel(config_settings))
 
 
 def prepare_metadata_for_build_wheel(
     metadata_directory: str, config_settings: _Settings = None
 ) -> str:
     _require_cargo()
-    return maturin.prepare_metadata_for_build_wheel(metadata_directory, config_settings)
+    return str(maturin.prepare_metadata_for_build_wheel(metadata_directory, config_settings))
 
 
 def build_wheel(
-    wheel_directory: str, config_settings: _Settings = None, metadata_directory: Optional[str] = None
+    wheel_directory: str,
+    config_settings: _Settings = None,
+    metadata_directory: Optional[str] = None,
 ) -> str:
     _require_cargo()
-    return maturin.build_wheel(wheel_directory, config_settings, metadata_directory)
+    return str(maturin.build_wheel(wheel_directory, config_settings, metadata_directory))
 
 
 def build_editable(
-    wheel_directory: str, config_settings: _Settings = None, metadata_directory: Optional[str] = None
+    wheel_directory: str,
+    config_settings: _Settings = None,
+    metadata_directory: Optional[str] = None,
 ) -> str:
     _require_cargo()
-    return maturin.build_editable(wheel_directory, config_settings, metadata_directory)
+    return str(maturin.build_editable(wheel_directory, config_settings, metadata_directory))
 
 
-# Making an sdist compiles nothing.
-get_requires_for_build_sdist = maturin.get_requires_for_build_sdist
-build_sdist = maturin.build_sdist
+get_requires_for_build_editable = get_requires_for_build_wheel
+prepare_metadata_for_build_editable = prepare_metadata_for_build_wheel

@@ -56,10 +56,15 @@ def test_worker_pool(sc: Scenario, tmp_path: Path) -> None:
     for i in range(30):
         (tmp_path / f"f{i}.txt").write_text("word " * i)
     out = run("worker_pool.py", sc, str(tmp_path))
+    # A work pool: offered once, claimed by the workers, every key done.
+    assert "offered 30 new files" in out, out
     assert "30 files done, 435 words" in out, out
     assert "(sum 30)" in out
+    assert "pool file/: 0 free, 0 held, 30 done" in out, out
     again = run("worker_pool.py", sc, str(tmp_path))  # nothing is redone
+    assert "offered 0 new files" in again, again
     assert "(sum 0)" in again and "30 files done, 435 words" in again
+    assert "pool file/: 0 free, 0 held, 30 done" in again, again
 
 
 def test_listener(sc: Scenario, clients: Clients) -> None:

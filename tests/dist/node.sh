@@ -4,8 +4,8 @@
 # empty cache (the tarballs must need neither a compiler nor a download), README.md's install
 # line for the local tarballs; the addon that loads must be the platform package's. Then
 # README.md's Node quick start, as written but for its URL (the embedded SQLite store in the
-# temp directory), as ESM and as CommonJS (README's require line in place of the import),
-# compiled by TypeScript against the installed types (Node 20 has no `await using`), each twice.
+# temp directory): its first program on this node as ESM and as CommonJS (README's require line
+# in place of the import), its `await using` form compiled by TypeScript, each twice.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 README="$REPO/README.md"
@@ -63,18 +63,29 @@ assert.deepEqual(loaded, [expected], 'the addon loaded is the platform package\'
 console.log(`accord-coord ${version}: addon ${path.relative(process.cwd(), loaded[0])}`)
 EOF
 
-block=$(printf '%s\n' "$section" | awk '/^```ts$/ { on = 1; next } on && /^```$/ { exit } on')
+# The quick start's two programs: the first (```js) as written on this machine's node, which
+# may be the stated minimum, Node 20 (no `await using`), as ESM and as CommonJS (README's require
+# line in place of the import, the rest in an async function); the second (```ts, `await using`)
+# compiled by TypeScript against the installed types.
+fenced() { printf '%s\n' "$section" | awk -v lang="$1" '$0 == "```" lang { on = 1; next } on && /^```$/ { exit } on'; }
 url='postgres://app:secret@localhost/app'
-[ "$(printf '%s\n' "$block" | grep -c -F "$url")" = 1 ] || fail "the Node quick start does not connect to $url once"
 import="import { connect } from 'accord-coord'"
-[ "$(printf '%s\n' "$block" | head -n 1)" = "$import" ] || fail "the Node quick start does not begin with: $import"
-esm=${block//$url/sqlite:///$work/accord.db}
-printf '%s\n' "$esm" >quickstart.mts
+for lang in js ts; do
+  block=$(fenced "$lang")
+  [ -n "$block" ] || fail "the Node quick start has no \`\`\`$lang block"
+  [ "$(printf '%s\n' "$block" | grep -c -F "$url")" = 1 ] || fail "the Node quick start's $lang block does not connect to $url once"
+  [ "$(printf '%s\n' "$block" | head -n 1)" = "$import" ] || fail "the Node quick start's $lang block does not begin with: $import"
+done
+js=$(fenced js)
+js=${js//$url/sqlite:///$work/accord.db}
+printf '%s\n' "$js" >quickstart.mjs
 {
-  printf '%s\n\nasync function main(): Promise<void> {\n' "$require"
-  printf '%s\n' "$esm" | tail -n +2
-  printf '}\n\nmain().catch((err: unknown) => {\n  console.error(err)\n  process.exitCode = 1\n})\n'
-} >quickstart.cts
+  printf '%s\n\nasync function main() {\n' "$require"
+  printf '%s\n' "$js" | tail -n +2
+  printf '}\n\nmain().catch((err) => {\n  console.error(err)\n  process.exitCode = 1\n})\n'
+} >quickstart.cjs
+ts=$(fenced ts)
+printf '%s\n' "${ts//$url/sqlite:///$work/accord.db}" >quickstart-using.mts
 cat >tsconfig.json <<EOF
 {
   "compilerOptions": {
@@ -87,12 +98,13 @@ cat >tsconfig.json <<EOF
     "strict": true,
     "outDir": "out"
   },
-  "files": ["quickstart.mts", "quickstart.cts"]
+  "files": ["quickstart-using.mts"]
 }
 EOF
-node "$TSC" -p tsconfig.json || fail "the quick start does not compile against the installed types"
+node "$TSC" -p tsconfig.json || fail "the await-using quick start does not compile against the installed types"
 
-for script in out/quickstart.mjs out/quickstart.cjs; do
+echo "  node $(node --version)"
+for script in quickstart.mjs quickstart.cjs out/quickstart-using.mjs; do
   for round in 1 2; do
     out=$(node "$script") || fail "$script failed (round $round): $out"
     printf '%s\n' "$out" | sed "s|^|  [$(basename "$script") $round] |"

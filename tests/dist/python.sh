@@ -67,4 +67,20 @@ for round in 1 2; do
   printf '%s\n' "$out" | grep -qE '^holding daily/2026-11-22 with fence [0-9]+$' || fail "no 'holding … with fence' line"
   printf '%s\n' "$out" | grep -qxF "Message(channel='jobs', payload='report ready')" || fail "no notification"
 done
+
+# The sdist, where pip falls back to it (a platform with no wheel), on this machine with no Rust:
+# its build backend must stop at once saying what is served and what to do, not fetch a Rust
+# toolchain (maturin's backend alone would). pip from the repository's .venv, which has the
+# backend's maturin, without build isolation (no package index here).
+sdist="$REPO/dist/accord_coord-$VERSION.tar.gz"
+[ -f "$sdist" ] || fail "make dist-python did not build $sdist"
+if out=$(PATH="$REPO/.venv/bin:$NO_RUST_PATH" "$REPO/.venv/bin/python" -m pip wheel --no-build-isolation \
+  --no-deps --no-index --no-cache-dir -w "$work/from-sdist" "$sdist" 2>&1); then
+  fail "pip built the sdist with no Rust on PATH: $out"
+fi
+printf '%s\n' "$out" | grep -qF 'accord-coord: no wheel of this version matches this platform (wheels: Linux x86_64' ||
+  fail "pip on the sdist without Rust does not say what is served and what to do: $out"
+printf '%s\n' "$out" | grep -qiE 'puccinialin|installing into a temporary directory' &&
+  fail "the sdist's build went for a Rust toolchain: $out"
+echo "  the sdist without Rust: $(printf '%s\n' "$out" | grep -oF 'accord-coord: no wheel of this version matches this platform')"
 echo "test-dist-python: ok ($(basename "$wheel"))"
