@@ -960,13 +960,26 @@ fn offer(env: &Env, prefix: &str, keys: &str) {
 /// A fleet of 10,001 shards is more than the snapshot reads of the recipes' rows
 /// (`MAX_SNAPSHOT_RECIPE_ROWS`, 10,000): `--once` says the fleet section is cut, and that the
 /// groups, read after the fleets, were not read; the key table says how many keys it leaves out.
-#[test]
-fn once_says_which_sections_the_read_limits_cut() {
+/// The shards are written by SQL as the fleet's offer writes them (a plain `accord offer` of a
+/// fleet's keys is refused, and a fleet has at most 10,000 shards).
+#[tokio::test]
+async fn once_says_which_sections_the_read_limits_cut() {
     let env = Env::new("cut");
-    let shards: String = (0..10_001)
-        .map(|i| format!("accord.fleet/big/s/{i}\n"))
-        .collect();
-    offer(&env, "accord.fleet/big/s/", &shards);
+    env.ok(&["migrate"]);
+    let (db, connection) = tokio_postgres::connect(&env.url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to the test database");
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    db.execute(
+        "INSERT INTO accord.leases (namespace, key, fence, done, metadata, updated_at, pool, offered) \
+         SELECT $1, 'accord.fleet/big/s/' || g, n, false, '{}', now(), 'accord.fleet/big/s/', n \
+           FROM (SELECT g, nextval('accord.fence_seq') AS n FROM generate_series(0, 10000) g) s",
+        &[&env.namespace],
+    )
+    .await
+    .unwrap();
 
     let text = env.ok(&["top", "--once"]);
     let mut lines = text.lines();
