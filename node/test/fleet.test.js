@@ -165,6 +165,13 @@ scenario('two fleet members split 8 shards; close hands everything back', async 
   assertSplit([fa, fb], 8)
   assert.deepEqual((await fa.members()).map((m) => m.owner).sort(), ['a', 'b'])
 
+  // A fleet's shards() counts a shard as soon as it is granted; its `assigned` event reaches
+  // the pump a moment later. Wait until the log has caught up with every shard held.
+  const caughtUp = () =>
+    [fa, fb].every((fleet) =>
+      fleet.shards().every((shard) => log.some(([, e]) => e.type === 'assigned' && e.shard === shard)),
+    )
+  assert.ok(await eventually(10 * SEC, caughtUp), 'an assigned event never reached the pump')
   const assigned = log.filter(([, e]) => e.type === 'assigned')
   for (const [tag, e] of assigned) {
     assert.ok(e.lease instanceof accord.ShardLease)
