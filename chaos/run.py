@@ -672,8 +672,10 @@ def summary(values: list[float], unit: str = "ms") -> str:
     )
 
 
-def check(db: psycopg.Connection[Any], run: Run) -> dict[str, Any]:
-    """Reads both audits and judges them (with the workers' reports for what they were told)."""
+def check(db: psycopg.Connection[Any], run: Run, evidence: Path) -> dict[str, Any]:
+    """Reads both audits and judges them (with the workers' reports for what they were told).
+    Both audits, the workers' reports and the faults are kept in `evidence` (JSON), so that a
+    violation can be traced after the servers are gone."""
     leases = db.execute(
         "SELECT seq, extract(epoch FROM at)::float8, op, key, owner, fence,"
         " extract(epoch FROM expires_at)::float8, done, extract(epoch FROM granted_at)::float8,"
@@ -685,6 +687,14 @@ def check(db: psycopg.Connection[Any], run: Run) -> dict[str, Any]:
     ).fetchall()
     with run.lock:
         events = list(run.events)
+        faults = list(run.faults)
+    record = {
+        "lease_audit": [list(row) for row in leases],
+        "write_audit": [list(row) for row in writes],
+        "events": events,
+        "faults": faults,
+    }
+    evidence.write_text(json.dumps(record, default=str))
     return judge(leases, writes, events)
 
 
@@ -1538,7 +1548,7 @@ def main() -> int:
                 worker.process.wait()
     time.sleep(0.5)  # the readers drain the pipes
     with pair.wait_primary() as db:
-        result = check(db, run)
+        result = check(db, run, logs / "evidence.json")
         recipes = check_recipes(db, run)
     result["violations"] += recipes["listen"]["violations"] + recipes["stream"]["violations"]
     result["violations"] += [f"failed silently: {b}" for b in caught["behind"]]
