@@ -1,11 +1,11 @@
 # One entry for every build, test, demo and bench of accord.
-#   make test   - lint, then every test suite against a throwaway PostgreSQL
+#   make test   - lint, then every test suite against a throwaway PostgreSQL and etcd cluster
 #   make demo   - the polyglot demo (mk/demo.mk): five languages, one store, a summary
 #   make bench  - benchmarks against raw SQL and the libraries users pick today (mk/bench.mk)
 #   make help   - every target people use, one line each
 #
 # Each binding adds its own targets in mk/<binding>.mk and appends them to TEST_SUITES (run
-# with the throwaway PostgreSQL) and LINTS.
+# with the throwaway PostgreSQL and etcd cluster) and LINTS.
 #
 # `make help` documents itself: a rule line whose target is followed by `## text` is listed, with
 # that text, under the name of its file (this Makefile first, then mk/*.mk in name order). Put
@@ -39,7 +39,8 @@ develop: develop-python develop-node ## debug builds for a quick edit-run loop: 
 # Lists the targets documented with `## ` (see the top of this file).
 help: ## this list
 	@awk 'BEGIN { print "make TARGET, one of these. (db): needs a PostgreSQL: scripts/with-postgres.sh make TARGET,"; \
-	    print "or ACCORD_TEST_DATABASE_URL set to one. `make test` and `make bench` start their own.\n" } \
+	    print "or ACCORD_TEST_DATABASE_URL set to one; (etcd): an etcd cluster, scripts/with-etcd.sh make TARGET."; \
+	    print "`make test` and `make bench` start their own.\n" } \
 	  FNR == 1 { file = FILENAME } \
 	  /^[A-Za-z0-9_.-]+:([^=]|$$).*## / { \
 	    if (file != shown) { printf "%s%s:\n", (shown == "" ? "" : "\n"), file; shown = file } \
@@ -47,26 +48,30 @@ help: ## this list
 	    printf "  %-19s %s\n", target, text }' $(firstword $(MAKEFILE_LIST)) $(sort $(wildcard mk/*.mk))
 
 # The test command of README.md, and what CI runs. Starts its own PostgreSQL (see
-# scripts/with-postgres.sh) unless ACCORD_TEST_DATABASE_URL names one, and stops it even when
-# tests fail.
-test: lint ## lint, then every test suite against a throwaway PostgreSQL (what CI runs)
-	$(WITH_PG) $(MAKE) --no-print-directory test-suites
+# scripts/with-postgres.sh) unless ACCORD_TEST_DATABASE_URL names one, and its own 3-member etcd
+# cluster (scripts/with-etcd.sh, mk/etcd.mk) unless ACCORD_TEST_ETCD_URL names one, and stops
+# both even when tests fail.
+test: lint ## lint, then every test suite against a throwaway PostgreSQL and etcd cluster (what CI runs)
+	$(WITH_PG) $(WITH_ETCD) $(MAKE) --no-print-directory test-suites
 
-test-suites: $(TEST_SUITES) ## every test suite, without the lints (db)
+test-suites: $(TEST_SUITES) ## every test suite, without the lints (db, etcd)
 
-test-rust: ## the core's tests and doc tests, and README's quick start run twice (db)
-	$(CARGO) test -p accord-coord --all-targets
-	$(CARGO) test -p accord-coord --doc
+# With the feature `etcd`, so that the etcd store's tests (core/tests/etcd*.rs) run too (on
+# every line: one build of the core serves them all).
+test-rust: ## the core's tests and doc tests, and README's quick start run twice (db, etcd)
+	$(CARGO) test -p accord-coord --all-targets --features etcd
+	$(CARGO) test -p accord-coord --doc --features etcd
 	@# README's Rust quick start (core/examples/quickstart.rs), twice in a row: it must run again.
-	$(CARGO) build -p accord-coord --example quickstart
+	$(CARGO) build -p accord-coord --features etcd --example quickstart
 	ACCORD_URL="$$ACCORD_TEST_DATABASE_URL" target/debug/examples/quickstart
 	ACCORD_URL="$$ACCORD_TEST_DATABASE_URL" target/debug/examples/quickstart
 
 lint: $(LINTS) ## every lint: rustfmt, clippy, ruff, mypy, tsc, gofmt (no database)
 
+# The feature `etcd` on, so that the etcd store and its tests are linted too.
 lint-rust: ## cargo fmt --check and clippy -D warnings
 	$(CARGO) fmt --all --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --features accord-coord/etcd -- -D warnings
 
 fmt: ## cargo fmt of every crate
 	$(CARGO) fmt --all

@@ -92,7 +92,7 @@ test-c-valgrind:
 	  target/test_accord
 
 lint-go: ## gofmt on every Go package
-	@out=$$(gofmt -l bindings/go examples/go demo/go bench/go); [ -z "$$out" ] || { echo "gofmt needed: $$out" >&2; exit 1; }
+	@out=$$(gofmt -l bindings/go examples/go demo/go bench/go tests/etcd-server); [ -z "$$out" ] || { echo "gofmt needed: $$out" >&2; exit 1; }
 
 # What a Go build from a clone needs with default tags (bindings/go/lib_check.go names it).
 go-lib: build-c ## bindings/go/lib/linux_amd64/libaccord.a (release), for Go builds from a clone

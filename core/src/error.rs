@@ -181,8 +181,7 @@ impl Error {
     }
 
     /// A `Trimmed` error's message, completed with the way out of it.
-    pub(crate) fn way_out(mut self, way: crate::stream::WayOut) -> Self {
-        use crate::stream::WayOut;
+    pub(crate) fn way_out(mut self, way: WayOut) -> Self {
         let hint = match way {
             WayOut::Seek => {
                 "; seek to a stored seq, or start at \"earliest\" to read from the oldest stored event"
@@ -211,6 +210,18 @@ impl Error {
             format!("internal error in accord: {what}"),
         )
     }
+}
+
+/// The way out of `Trimmed` that its message names (kept with the error, so that the error
+/// type, which every layer returns, depends on nothing above it).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum WayOut {
+    /// A seek (`After(seq)`) to a trimmed seq: seek to a stored one, or start at `Earliest`.
+    Seek,
+    /// A consumer's stored position was trimmed, and the start was not `Earliest`.
+    StartEarliest,
+    /// A live subscription fell behind a trim: subscribe again (a consumer: with `Earliest`).
+    Resubscribe(bool),
 }
 
 #[cfg(test)]

@@ -13,6 +13,9 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
+// A store returns the waiters in its snapshot rows, so their record lives with the stores
+// (below this module); the public path `accord_coord::KeyWaiters` names it from here.
+pub use crate::backend::KeyWaiters;
 use crate::backend::SnapshotRows;
 use crate::error::Result;
 use crate::membership::{member_info, MemberInfo};
@@ -90,24 +93,6 @@ impl NamespaceSnapshot {
             .binary_search_by(|w| w.key.as_str().cmp(key))
             .ok()
             .and_then(|i| self.waiters.get(i))
-    }
-}
-
-/// The acquires waiting in line for one key.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KeyWaiters {
-    /// The key.
-    pub key: String,
-    /// Exclusive acquires in line.
-    pub exclusive: u64,
-    /// Shared acquires in line.
-    pub shared: u64,
-}
-
-impl KeyWaiters {
-    /// Every acquire in line: exclusive and shared.
-    pub fn total(&self) -> u64 {
-        self.exclusive + self.shared
     }
 }
 

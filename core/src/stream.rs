@@ -20,7 +20,7 @@ use futures_util::Stream;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{StreamPage, StreamState};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result, WayOut};
 use crate::naming::channel_for;
 use crate::session::{self, Event, Outgoing, Publisher, Session};
 use crate::subscription::Subscription;
@@ -72,17 +72,6 @@ fn start_after(
 struct Trimmed {
     after: i64,
     way_out: WayOut,
-}
-
-/// The way out of `Trimmed` that its message names.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum WayOut {
-    /// A seek (`After(seq)`) to a trimmed seq: seek to a stored one, or start at `Earliest`.
-    Seek,
-    /// A consumer's stored position was trimmed, and the start was not `Earliest`.
-    StartEarliest,
-    /// A live subscription fell behind a trim: subscribe again (a consumer: with `Earliest`).
-    Resubscribe(bool),
 }
 
 /// One event of a stream.

@@ -24,7 +24,6 @@ use chrono::{DateTime, Utc};
 use crate::error::Result;
 use crate::metadata::Metadata;
 use crate::options::{KeyCounts, ListPage, ListQuery, PoolCounts};
-use crate::snapshot::KeyWaiters;
 
 /// A duration as whole milliseconds, for a statement's bigint parameter (saturating).
 pub(crate) fn millis(d: Duration) -> i64 {
@@ -203,6 +202,24 @@ pub(crate) struct SnapshotRows {
     pub waiters: Vec<KeyWaiters>,
     /// More keys with waiters than the limit asked for.
     pub waiters_truncated: bool,
+}
+
+/// The acquires waiting in line for one key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyWaiters {
+    /// The key.
+    pub key: String,
+    /// Exclusive acquires in line.
+    pub exclusive: u64,
+    /// Shared acquires in line.
+    pub shared: u64,
+}
+
+impl KeyWaiters {
+    /// Every acquire in line: exclusive and shared.
+    pub fn total(&self) -> u64 {
+        self.exclusive + self.shared
+    }
 }
 
 /// One stream, and one of its consumers (none: a stream nobody acknowledged in).

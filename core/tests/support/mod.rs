@@ -1,8 +1,10 @@
 //! What the conformance scenarios need from their environment: a coordinator URL, fresh
 //! namespaces, the coordinator's clock, and real faults (terminated connections, a restarted
-//! server, a proxy that cuts or stalls connections).
+//! server, a proxy that cuts or stalls connections, an etcd member killed and restarted).
 #![allow(dead_code, unused_imports)]
 
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod proxy;
 
 use std::process::Command;

@@ -23,7 +23,8 @@ use self::pool::{Failure, Pool};
 use self::sql::Sql;
 use super::{
     millis, AcquireItem, AcquireOutcome, AcquireRequest, Backend, BatchItem, ClaimRequest, Claimed,
-    DoneItem, EventSink, Granted, Holder, LeaseRef, Renewed, ResetOutcome, SnapshotRows, StreamRow,
+    DoneItem, EventSink, Granted, Holder, KeyWaiters, LeaseRef, Renewed, ResetOutcome,
+    SnapshotRows, StreamRow,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::metadata::Metadata;
@@ -31,7 +32,6 @@ use crate::options::ClientOptions;
 use crate::options::{
     KeyCounts, KeyState, LeaseInfo, ListPage, ListQuery, PoolCounts, StateFilter,
 };
-use crate::snapshot::KeyWaiters;
 use crate::stats::Recorder;
 
 /// A batch's columns, as the batched statements take them (`unnest` of three arrays).

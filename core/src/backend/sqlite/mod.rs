@@ -21,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 use self::store::{db_error, now_ms, Location, Store};
 use super::{
     parse_wakeup, wakeup_payload, AcquireItem, AcquireOutcome, AcquireRequest, Backend,
-    BackendEvent, BatchItem, ClaimRequest, Claimed, DoneItem, EventSink, Granted, Holder, LeaseRef,
-    Renewed, ResetOutcome, SnapshotRows, StreamRow,
+    BackendEvent, BatchItem, ClaimRequest, Claimed, DoneItem, EventSink, Granted, Holder,
+    KeyWaiters, LeaseRef, Renewed, ResetOutcome, SnapshotRows, StreamRow,
 };
 use crate::error::{Error, Result};
 use crate::metadata::Metadata;
@@ -30,7 +30,6 @@ use crate::options::{
     KeyCounts, KeyState, LeaseInfo, ListPage, ListQuery, ListRange, PoolCounts, StateFilter,
 };
 use crate::rules::{self, Grantable, StoredKey, Waiting};
-use crate::snapshot::KeyWaiters;
 use crate::stats::{Counter, Recorder, Timer};
 
 const WAKEUP_CHANNEL: &str = "accord_wakeup";

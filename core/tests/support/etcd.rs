@@ -1,0 +1,233 @@
+//! The throwaway etcd cluster of `scripts/with-etcd.sh`: its URL, clients of one member each,
+//! and its members as processes that a test kills (-9) and restarts, for the member-failure
+//! scenarios; and a proxy in front of each member for network faults.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions, GetOptions};
+use tokio::sync::{Mutex, MutexGuard};
+
+use super::{eventually, Proxy};
+
+/// Long enough for any election or catch-up of a healthy loopback cluster: a bound that only
+/// catches hangs.
+const SETTLE: Duration = Duration::from_secs(60);
+
+/// Member faults in one test binary are one at a time: two members down at once leave no
+/// quorum, which no scenario means to test by accident.
+static FAULTS: Mutex<()> = Mutex::const_new(());
+
+pub struct Cluster {
+    /// `etcd://host:port,host:port,host:port`, as accord takes it.
+    pub url: String,
+    pub members: Vec<Member>,
+}
+
+pub struct Member {
+    pub name: String,
+    /// The client address (`host:port`).
+    pub client: SocketAddr,
+    pub peer: SocketAddr,
+    pub pid_file: PathBuf,
+    pub data_dir: PathBuf,
+    /// Starts the member in the background and writes its pid file (first start and restart).
+    start: PathBuf,
+}
+
+impl Cluster {
+    /// The cluster that `scripts/with-etcd.sh` started (ACCORD_TEST_ETCD_URL and
+    /// ACCORD_TEST_ETCD_MEMBERS).
+    pub fn from_env() -> Cluster {
+        super::init_tracing();
+        let url = std::env::var("ACCORD_TEST_ETCD_URL").expect(
+            "ACCORD_TEST_ETCD_URL is not set: run the tests with `make test` \
+             (or scripts/with-etcd.sh cargo test -p accord-coord --features etcd)",
+        );
+        let file = std::env::var("ACCORD_TEST_ETCD_MEMBERS").expect(
+            "ACCORD_TEST_ETCD_MEMBERS is not set: the member-failure tests need the cluster \
+             that scripts/with-etcd.sh starts",
+        );
+        let text = std::fs::read_to_string(&file).expect("read ACCORD_TEST_ETCD_MEMBERS");
+        let members = text
+            .lines()
+            .filter(|line| !line.trim().is_empty())
+            .map(|line| {
+                let f: Vec<&str> = line.split('\t').collect();
+                assert_eq!(f.len(), 6, "a member line of {file} has 6 fields: {line:?}");
+                Member {
+                    name: f[0].to_string(),
+                    client: f[1].parse().expect("a member's client address"),
+                    peer: f[2].parse().expect("a member's peer address"),
+                    pid_file: f[3].into(),
+                    data_dir: f[4].into(),
+                    start: f[5].into(),
+                }
+            })
+            .collect();
+        Cluster { url, members }
+    }
+
+    /// Holds off every other member fault of this test binary until the guard is dropped.
+    pub async fn faults(&self) -> MutexGuard<'static, ()> {
+        FAULTS.lock().await
+    }
+
+    /// The index of the member that leads, once every running member names the same running
+    /// leader (after a kill: once the others elected one).
+    pub async fn leader(&self) -> usize {
+        let until = tokio::time::Instant::now() + SETTLE;
+        loop {
+            if let Some(leader) = self.agreed_leader().await {
+                return leader;
+            }
+            assert!(
+                tokio::time::Instant::now() < until,
+                "the running members agree on no leader within {SETTLE:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn agreed_leader(&self) -> Option<usize> {
+        // (index, own id, the leader it names) of each running member.
+        let mut seen = Vec::new();
+        for (i, member) in self.members.iter().enumerate() {
+            if !member.is_running() {
+                continue;
+            }
+            let mut client = member.try_client().await.ok()?;
+            let status = client.status().await.ok()?;
+            seen.push((i, status.header()?.member_id(), status.leader()));
+        }
+        let (_, _, leader) = *seen.first()?;
+        if leader == 0 || seen.iter().any(|(_, _, l)| *l != leader) {
+            return None;
+        }
+        seen.iter()
+            .find(|(_, id, _)| *id == leader)
+            .map(|(i, _, _)| *i)
+    }
+
+    /// A proxy in front of each member (in member order), and the cluster URL through them:
+    /// a network fault of one member without touching its process.
+    pub async fn proxied(&self) -> (Vec<Proxy>, String) {
+        let mut proxies = Vec::new();
+        for member in &self.members {
+            proxies.push(Proxy::start(member.client).await);
+        }
+        let hosts: Vec<String> = proxies
+            .iter()
+            .map(|p| format!("127.0.0.1:{}", p.port()))
+            .collect();
+        let url = format!("etcd://{}", hosts.join(","));
+        (proxies, url)
+    }
+}
+
+impl Member {
+    /// The pid its pid file names (the latest start's).
+    pub fn pid(&self) -> i32 {
+        let text = std::fs::read_to_string(&self.pid_file).expect("read a member's pid file");
+        text.trim().parse().expect("a pid")
+    }
+
+    /// Whether its process is alive (a zombie that nobody reaped yet is not).
+    pub fn is_running(&self) -> bool {
+        match std::fs::read_to_string(format!("/proc/{}/stat", self.pid())) {
+            // The state follows the command name in parentheses: "pid (comm) S ...".
+            Ok(stat) => stat
+                .rsplit_once(')')
+                .map(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X']))
+                .unwrap_or(false),
+            Err(_) => false,
+        }
+    }
+
+    /// kill -9, then waits until the process is gone. The member comes back when the returned
+    /// guard restarts it, or when the guard is dropped (a failed test leaves no member down
+    /// for the next one).
+    pub async fn kill(&self) -> Down<'_> {
+        assert!(self.is_running(), "member {} is not running", self.name);
+        // SAFETY: kill(2) with a pid and a signal number has no memory effects.
+        let rc = unsafe { libc::kill(self.pid(), libc::SIGKILL) };
+        assert_eq!(rc, 0, "kill -9 member {}", self.name);
+        let gone = eventually(SETTLE, || async { !self.is_running() }).await;
+        assert!(
+            gone,
+            "member {} still runs {SETTLE:?} after kill -9",
+            self.name
+        );
+        Down {
+            member: self,
+            restarted: false,
+        }
+    }
+
+    /// Runs its start script; false when that failed.
+    fn start(&self) -> bool {
+        Command::new(&self.start)
+            .status()
+            .is_ok_and(|status| status.success())
+    }
+
+    /// A client of this member alone (the crate's own client, as the etcd store uses it).
+    pub async fn client(&self) -> Client {
+        self.try_client().await.expect("connect to an etcd member")
+    }
+
+    async fn try_client(&self) -> Result<Client, etcd_client::Error> {
+        let options = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(5))
+            .with_timeout(Duration::from_secs(10));
+        Client::connect([self.client.to_string()], Some(options)).await
+    }
+
+    /// Waits until the member serves a linearizable read: it runs, knows the leader, and has
+    /// applied what the cluster committed before the read.
+    pub async fn wait_ready(&self) {
+        let ready = eventually(SETTLE, || async {
+            match self.try_client().await {
+                Ok(mut client) => client.get("ready", None::<GetOptions>).await.is_ok(),
+                Err(_) => false,
+            }
+        })
+        .await;
+        assert!(
+            ready,
+            "member {} serves no read within {SETTLE:?}",
+            self.name
+        );
+    }
+}
+
+/// A killed member, restarted by `restart` or when dropped.
+pub struct Down<'a> {
+    member: &'a Member,
+    restarted: bool,
+}
+
+impl Down<'_> {
+    /// Starts the member again from its data folder (it rejoins with what it stored) and waits
+    /// until it serves linearizable reads.
+    pub async fn restart(mut self) {
+        self.restarted = true;
+        assert!(
+            self.member.start(),
+            "start member {} again",
+            self.member.name
+        );
+        self.member.wait_ready().await;
+    }
+}
+
+impl Drop for Down<'_> {
+    fn drop(&mut self) {
+        // Never a panic here: a test that failed with a member down is unwinding already.
+        if !self.restarted {
+            self.member.start();
+        }
+    }
+}

@@ -1,0 +1,21 @@
+# The etcd cluster the etcd store's tests run on (scripts/with-etcd.sh). `make test` starts one
+# around every suite (the Makefile's `test`), and test-rust builds the core with the feature
+# `etcd`, so that every file core/tests/etcd*.rs runs there: a new one needs no edit here.
+#
+# The cluster's server is the system's etcd (Debian's etcd-server, 3.4) unless ETCD_BIN names
+# another: `make etcd-3.6` builds a current one from its Go module, and
+# `make test-etcd ETCD_BIN=$(ETCD_36)` runs the same tests on it.
+
+WITH_ETCD := scripts/with-etcd.sh
+# The etcd server that tests/etcd-server/go.mod pins (3.6.x), built into target/.
+ETCD_36 := target/etcd-3.6/etcd
+
+.PHONY: test-etcd etcd-3.6
+
+test-etcd: ## the etcd tests alone (core/tests/etcd*.rs) on a throwaway 3-member cluster (ETCD_BIN=… picks the server)
+	ETCD_BIN=$(ETCD_BIN) $(WITH_ETCD) $(CARGO) test -p accord-coord --features etcd \
+	  $(patsubst core/tests/%.rs,--test %,$(wildcard core/tests/etcd*.rs))
+
+etcd-3.6: ## build etcd 3.6 (the version tests/etcd-server/go.mod pins) into target/etcd-3.6/etcd
+	cd tests/etcd-server && GOTOOLCHAIN=local go build -trimpath -o ../../$(ETCD_36) .
+	$(ETCD_36) --version
