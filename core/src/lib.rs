@@ -67,6 +67,10 @@ pub use fleet::{
 };
 pub use lease::{Lease, LostSignal};
 pub use membership::{JoinOptions, Member, MemberEvent, MemberInfo, MemberWatch};
+/// Not part of the API: how channels are named, for the security tests, which show that any role
+/// that knows the names can compute a recipe's channel (and so must learn nothing from it).
+#[doc(hidden)]
+pub use naming::channel_for as __channel_for;
 pub use options::{
     AcquireOptions, ClaimOptions, ClientOptions, KeyCounts, KeyState, LeaseInfo, ListPage,
     ListQuery, PoolCounts, StateFilter,

@@ -16,7 +16,7 @@ pub(crate) fn unescape(segment: &str) -> String {
 /// A PostgreSQL channel for `parts` in this namespace: `<stem>_<16 hex>` (a stable FNV-1a hash,
 /// so every client of every language agrees, whatever the length of the names). A collision
 /// only wakes a reader that then finds nothing new: the table is the truth.
-pub(crate) fn channel_for(stem: &str, namespace: &str, parts: &[&str]) -> String {
+pub fn channel_for(stem: &str, namespace: &str, parts: &[&str]) -> String {
     let mut hash: u64 = 0xcbf29ce484222325;
     let mut eat = |bytes: &[u8]| {
         for b in bytes {

@@ -97,23 +97,8 @@ impl Outsider {
     }
 }
 
-/// A channel as accord computes it (core/src/naming.rs: FNV-1a of the namespace and the parts):
-/// a role that knows or guesses the names can compute it too.
-fn channel_for(stem: &str, namespace: &str, parts: &[&str]) -> String {
-    let mut hash: u64 = 0xcbf29ce484222325;
-    let mut eat = |bytes: &[u8]| {
-        for b in bytes {
-            hash ^= u64::from(*b);
-            hash = hash.wrapping_mul(0x100000001b3);
-        }
-    };
-    eat(namespace.as_bytes());
-    for part in parts {
-        eat(&[0]);
-        eat(part.as_bytes());
-    }
-    format!("{stem}_{hash:016x}")
-}
+// A channel as accord computes it: a role that knows or guesses the names can compute it too.
+use accord::__channel_for as channel_for;
 
 fn fleet_base(name: &str) -> String {
     format!("accord.fleet/{name}/")
