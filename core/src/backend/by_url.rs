@@ -33,7 +33,7 @@ pub(crate) async fn open(
             super::sqlite::SqliteBackend::connect(url, sink, stats).await?,
         ))
     } else if url.starts_with("etcd://") || url.starts_with("etcds://") {
-        open_etcd(url, options, sink).await
+        open_etcd(url, options, sink, stats).await
     } else {
         Err(Error::invalid(
             "url",
@@ -47,14 +47,20 @@ async fn open_etcd(
     url: &str,
     options: &ClientOptions,
     sink: Arc<dyn EventSink>,
+    stats: Arc<Recorder>,
 ) -> Result<DynBackend> {
     Ok(Arc::new(
-        super::etcd::EtcdBackend::connect(url, options, sink).await?,
+        super::etcd::EtcdBackend::connect(url, options, sink, stats).await?,
     ))
 }
 
 #[cfg(not(feature = "etcd"))]
-async fn open_etcd(_: &str, _: &ClientOptions, _: Arc<dyn EventSink>) -> Result<DynBackend> {
+async fn open_etcd(
+    _: &str,
+    _: &ClientOptions,
+    _: Arc<dyn EventSink>,
+    _: Arc<Recorder>,
+) -> Result<DynBackend> {
     Err(Error::new(
         crate::error::ErrorKind::Unsupported,
         "url: etcd:// needs accord built with the cargo feature `etcd`",

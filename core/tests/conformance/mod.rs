@@ -103,7 +103,7 @@ macro_rules! conformance_suite {
             streams::d6_a_consumer_behind_retention_is_told_the_way_out: [streams],
             snapshot::t1_snapshot_shows_every_section: [snapshot],
             snapshot::t2_snapshot_counts_waiters_per_key: [snapshot],
-            recipes::r1_recipe_keys_are_refused_to_plain_calls: [],
+            recipes::r1_recipe_keys_are_refused_to_plain_calls: [pools],
             recipes::r2_semaphores_survive_plain_calls: [pools],
             recipes::r3_departed_members_leave_no_rows: [],
         );

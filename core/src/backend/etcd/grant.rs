@@ -18,6 +18,8 @@ use crate::error::Result;
 use crate::metadata::Metadata;
 use crate::rules::{self, Grantable, Waiting};
 
+/// The most rows one sweep deletes (as the other stores' `LIMIT 1000`).
+const SWEEP_LIMIT: usize = 1000;
 /// How soon a waiter that lost a race to a concurrent writer tries again.
 const RACE_RETRY: Duration = Duration::from_millis(20);
 
@@ -171,6 +173,12 @@ impl EtcdBackend {
             then.push(TxnOp::delete(place.record.as_str(), None));
         }
         let on_lease = || Some(PutOptions::new().with_lease(lease.id));
+        // What `expires_at` shows to readers of this key (a list, an observer).
+        then.push(TxnOp::put(
+            self.layout.expiry(lease.id),
+            lease.expires_ms().to_string(),
+            on_lease(),
+        ));
         if r.shared {
             then.push(TxnOp::put(
                 format!("{shared}{}", random_id()),
@@ -194,7 +202,7 @@ impl EtcdBackend {
         }
         Ok(Some(Granted {
             fence: fence_of(revision(&answer), 0),
-            expires_at: expires_in(lease.seconds),
+            expires_at: super::read::time(lease.expires_ms()),
             metadata,
         }))
     }
@@ -286,9 +294,10 @@ impl EtcdBackend {
             let Some(lease) = self.leases.by_id(holder.lease) else {
                 return Ok(None);
             };
-            let Some(seconds) = self.leases.keep_alive(&lease).await? else {
+            if self.leases.keep_alive(&lease).await?.is_none() {
                 return Ok(None);
-            };
+            }
+            self.publish_expiries(&[lease.clone()]);
             let metadata = merged(look.metadata(), patch)?;
             if patch.is_some() {
                 let row = self.layout.row(l.namespace, l.key);
@@ -316,7 +325,7 @@ impl EtcdBackend {
                 }
             }
             return Ok(Some(Renewed {
-                expires_at: expires_in(seconds),
+                expires_at: super::read::time(lease.expires_ms()),
                 metadata,
             }));
         }
@@ -367,17 +376,42 @@ impl EtcdBackend {
         leases.sort_unstable();
         leases.dedup();
         let mut alive = std::collections::HashMap::new();
+        let mut kept = Vec::new();
         for id in leases {
             if let Some(lease) = self.leases.by_id(id) {
-                if let Some(seconds) = self.leases.keep_alive(&lease).await? {
-                    alive.insert(id, expires_in(seconds));
+                if self.leases.keep_alive(&lease).await?.is_some() {
+                    alive.insert(id, super::read::time(lease.expires_ms()));
+                    kept.push(lease);
                 }
             }
         }
+        self.publish_expiries(&kept);
         Ok(found
             .into_iter()
             .filter_map(|(fence, lease)| alive.get(&lease).map(|at| (fence, *at)))
             .collect())
+    }
+
+    /// Writes the leases' new expiries for readers, in the background: display only, so the
+    /// keepalive never waits for it, and a lease that died meanwhile fails it harmlessly.
+    fn publish_expiries(&self, leases: &[std::sync::Arc<super::session::ClassLease>]) {
+        if leases.is_empty() {
+            return;
+        }
+        let puts: Vec<TxnOp> = leases
+            .iter()
+            .map(|l| {
+                TxnOp::put(
+                    self.layout.expiry(l.id),
+                    l.expires_ms().to_string(),
+                    Some(PutOptions::new().with_lease(l.id)),
+                )
+            })
+            .collect();
+        let (client, stats) = (self.client.clone(), self.stats.clone());
+        tokio::spawn(async move {
+            let _ = super::counted(&stats, client.clone().txn(Txn::new().and_then(puts))).await;
+        });
     }
 
     /// Frees the key if this grant holds it (its waiters wake on the holder's delete).
@@ -465,6 +499,98 @@ impl EtcdBackend {
             )
             .await?;
         Ok(answer.succeeded())
+    }
+
+    /// Deletes up to `SWEEP_LIMIT` rows under `prefix` that nobody holds
+    /// (`rules::member_row_is_sweepable`; this store has no pools yet), each only if unchanged
+    /// since read and still without a holder.
+    pub(super) async fn sweep_rows(&self, ns: &str, prefix: &str) -> Result<u64> {
+        let rows = self.layout.row(ns, prefix);
+        let holders = self.layout.holder(ns, prefix);
+        let shared = self.layout.all_shared(ns);
+        let range = |start: &str| Some(GetOptions::new().with_range(range_end(start)));
+        let answer = self
+            .txn(
+                "sweep",
+                Txn::new().and_then([
+                    TxnOp::get(rows.as_str(), range(&rows)),
+                    TxnOp::get(
+                        holders.as_str(),
+                        range(&holders).map(GetOptions::with_keys_only),
+                    ),
+                    TxnOp::get(
+                        shared.as_str(),
+                        range(&shared).map(GetOptions::with_keys_only),
+                    ),
+                ]),
+            )
+            .await?;
+        let mut gets = answer.op_responses().into_iter().map(|r| match r {
+            TxnOpResponse::Get(g) => g.kvs().to_vec(),
+            _ => Vec::new(),
+        });
+        let mut next = || gets.next().unwrap_or_default();
+        let (found, held, shared_records) = (next(), next(), next());
+        let rows_prefix = self.layout.rows(ns);
+        let holders_prefix = self.layout.holders(ns);
+        let held: std::collections::HashSet<&[u8]> = held
+            .iter()
+            .map(|kv| &kv.key()[holders_prefix.len()..])
+            .collect();
+        let shared_keys: std::collections::HashSet<String> = shared_records
+            .iter()
+            .filter_map(|kv| {
+                let record = String::from_utf8_lossy(kv.key()).into_owned();
+                self.layout.shared_key(ns, &record).map(str::to_string)
+            })
+            .collect();
+        let mut sweepable = Vec::new();
+        for kv in &found {
+            let key = &kv.key()[rows_prefix.len()..];
+            let row = Row::read(kv)?;
+            let stored = rules::StoredKey {
+                owner: row.owner.as_deref(),
+                fence: row.fence,
+                expires_at_ms: if held.contains(key) {
+                    Some(super::records::LIVE)
+                } else {
+                    None
+                },
+                done: row.done,
+                attempt: None,
+                shared_until_ms: shared_keys
+                    .contains(String::from_utf8_lossy(key).as_ref())
+                    .then_some(super::records::LIVE),
+            };
+            if rules::member_row_is_sweepable(&stored, false, NOW) && sweepable.len() < SWEEP_LIMIT
+            {
+                sweepable.push((kv.key().to_vec(), kv.mod_revision(), key.to_vec()));
+            }
+        }
+        let mut swept = 0;
+        // Two compares and a delete per row, within etcd's operations per transaction.
+        for chunk in sweepable.chunks(MAX_TXN_OPS / 2) {
+            let mut when = Vec::new();
+            let mut then = Vec::new();
+            for (record, revision, key) in chunk {
+                let holder = [holders_prefix.as_bytes(), key].concat();
+                when.push(Compare::mod_revision(
+                    record.clone(),
+                    CompareOp::Equal,
+                    *revision,
+                ));
+                when.push(Compare::version(holder, CompareOp::Equal, 0));
+                then.push(TxnOp::delete(record.clone(), None));
+            }
+            if self
+                .txn("sweep", Txn::new().when(when).and_then(then))
+                .await?
+                .succeeded()
+            {
+                swept += chunk.len() as u64;
+            }
+        }
+        Ok(swept)
     }
 
     pub(super) async fn reset_one(&self, ns: &str, key: &str) -> Result<ResetOutcome> {

@@ -7,6 +7,8 @@
 //! - `P/l/q/<ns>/<key>/<id>`: one waiter in line, on its session's lease; its ticket is its
 //!   create_revision.
 //! - `P/c/<channel>`: notifications, one put each.
+//! - `P/x/<lease>`: when a session's lease expires at the earliest, on its client's clock (what
+//!   `expires_at` shows), on the lease itself.
 //!
 //! `<ns>` is length-prefixed (`3:abc`) so that no namespace is a prefix of another's range;
 //! in the `l/s` and `l/q` ranges the key is too, since an id follows it. Row keys keep the key's
@@ -79,6 +81,15 @@ impl Layout {
     /// Every record a release, expiry or leave deletes (watched for deletes).
     pub fn locks(&self) -> String {
         format!("{}/l/", self.prefix)
+    }
+
+    /// Every lease's expiry record.
+    pub fn expiries(&self) -> String {
+        format!("{}/x/", self.prefix)
+    }
+
+    pub fn expiry(&self, lease: i64) -> String {
+        format!("{}{lease:x}", self.expiries())
     }
 
     pub fn channels(&self) -> String {

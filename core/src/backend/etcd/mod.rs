@@ -42,6 +42,7 @@ use super::{
 use crate::error::{Error, ErrorKind, Result};
 use crate::metadata::Metadata;
 use crate::options::{ClientOptions, ListPage, ListQuery, PoolCounts};
+use crate::stats::{Counter, Recorder, Timer};
 
 /// Wake-ups never leave this process (each client derives its own from its watch), so no
 /// other role can forge one: the tag needs no secret. One format with the other stores.
@@ -76,8 +77,19 @@ fn unsupported(what: &str) -> Error {
     )
 }
 
+/// Counts one call to etcd (a transaction, or a lease's grant, keep-alive or read) and its
+/// time in the client's stats, as the other stores count statements.
+pub(crate) async fn counted<T>(stats: &Recorder, call: impl std::future::Future<Output = T>) -> T {
+    let started = std::time::Instant::now();
+    let answer = call.await;
+    stats.add(Counter::Statements, 1);
+    stats.time(Timer::StatementTime, started.elapsed());
+    answer
+}
+
 pub(crate) struct EtcdBackend {
     client: Client,
+    stats: Arc<Recorder>,
     layout: Layout,
     leases: Arc<Leases>,
     watcher: Arc<Watcher>,
@@ -88,6 +100,7 @@ impl EtcdBackend {
         url: &str,
         options: &ClientOptions,
         sink: Arc<dyn EventSink>,
+        stats: Arc<Recorder>,
     ) -> Result<Self> {
         if options.listen_url.is_some() {
             return Err(Error::invalid(
@@ -105,8 +118,9 @@ impl EtcdBackend {
         let layout = Layout::new(&parsed.prefix);
         let watcher = Watcher::new(client.clone(), sink, layout.channels(), layout.locks());
         let backend = EtcdBackend {
-            leases: Arc::new(Leases::new(client.clone())),
+            leases: Arc::new(Leases::new(client.clone(), stats.clone())),
             client,
+            stats,
             layout,
             watcher,
         };
@@ -124,9 +138,7 @@ impl EtcdBackend {
     }
 
     async fn txn(&self, what: &str, txn: Txn) -> Result<TxnResponse> {
-        self.client
-            .clone()
-            .txn(txn)
+        counted(&self.stats, self.client.clone().txn(txn))
             .await
             .map_err(|e| etcd_error(what, e))
     }
@@ -342,9 +354,9 @@ impl Backend for EtcdBackend {
         self.reset_one(namespace, key).await
     }
 
-    async fn sweep(&self, _namespace: &str, _prefix: &str) -> Result<(u64, u64)> {
-        // Dead waiters and holders go with their session's lease; groups are not here yet.
-        Ok((0, 0))
+    async fn sweep(&self, namespace: &str, prefix: &str) -> Result<(u64, u64)> {
+        // Dead waiters go with their session's lease: only member rows are left to sweep.
+        Ok((self.sweep_rows(namespace, prefix).await?, 0))
     }
 
     async fn list(&self, namespace: &str, query: &ListQuery) -> Result<ListPage> {

@@ -14,7 +14,7 @@ use crate::error::Result;
 use crate::options::{KeyState, LeaseInfo, ListPage, ListQuery, StateFilter};
 use crate::rules::{self, StoredKey};
 
-fn time(ms: i64) -> DateTime<Utc> {
+pub(super) fn time(ms: i64) -> DateTime<Utc> {
     Utc.timestamp_millis_opt(ms).single().unwrap_or_default()
 }
 
@@ -24,19 +24,37 @@ impl EtcdBackend {
         let Some(h) = &look.holder else {
             return Ok(None);
         };
-        let Some(ttl) = self.leases.time_to_live(h.lease).await? else {
+        let mut expiries = self.expiries(Some(h.lease)).await?;
+        let Some(expires_at) = self.expiry(&mut expiries, h.lease).await? else {
             return Ok(None);
         };
         Ok(Some(Holder {
             owner: h.owner.clone(),
             fence: h.fence(),
-            expires_at: expires_in(ttl),
+            expires_at,
             metadata: look.metadata(),
             granted_at: time(h.granted_ms),
         }))
     }
 
-    /// The expiry of a lease, read once per page (a client's keys share a lease per class).
+    /// The leases' expiry records (one lease's, or all of them), as a cache for [`Self::expiry`].
+    async fn expiries(&self, lease: Option<i64>) -> Result<HashMap<i64, Option<DateTime<Utc>>>> {
+        let get = match lease {
+            Some(id) => TxnOp::get(self.layout.expiry(id), None),
+            None => {
+                let all = self.layout.expiries();
+                let end = range_end(&all);
+                TxnOp::get(all, Some(GetOptions::new().with_range(end)))
+            }
+        };
+        let answer = self
+            .txn("read expiries", Txn::new().and_then([get]))
+            .await?;
+        Ok(expiry_records(&answer.op_responses()))
+    }
+
+    /// The expiry of a lease as its client last published it (stable between its renewals,
+    /// whoever reads it), else from the ttl etcd reports left; `None` once gone.
     async fn expiry(
         &self,
         cache: &mut HashMap<i64, Option<DateTime<Utc>>>,
@@ -64,6 +82,7 @@ impl EtcdBackend {
         let (rows_from, rows_end) = bound(self.layout.row(ns, &range.from));
         let (holders_from, holders_end) = bound(self.layout.holder(ns, &range.from));
         let shared = self.layout.all_shared(ns);
+        let expiries = self.layout.expiries();
         let answer = self
             .txn(
                 "list",
@@ -77,10 +96,16 @@ impl EtcdBackend {
                         shared.as_bytes(),
                         Some(GetOptions::new().with_range(range_end(&shared))),
                     ),
+                    TxnOp::get(
+                        expiries.as_bytes(),
+                        Some(GetOptions::new().with_range(range_end(&expiries))),
+                    ),
                 ]),
             )
             .await?;
-        let mut gets = answer.op_responses().into_iter().map(|r| match r {
+        let responses = answer.op_responses();
+        let mut expiries = expiry_records(&responses[3..]);
+        let mut gets = responses.into_iter().map(|r| match r {
             TxnOpResponse::Get(g) => g.kvs().to_vec(),
             _ => Vec::<KeyValue>::new(),
         });
@@ -122,7 +147,6 @@ impl EtcdBackend {
                 .as_ref()
                 .is_none_or(|f| rules::metadata_contains(m, f))
         };
-        let mut expiries = HashMap::new();
 
         let mut keys_page = Vec::new();
         for kv in &rows {
@@ -196,4 +220,23 @@ impl EtcdBackend {
         }
         Ok(ListPage::merged(keys_page, holders_page, q.limit))
     }
+}
+
+/// Lease id → expiry, from the gets of expiry records (`P/x/<lease in hex>` → milliseconds).
+fn expiry_records(responses: &[TxnOpResponse]) -> HashMap<i64, Option<DateTime<Utc>>> {
+    let mut found = HashMap::new();
+    for response in responses {
+        let TxnOpResponse::Get(got) = response else {
+            continue;
+        };
+        for kv in got.kvs() {
+            let ms = std::str::from_utf8(kv.value())
+                .ok()
+                .and_then(|v| v.parse::<i64>().ok());
+            if let Some(ms) = ms {
+                found.insert(kv.lease(), Some(time(ms)));
+            }
+        }
+    }
+    found
 }

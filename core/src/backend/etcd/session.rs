@@ -15,17 +15,19 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
 
-use super::etcd_error;
+use super::{counted, etcd_error};
 use crate::error::Result;
 use crate::session::safety_margin;
+use crate::stats::Recorder;
 
 /// One ttl class's lease.
 pub(crate) struct ClassLease {
     pub id: i64,
     /// The class's ttl in whole seconds (what etcd counts).
     pub seconds: i64,
-    /// When the last keep-alive (or the grant) that etcd answered was sent.
-    last_sent: Mutex<Instant>,
+    /// When the last keep-alive (or the grant) that etcd answered was sent, on the monotonic
+    /// clock and on this client's wall clock (milliseconds).
+    last_sent: Mutex<(Instant, i64)>,
     stream: tokio::sync::Mutex<Option<(LeaseKeeper, LeaseKeepAliveStream)>>,
     dead: std::sync::atomic::AtomicBool,
 }
@@ -36,7 +38,14 @@ impl ClassLease {
     }
 
     fn last_sent(&self) -> Instant {
-        *self.last_sent.lock().unwrap_or_else(|e| e.into_inner())
+        self.last_sent.lock().unwrap_or_else(|e| e.into_inner()).0
+    }
+
+    /// When etcd frees the lease's keys at the earliest, on this client's clock (what
+    /// `expires_at` shows; no grant depends on it).
+    pub fn expires_ms(&self) -> i64 {
+        let sent_ms = self.last_sent.lock().unwrap_or_else(|e| e.into_inner()).1;
+        sent_ms.saturating_add(self.seconds.saturating_mul(1000))
     }
 }
 
@@ -48,21 +57,23 @@ pub(crate) fn class_of(ttl: Duration) -> i64 {
 
 pub(crate) struct Leases {
     client: Client,
+    stats: Arc<Recorder>,
     classes: Mutex<HashMap<i64, Arc<ClassLease>>>,
     /// One grant of a new lease per class at a time.
     granting: tokio::sync::Mutex<()>,
 }
 
 impl Leases {
-    pub fn new(client: Client) -> Leases {
+    pub fn new(client: Client, stats: Arc<Recorder>) -> Leases {
         Leases {
             client,
+            stats,
             classes: Mutex::new(HashMap::new()),
             granting: tokio::sync::Mutex::new(()),
         }
     }
 
-    fn class(&self, seconds: i64) -> Option<Arc<ClassLease>> {
+    pub fn class(&self, seconds: i64) -> Option<Arc<ClassLease>> {
         let classes = self.classes.lock().unwrap_or_else(|e| e.into_inner());
         classes.get(&seconds).filter(|l| !l.is_dead()).cloned()
     }
@@ -89,11 +100,8 @@ impl Leases {
             if self.class(seconds).is_some() {
                 continue;
             }
-            let sent = Instant::now();
-            let granted = self
-                .client
-                .lease_client()
-                .grant(seconds, None)
+            let sent = (Instant::now(), super::records::client_ms());
+            let granted = counted(&self.stats, self.client.lease_client().grant(seconds, None))
                 .await
                 .map_err(|e| etcd_error("grant a session lease", e))?;
             let lease = Arc::new(ClassLease {
@@ -131,16 +139,16 @@ impl Leases {
             return Ok(None);
         }
         let mut stream = lease.stream.lock().await;
-        let sent = Instant::now();
+        let sent = (Instant::now(), super::records::client_ms());
         // A stream that broke (its member went away) is replaced once, on another member. It
         // is taken out while in use: a call dropped between a keep-alive and its answer drops
         // the stream with it, so no later call reads that answer as its own.
         let mut ttl = None;
         if let Some((mut keeper, mut replies)) = stream.take() {
-            let answer = async {
+            let answer = counted(&self.stats, async {
                 keeper.keep_alive().await?;
                 replies.message().await
-            }
+            })
             .await;
             if let Ok(Some(reply)) = answer {
                 ttl = Some(reply.ttl());
@@ -149,15 +157,17 @@ impl Leases {
         }
         let ttl = match ttl {
             Some(ttl) => ttl,
-            None => match self.client.lease_client().keep_alive(lease.id).await {
-                // Opening the stream sends the first keep-alive and reads its answer.
-                Ok(opened) => {
-                    *stream = Some(opened);
-                    lease.seconds.max(1)
+            None => {
+                match counted(&self.stats, self.client.lease_client().keep_alive(lease.id)).await {
+                    // Opening the stream sends the first keep-alive and reads its answer.
+                    Ok(opened) => {
+                        *stream = Some(opened);
+                        lease.seconds.max(1)
+                    }
+                    Err(etcd_client::Error::LeaseKeepAliveError(_)) => 0,
+                    Err(e) => return Err(etcd_error("keep a session lease alive", e)),
                 }
-                Err(etcd_client::Error::LeaseKeepAliveError(_)) => 0,
-                Err(e) => return Err(etcd_error("keep a session lease alive", e)),
-            },
+            }
         };
         if ttl <= 0 {
             lease.dead.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -165,7 +175,7 @@ impl Leases {
             return Ok(None);
         }
         let mut last = lease.last_sent.lock().unwrap_or_else(|e| e.into_inner());
-        if sent > *last {
+        if sent.0 > last.0 {
             *last = sent;
         }
         Ok(Some(ttl))
@@ -173,12 +183,12 @@ impl Leases {
 
     /// Remaining ttl of any lease (another client's too), in seconds; `None` once gone.
     pub async fn time_to_live(&self, id: i64) -> Result<Option<i64>> {
-        let answer = self
-            .client
-            .lease_client()
-            .time_to_live(id, None)
-            .await
-            .map_err(|e| etcd_error("read a lease's ttl", e))?;
+        let answer = counted(
+            &self.stats,
+            self.client.lease_client().time_to_live(id, None),
+        )
+        .await
+        .map_err(|e| etcd_error("read a lease's ttl", e))?;
         Ok(Some(answer.ttl()).filter(|&t| t > 0))
     }
 
