@@ -297,7 +297,7 @@ impl EtcdBackend {
             if self.leases.keep_alive(&lease).await?.is_none() {
                 return Ok(None);
             }
-            self.publish_expiries(&[lease.clone()]);
+            self.publish_expiries(std::slice::from_ref(&lease));
             let metadata = merged(look.metadata(), patch)?;
             if patch.is_some() {
                 let row = self.layout.row(l.namespace, l.key);
@@ -626,12 +626,12 @@ impl EtcdBackend {
 /// blocks it (any, for an exclusive waiter; an exclusive one, for a shared waiter), or, first
 /// in line, the key's holders. Only their deletes wake it.
 fn blockers(look: &Look, mine: Option<&Place>, shared: bool) -> Vec<String> {
-    let ahead = look
+    let mut ahead = look
         .line
         .iter()
         .filter(|w| mine.is_none_or(|m| w.create_revision < m.create_revision))
         .filter(|w| !(shared && w.shared));
-    if let Some(last) = ahead.last() {
+    if let Some(last) = ahead.next_back() {
         return vec![last.record.clone()];
     }
     let mut records: Vec<String> = look.holder.iter().map(|h| h.key.clone()).collect();

@@ -162,10 +162,7 @@ impl EtcdBackend {
                     None => row.owner.as_deref(),
                 },
                 fence: holder.map_or(row.fence, HolderRecord::fence),
-                expires_at_ms: match holder {
-                    Some(_) => Some(LIVE),
-                    None => None,
-                },
+                expires_at_ms: holder.map(|_| LIVE),
                 done: row.done,
                 attempt: None,
                 shared_until_ms: shared_keys.contains(key.as_str()).then_some(LIVE),
