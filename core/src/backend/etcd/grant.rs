@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
 
-use super::keys::{fence_of, range_end, revision_of};
+use super::keys::{fence_of, random_id, range_end, revision_of};
 use super::records::{merged, HolderRecord, Look, Place, Row, NOW};
 use super::{expires_in, revision, EtcdBackend, MAX_TXN_OPS, TRIES};
 use crate::backend::{
@@ -22,10 +22,6 @@ use crate::rules::{self, Grantable, Waiting};
 const SWEEP_LIMIT: usize = 1000;
 /// How soon a waiter that lost a race to a concurrent writer tries again.
 const RACE_RETRY: Duration = Duration::from_millis(20);
-
-fn random_id() -> String {
-    format!("{:016x}", rand::random::<u64>())
-}
 
 /// The row's revision is still what was read (absent: still absent).
 fn row_unchanged(record: &str, look: &Look) -> Compare {

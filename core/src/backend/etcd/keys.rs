@@ -6,7 +6,8 @@
 //! - `P/l/s/<ns>/<key>/<id>`: one shared holder, on its session's lease.
 //! - `P/l/q/<ns>/<key>/<id>`: one waiter in line, on its session's lease; its ticket is its
 //!   create_revision.
-//! - `P/c/<channel>`: notifications, one put each.
+//! - `P/c/<channel>/<id>`: notifications, one record each (`<channel>` length-prefixed), on a
+//!   lease that is never kept alive: etcd deletes them within a minute.
 //! - `P/x/<lease>`: when a session's lease expires at the earliest, on its client's clock (what
 //!   `expires_at` shows), on the lease itself.
 //!
@@ -30,6 +31,12 @@ pub(crate) fn revision_of(fence: i64) -> i64 {
     fence / FENCE_SCALE
 }
 
+/// A record's id among its siblings (waiters, shared holders, notifications).
+pub(crate) fn random_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+#[derive(Clone)]
 pub(crate) struct Layout {
     prefix: String,
 }
@@ -96,8 +103,17 @@ impl Layout {
         format!("{}/c/", self.prefix)
     }
 
-    pub fn channel(&self, channel: &str) -> String {
-        format!("{}{channel}", self.channels())
+    /// A new notification's record on `channel` (`id` unique in its transaction).
+    pub fn notification(&self, channel: &str, id: &str) -> String {
+        format!("{}{}/{id}", self.channels(), counted(channel))
+    }
+
+    /// The channel a notification's record (under [`Layout::channels`]) is on.
+    pub fn channel_of<'a>(&self, record: &'a [u8]) -> Option<&'a str> {
+        let rest = record.strip_prefix(self.channels().as_bytes())?;
+        let colon = rest.iter().position(|&b| b == b':')?;
+        let len: usize = std::str::from_utf8(&rest[..colon]).ok()?.parse().ok()?;
+        std::str::from_utf8(rest.get(colon + 1..colon + 1 + len)?).ok()
     }
 
     /// The key a shared holder's record (under [`Layout::all_shared`]) is of.
@@ -135,6 +151,8 @@ mod tests {
         assert!(!l.line("n", "a/").starts_with(&l.line("n", "a")));
         let record = format!("{}x", l.shared("n", "a/1"));
         assert_eq!(l.shared_key("n", &record), Some("a/1"));
+        let note = l.notification("c/1:x", "00");
+        assert_eq!(l.channel_of(note.as_bytes()), Some("c/1:x"));
         assert_eq!(range_end("/p/k/"), b"/p/k0".to_vec());
         assert_eq!(fence_of(7, 3) / FENCE_SCALE, 7);
         assert_eq!(revision_of(fence_of(7, 3)), 7);

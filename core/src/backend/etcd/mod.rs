@@ -26,11 +26,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use etcd_client::{
-    Client, ConnectOptions, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
-    TxnResponse,
+    Client, ConnectOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse, TxnResponse,
 };
 
-use self::keys::{range_end, Layout};
+use self::keys::{random_id, range_end, Layout};
 use self::records::{HolderRecord, Look, Place, Row};
 use self::session::Leases;
 use self::watch::Watcher;
@@ -116,7 +116,7 @@ impl EtcdBackend {
             .await
             .map_err(|e| etcd_error("connect to etcd", e))?;
         let layout = Layout::new(&parsed.prefix);
-        let watcher = Watcher::new(client.clone(), sink, layout.channels(), layout.locks());
+        let watcher = Watcher::new(client.clone(), sink, layout.clone());
         let backend = EtcdBackend {
             leases: Arc::new(Leases::new(client.clone(), stats.clone())),
             client,
@@ -368,20 +368,23 @@ impl Backend for EtcdBackend {
     }
 
     async fn notify_batch(&self, notifications: &[(&str, &str)]) -> Result<()> {
-        // etcd refuses a key twice in one transaction: a channel named again starts the next
-        // one (in order, so listeners still get them in this order).
-        let mut puts: Vec<TxnOp> = Vec::new();
-        let mut channels: Vec<&str> = Vec::new();
-        for (channel, payload) in notifications {
-            if channels.contains(channel) || puts.len() == MAX_TXN_OPS {
-                self.txn("notify", Txn::new().and_then(std::mem::take(&mut puts)))
-                    .await?;
-                channels.clear();
-            }
-            channels.push(channel);
-            puts.push(TxnOp::put(self.layout.channel(channel), *payload, None));
-        }
-        if !puts.is_empty() {
+        // Each notification is a record of its own (a burst on one channel is one
+        // transaction: etcd refuses a key twice in one), on a lease that lets them go.
+        let lease = self.leases.retention().await?;
+        let batch = random_id();
+        for (chunk, part) in notifications.chunks(MAX_TXN_OPS).zip(0..) {
+            let puts: Vec<TxnOp> = chunk
+                .iter()
+                .zip(0..)
+                .map(|((channel, payload), i)| {
+                    TxnOp::put(
+                        self.layout
+                            .notification(channel, &format!("{batch}.{part}.{i}")),
+                        *payload,
+                        Some(PutOptions::new().with_lease(lease)),
+                    )
+                })
+                .collect();
             self.txn("notify", Txn::new().and_then(puts)).await?;
         }
         Ok(())

@@ -55,9 +55,14 @@ pub(crate) fn class_of(ttl: Duration) -> i64 {
     i64::try_from(seconds.max(1)).unwrap_or(i64::MAX)
 }
 
+/// How long etcd keeps a notification's record (a watch resumes within it).
+const RETENTION: i64 = 60;
+
 pub(crate) struct Leases {
     client: Client,
     stats: Arc<Recorder>,
+    /// The lease notifications are put on (never kept alive), and when it was granted.
+    retention: tokio::sync::Mutex<Option<(i64, Instant)>>,
     classes: Mutex<HashMap<i64, Arc<ClassLease>>>,
     /// One grant of a new lease per class at a time.
     granting: tokio::sync::Mutex<()>,
@@ -68,6 +73,7 @@ impl Leases {
         Leases {
             client,
             stats,
+            retention: tokio::sync::Mutex::new(None),
             classes: Mutex::new(HashMap::new()),
             granting: tokio::sync::Mutex::new(()),
         }
@@ -121,6 +127,26 @@ impl Leases {
             crate::error::ErrorKind::Connection,
             "grant a session lease: etcd let the lease expire twice in a row",
         ))
+    }
+
+    /// The lease a notification's record goes on: granted for a minute and never kept alive,
+    /// replaced when half of that is gone, so that each record lives 30 to 60 s.
+    pub async fn retention(&self) -> Result<i64> {
+        let mut current = self.retention.lock().await;
+        if let Some((id, granted)) = *current {
+            if granted.elapsed() < Duration::from_secs(RETENTION as u64 / 2) {
+                return Ok(id);
+            }
+        }
+        let granted = Instant::now();
+        let answer = counted(
+            &self.stats,
+            self.client.lease_client().grant(RETENTION, None),
+        )
+        .await
+        .map_err(|e| etcd_error("grant a notification lease", e))?;
+        *current = Some((answer.id(), granted));
+        Ok(answer.id())
     }
 
     /// The live lease with this id, if it is one of this client's.

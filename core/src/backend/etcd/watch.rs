@@ -15,7 +15,7 @@ use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
 use super::etcd_error;
-use super::keys::range_end;
+use super::keys::{range_end, Layout};
 use crate::backend::{BackendEvent, EventSink};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -65,6 +65,7 @@ pub(crate) struct Watcher {
     locks_prefix: String,
     holders_prefix: String,
     shared_prefix: String,
+    layout: Layout,
     /// Channels listened on, reference-counted.
     pub channels: Mutex<HashMap<String, usize>>,
     interests: Mutex<Interests>,
@@ -81,19 +82,16 @@ fn wakeup(i: &Interest) -> BackendEvent {
 }
 
 impl Watcher {
-    pub fn new(
-        client: Client,
-        sink: Arc<dyn EventSink>,
-        channels_prefix: String,
-        locks_prefix: String,
-    ) -> Arc<Watcher> {
+    pub fn new(client: Client, sink: Arc<dyn EventSink>, layout: Layout) -> Arc<Watcher> {
+        let locks_prefix = layout.locks();
         Arc::new(Watcher {
             client,
             sink,
             holders_prefix: format!("{locks_prefix}h/"),
             shared_prefix: format!("{locks_prefix}s/"),
-            channels_prefix,
+            channels_prefix: layout.channels(),
             locks_prefix,
+            layout,
             channels: Mutex::new(HashMap::new()),
             interests: Mutex::new(Interests::default()),
             started: OnceCell::new(),
@@ -302,11 +300,7 @@ impl Watcher {
     }
 
     fn notification(&self, kv: &etcd_client::KeyValue) {
-        let Some(channel) = kv
-            .key()
-            .strip_prefix(self.channels_prefix.as_bytes())
-            .and_then(|c| std::str::from_utf8(c).ok())
-        else {
+        let Some(channel) = self.layout.channel_of(kv.key()) else {
             return;
         };
         let listened = self
