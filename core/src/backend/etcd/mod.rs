@@ -77,6 +77,38 @@ fn unsupported(what: &str) -> Error {
     )
 }
 
+/// How many members a call that never reached one is tried on.
+const REACH_TRIES: usize = 8;
+
+/// Whether a call failed before reaching any member (its connection was refused): safe to
+/// send again, and the balanced channel may pick a live member next time.
+fn unreached(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::TransportError(_) => true,
+        etcd_client::Error::GRpcStatus(s) => {
+            s.code() as i32 == 14 && s.message().contains("connect")
+        }
+        _ => false,
+    }
+}
+
+/// Runs `call` until it reaches a member (at most [`REACH_TRIES`] times): the `etcd-client`
+/// crate keeps a dead member in its balanced channel, and a call it sends there fails
+/// unsent.
+pub(crate) async fn reaching<T, F, Fut>(mut call: F) -> std::result::Result<T, etcd_client::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+{
+    let mut tries = 1;
+    loop {
+        match call().await {
+            Err(e) if unreached(&e) && tries < REACH_TRIES => tries += 1,
+            answer => return answer,
+        }
+    }
+}
+
 /// Counts one call to etcd (a transaction, or a lease's grant, keep-alive or read) and its
 /// time in the client's stats, as the other stores count statements.
 pub(crate) async fn counted<T>(stats: &Recorder, call: impl std::future::Future<Output = T>) -> T {
@@ -125,20 +157,26 @@ impl EtcdBackend {
             watcher,
         };
         // A status read: an unreachable cluster fails the connect, not the first call.
-        backend
-            .client
-            .clone()
-            .get(
-                backend.layout.rows(""),
-                Some(GetOptions::new().with_count_only()),
-            )
+        let probe = || {
+            let (mut client, key) = (backend.client.clone(), backend.layout.rows(""));
+            async move {
+                client
+                    .get(key, Some(GetOptions::new().with_count_only()))
+                    .await
+            }
+        };
+        reaching(probe)
             .await
             .map_err(|e| etcd_error("connect to etcd", e))?;
         Ok(backend)
     }
 
     async fn txn(&self, what: &str, txn: Txn) -> Result<TxnResponse> {
-        counted(&self.stats, self.client.clone().txn(txn))
+        let call = || {
+            let (mut client, txn) = (self.client.clone(), txn.clone());
+            async move { client.txn(txn).await }
+        };
+        counted(&self.stats, reaching(call))
             .await
             .map_err(|e| etcd_error(what, e))
     }

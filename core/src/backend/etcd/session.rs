@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
 
-use super::{counted, etcd_error};
+use super::{counted, etcd_error, reaching};
 use crate::error::Result;
 use crate::session::safety_margin;
 use crate::stats::Recorder;
@@ -107,7 +107,11 @@ impl Leases {
                 continue;
             }
             let sent = (Instant::now(), super::records::client_ms());
-            let granted = counted(&self.stats, self.client.lease_client().grant(seconds, None))
+            let grant = || {
+                let mut leases = self.client.lease_client();
+                async move { leases.grant(seconds, None).await }
+            };
+            let granted = counted(&self.stats, reaching(grant))
                 .await
                 .map_err(|e| etcd_error("grant a session lease", e))?;
             let lease = Arc::new(ClassLease {
