@@ -15,12 +15,12 @@ use support::Harness;
 
 mod sqlite {
     use super::*;
-    conformance_suite!(Harness::sqlite, has []);
+    conformance_suite!(Harness::sqlite, has [pools, streams, snapshot]);
 }
 
 mod memory {
     use super::*;
-    conformance_suite!(Harness::memory, has []);
+    conformance_suite!(Harness::memory, has [pools, streams, snapshot]);
 }
 
 /// Entry point of worker processes; a no-op in a normal run.

@@ -10,7 +10,10 @@ use accord::{AcquireOptions, Client, ClientOptions, ErrorKind};
 use support::Harness;
 
 // PostgreSQL has every capability: it runs every scenario.
-conformance_suite!(Harness::postgres, has [network_faults, connection_termination]);
+conformance_suite!(
+    Harness::postgres,
+    has [network_faults, connection_termination, pools, streams, snapshot]
+);
 
 /// G10: many workers starting at once on a fresh schema all succeed; the migration ran once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,6 +6,8 @@
 //! core so that every backend keeps them the same way.
 
 mod by_url;
+#[cfg(feature = "etcd")]
+pub(crate) mod etcd;
 pub(crate) mod postgres;
 pub(crate) mod sqlite;
 

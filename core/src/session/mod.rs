@@ -16,6 +16,11 @@ mod rounds;
 mod scope;
 mod waiters;
 
+/// The stores that keep their own leases (etcd) grant them so that the core's deadline comes
+/// first.
+#[cfg_attr(not(feature = "etcd"), allow(unused_imports))]
+pub(crate) use grant::safety_margin;
+
 use std::sync::Arc;
 use std::time::Duration;
 

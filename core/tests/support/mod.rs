@@ -16,6 +16,24 @@ use chrono::{DateTime, Utc};
 
 pub use proxy::{Mode, Proxy};
 
+/// What a harness constructor returns: a harness, or (a server that is not configured) none,
+/// after saying why; the scenario then skips.
+pub trait Available {
+    fn available(self) -> Option<Harness>;
+}
+
+impl Available for Harness {
+    fn available(self) -> Option<Harness> {
+        Some(self)
+    }
+}
+
+impl Available for Option<Harness> {
+    fn available(self) -> Option<Harness> {
+        self
+    }
+}
+
 /// The coordinator a scenario runs against.
 pub struct Harness {
     pub url: String,
@@ -60,6 +78,24 @@ impl Harness {
             _driver: Some(driver),
             tag: format!("{test}_{:08x}", rand::random::<u32>()),
         }
+    }
+
+    /// The etcd cluster named by `ACCORD_TEST_ETCD_URL` (`etcd://host:port,…`); `None`, after
+    /// saying so, when it is not set. Each harness writes under its own key prefix.
+    pub async fn etcd(test: &str) -> Option<Harness> {
+        init_tracing();
+        let Ok(url) = std::env::var("ACCORD_TEST_ETCD_URL") else {
+            eprintln!("{test}: skipped, ACCORD_TEST_ETCD_URL is not set (an etcd:// URL)");
+            return None;
+        };
+        let tag = format!("{test}_{:08x}", rand::random::<u32>());
+        let separator = if url.contains('?') { '&' } else { '?' };
+        Some(Harness {
+            url: format!("{url}{separator}prefix=/accord-test/{tag}"),
+            admin: None,
+            _driver: None,
+            tag,
+        })
     }
 
     /// A SQLite file of its own, in the system's temporary folder.
@@ -118,7 +154,7 @@ impl Harness {
         format!("{name}_{tag}")
     }
 
-    /// The coordinator's clock (the host's, for the embedded store).
+    /// The coordinator's clock (the host's, for the embedded store and etcd, which has none).
     pub async fn now(&self) -> DateTime<Utc> {
         match &self.admin {
             Some(admin) => admin

@@ -1,0 +1,638 @@
+//! The transactions that grant, renew, release, finish and reset a key, and a waiter's place
+//! in line. Each reads the key's records at one revision (`EtcdBackend::look`), asks
+//! `crate::rules` what may be done, and commits only if what it read is unchanged (compares on
+//! the records' revisions), else reads again: etcd's STM, one key at a time.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
+
+use super::keys::{fence_of, random_id, range_end, revision_of};
+use super::records::{merged, HolderRecord, Look, Place, Row, NOW};
+use super::{expires_in, revision, EtcdBackend, MAX_TXN_OPS, TRIES};
+use crate::backend::{
+    AcquireOutcome, AcquireRequest, BatchItem, Granted, LeaseRef, Renewed, ResetOutcome,
+};
+use crate::error::Result;
+use crate::metadata::Metadata;
+use crate::rules::{self, Grantable, Waiting};
+
+/// The most rows one sweep deletes (as the other stores' `LIMIT 1000`).
+const SWEEP_LIMIT: usize = 1000;
+/// How soon a waiter that lost a race to a concurrent writer tries again.
+const RACE_RETRY: Duration = Duration::from_millis(20);
+
+/// The row's revision is still what was read (absent: still absent).
+fn row_unchanged(record: &str, look: &Look) -> Compare {
+    match &look.row {
+        Some(row) => Compare::mod_revision(record, CompareOp::Equal, row.mod_revision),
+        None => Compare::version(record, CompareOp::Equal, 0),
+    }
+}
+
+/// Nothing in the range `[start, end(start))`: etcd compares every key of a range, and an
+/// empty range compares as one absent key.
+fn range_empty(start: &str) -> Compare {
+    Compare::version(start, CompareOp::Equal, 0).with_range(range_end(start))
+}
+
+impl EtcdBackend {
+    /// One acquire: a plain one (`queued` false: granted, held or done), or one that waits in
+    /// line (`AcquireRequest::ticket`, `enqueue`).
+    pub(super) async fn acquire_one(
+        &self,
+        r: &AcquireRequest<'_>,
+        queued: bool,
+    ) -> Result<AcquireOutcome> {
+        let (ns, key) = (r.namespace, r.key);
+        for _ in 0..TRIES {
+            let look = self.look(ns, key).await?;
+            // The caller's place, if it still has it (a place whose lease expired is gone).
+            let mine = r
+                .ticket
+                .and_then(|t| {
+                    look.line
+                        .iter()
+                        .find(|w| w.ticket() == t && w.owner == r.owner)
+                })
+                .cloned();
+            let ahead: Vec<Waiting> = look
+                .line
+                .iter()
+                .filter(|w| {
+                    mine.as_ref()
+                        .is_none_or(|m| w.create_revision < m.create_revision)
+                })
+                .map(Place::waiting)
+                .collect();
+            let stored = look.stored();
+            match rules::grantable_in_turn(stored.as_ref(), r.shared, &ahead, r.attempt, NOW) {
+                Grantable::Done => {
+                    if let Some(place) = &mine {
+                        self.delete_place(place).await?;
+                    }
+                    return Ok(AcquireOutcome::Done);
+                }
+                Grantable::Yes => {
+                    // This very acquire call's live grant (a retry whose answer was lost).
+                    if let Some(h) = look
+                        .holder
+                        .as_ref()
+                        .filter(|h| !r.shared && h.attempt == r.attempt)
+                    {
+                        let ttl = self.leases.time_to_live(h.lease).await?.unwrap_or(0);
+                        return Ok(AcquireOutcome::Granted(Granted {
+                            fence: h.fence(),
+                            expires_at: expires_in(ttl),
+                            metadata: look.metadata(),
+                        }));
+                    }
+                    if let Some(granted) = self.grant(r, &look, mine.as_ref()).await? {
+                        if let Some(place) = &mine {
+                            self.watcher.forget(place.ticket());
+                        }
+                        return Ok(AcquireOutcome::Granted(granted));
+                    }
+                    // A concurrent writer changed what was read: read again.
+                }
+                Grantable::Held(_) if !queued => return Ok(AcquireOutcome::Held),
+                Grantable::Held(_) => {
+                    let ticket = match &mine {
+                        Some(place) => {
+                            // Retrying keeps the place: its session's lease is kept alive.
+                            self.leases.for_grant(r.ttl).await?;
+                            place.ticket()
+                        }
+                        None if r.enqueue => self.enqueue(r).await?,
+                        None => {
+                            return Ok(AcquireOutcome::Queued {
+                                ticket: None,
+                                remaining: Some(r.ttl),
+                            })
+                        }
+                    };
+                    let behind = blockers(&look, mine.as_ref(), r.shared);
+                    self.watcher.wait_behind(
+                        (&self.tag(ns, key), ticket, r.shared),
+                        behind,
+                        look.revision,
+                    );
+                    // Woken by the delete of what it waits behind; the core's own retry (a
+                    // third of the ttl) renews the place.
+                    return Ok(AcquireOutcome::Queued {
+                        ticket: Some(ticket),
+                        remaining: Some(r.ttl),
+                    });
+                }
+            }
+        }
+        Ok(if queued {
+            AcquireOutcome::Queued {
+                ticket: r.ticket,
+                remaining: Some(RACE_RETRY),
+            }
+        } else {
+            AcquireOutcome::Held
+        })
+    }
+
+    /// Commits a grant if what `look` read is unchanged: `None` if it changed.
+    async fn grant(
+        &self,
+        r: &AcquireRequest<'_>,
+        look: &Look,
+        mine: Option<&Place>,
+    ) -> Result<Option<Granted>> {
+        let (ns, key) = (r.namespace, r.key);
+        let lease = self.leases.for_grant(r.ttl).await?;
+        let row = self.layout.row(ns, key);
+        let holder = self.layout.holder(ns, key);
+        let shared = self.layout.shared(ns, key);
+        let base = if r.shared {
+            Metadata::new()
+        } else {
+            look.metadata()
+        };
+        let metadata = merged(base, r.metadata)?;
+        let mut when = vec![
+            row_unchanged(&row, look),
+            Compare::version(holder.as_str(), CompareOp::Equal, 0),
+        ];
+        let mut then = Vec::new();
+        if let Some(place) = mine {
+            when.push(Compare::create_revision(
+                place.record.as_str(),
+                CompareOp::Equal,
+                place.create_revision,
+            ));
+            then.push(TxnOp::delete(place.record.as_str(), None));
+        }
+        let on_lease = || Some(PutOptions::new().with_lease(lease.id));
+        // What `expires_at` shows to readers of this key (a list, an observer).
+        then.push(TxnOp::put(
+            self.layout.expiry(lease.id),
+            lease.expires_ms().to_string(),
+            on_lease(),
+        ));
+        if r.shared {
+            then.push(TxnOp::put(
+                format!("{shared}{}", random_id()),
+                Place::holder(r.owner, &metadata),
+                on_lease(),
+            ));
+        } else {
+            when.push(range_empty(&shared));
+            then.push(TxnOp::put(
+                holder,
+                HolderRecord::value(r.owner, r.attempt, 0),
+                on_lease(),
+            ));
+            then.push(TxnOp::put(row, Row::granted(&metadata, r.owner, 0), None));
+        }
+        let answer = self
+            .txn("acquire", Txn::new().when(when).and_then(then))
+            .await?;
+        if !answer.succeeded() {
+            return Ok(None);
+        }
+        Ok(Some(Granted {
+            fence: fence_of(revision(&answer), 0),
+            expires_at: super::read::time(lease.expires_ms()),
+            metadata,
+        }))
+    }
+
+    /// Takes a place at the end of the key's line: its ticket.
+    async fn enqueue(&self, r: &AcquireRequest<'_>) -> Result<i64> {
+        let lease = self.leases.for_grant(r.ttl).await?;
+        let record = format!("{}{}", self.layout.line(r.namespace, r.key), random_id());
+        let answer = self
+            .txn(
+                "wait in line",
+                Txn::new().and_then([TxnOp::put(
+                    record,
+                    Place::waiter(r.owner, r.shared),
+                    Some(PutOptions::new().with_lease(lease.id)),
+                )]),
+            )
+            .await?;
+        Ok(fence_of(revision(&answer), 0))
+    }
+
+    async fn delete_place(&self, place: &Place) -> Result<()> {
+        self.watcher.forget(place.ticket());
+        self.txn(
+            "leave the line",
+            Txn::new()
+                .when([Compare::create_revision(
+                    place.record.as_str(),
+                    CompareOp::Equal,
+                    place.create_revision,
+                )])
+                .and_then([TxnOp::delete(place.record.as_str(), None)]),
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub(super) async fn leave(&self, ns: &str, key: &str, owner: &str, ticket: i64) -> Result<()> {
+        self.watcher.forget(ticket);
+        let look = self.look(ns, key).await?;
+        if let Some(place) = look
+            .line
+            .iter()
+            .find(|w| w.ticket() == ticket && w.owner == owner)
+        {
+            self.delete_place(place).await?;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn release_shared_one(&self, l: LeaseRef<'_>) -> Result<bool> {
+        let look = self.look(l.namespace, l.key).await?;
+        let Some(place) = look
+            .shared
+            .iter()
+            .find(|s| s.ticket() == l.fence && s.owner == l.owner)
+        else {
+            return Ok(false);
+        };
+        let answer = self
+            .txn(
+                "release",
+                Txn::new()
+                    .when([Compare::create_revision(
+                        place.record.as_str(),
+                        CompareOp::Equal,
+                        place.create_revision,
+                    )])
+                    .and_then([TxnOp::delete(place.record.as_str(), None)]),
+            )
+            .await?;
+        Ok(answer.succeeded())
+    }
+
+    pub(super) async fn renew_one(
+        &self,
+        l: LeaseRef<'_>,
+        _ttl: Duration,
+        patch: Option<&str>,
+    ) -> Result<Option<Renewed>> {
+        for _ in 0..TRIES {
+            let look = self.look(l.namespace, l.key).await?;
+            let holds = look
+                .stored()
+                .is_some_and(|k| rules::holds(&k, l.owner, l.fence, NOW));
+            let Some(holder) = look.holder.as_ref().filter(|_| holds) else {
+                return Ok(None);
+            };
+            let Some(lease) = self.leases.by_id(holder.lease) else {
+                return Ok(None);
+            };
+            if self.leases.keep_alive(&lease).await?.is_none() {
+                return Ok(None);
+            }
+            self.publish_expiries(std::slice::from_ref(&lease));
+            let metadata = merged(look.metadata(), patch)?;
+            if patch.is_some() {
+                let row = self.layout.row(l.namespace, l.key);
+                let answer = self
+                    .txn(
+                        "renew",
+                        Txn::new()
+                            .when([
+                                row_unchanged(&row, &look),
+                                Compare::create_revision(
+                                    self.layout.holder(l.namespace, l.key),
+                                    CompareOp::Equal,
+                                    revision_of(l.fence),
+                                ),
+                            ])
+                            .and_then([TxnOp::put(
+                                row,
+                                Row::settled(&metadata, Some(l.owner), l.fence, false),
+                                None,
+                            )]),
+                    )
+                    .await?;
+                if !answer.succeeded() {
+                    continue;
+                }
+            }
+            return Ok(Some(Renewed {
+                expires_at: super::read::time(lease.expires_ms()),
+                metadata,
+            }));
+        }
+        Ok(None)
+    }
+
+    /// The keepalive's tick: one read of every record named, then one keep-alive per lease
+    /// (per ttl class) they are on.
+    pub(super) async fn renew_many(
+        &self,
+        ns: &str,
+        owner: &str,
+        items: &[BatchItem<'_>],
+    ) -> Result<Vec<(i64, DateTime<Utc>)>> {
+        let mut found: Vec<(i64, i64)> = Vec::new(); // (fence, lease)
+        for chunk in items.chunks(MAX_TXN_OPS) {
+            let gets = chunk.iter().map(|item| {
+                if item.shared {
+                    let start = self.layout.shared(ns, item.key);
+                    let end = range_end(&start);
+                    TxnOp::get(start, Some(GetOptions::new().with_range(end)))
+                } else {
+                    TxnOp::get(self.layout.holder(ns, item.key), None)
+                }
+            });
+            let answer = self
+                .txn("keepalive", Txn::new().and_then(gets.collect::<Vec<_>>()))
+                .await?;
+            for (item, response) in chunk.iter().zip(answer.op_responses()) {
+                let TxnOpResponse::Get(got) = response else {
+                    continue;
+                };
+                for kv in got.kvs() {
+                    let (fence, who) = if item.shared {
+                        let place = Place::read(kv)?;
+                        (place.ticket(), place.owner)
+                    } else {
+                        let holder = HolderRecord::read(kv)?;
+                        (holder.fence(), holder.owner)
+                    };
+                    if fence == item.fence && who == owner {
+                        found.push((fence, kv.lease()));
+                    }
+                }
+            }
+        }
+        let mut leases: Vec<i64> = found.iter().map(|(_, lease)| *lease).collect();
+        leases.sort_unstable();
+        leases.dedup();
+        let mut alive = std::collections::HashMap::new();
+        let mut kept = Vec::new();
+        for id in leases {
+            if let Some(lease) = self.leases.by_id(id) {
+                if self.leases.keep_alive(&lease).await?.is_some() {
+                    alive.insert(id, super::read::time(lease.expires_ms()));
+                    kept.push(lease);
+                }
+            }
+        }
+        self.publish_expiries(&kept);
+        Ok(found
+            .into_iter()
+            .filter_map(|(fence, lease)| alive.get(&lease).map(|at| (fence, *at)))
+            .collect())
+    }
+
+    /// Writes the leases' new expiries for readers, in the background: display only, so the
+    /// keepalive never waits for it, and a lease that died meanwhile fails it harmlessly.
+    fn publish_expiries(&self, leases: &[std::sync::Arc<super::session::ClassLease>]) {
+        if leases.is_empty() {
+            return;
+        }
+        let puts: Vec<TxnOp> = leases
+            .iter()
+            .map(|l| {
+                TxnOp::put(
+                    self.layout.expiry(l.id),
+                    l.expires_ms().to_string(),
+                    Some(PutOptions::new().with_lease(l.id)),
+                )
+            })
+            .collect();
+        let (client, stats) = (self.client.clone(), self.stats.clone());
+        tokio::spawn(async move {
+            let _ = super::counted(&stats, client.clone().txn(Txn::new().and_then(puts))).await;
+        });
+    }
+
+    /// Frees the key if this grant holds it (its waiters wake on the holder's delete).
+    pub(super) async fn release_one(&self, l: LeaseRef<'_>) -> Result<bool> {
+        for _ in 0..TRIES {
+            let look = self.look(l.namespace, l.key).await?;
+            let Some(stored) = look.stored() else {
+                return Ok(false);
+            };
+            if !rules::holds(&stored, l.owner, l.fence, NOW) {
+                return Ok(rules::released_by(&stored, l.fence));
+            }
+            let metadata = look.metadata();
+            if self
+                .settle(
+                    l,
+                    &look,
+                    Row::settled(&metadata, None, l.fence, false),
+                    "release",
+                )
+                .await?
+            {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    pub(super) async fn done_one(
+        &self,
+        l: LeaseRef<'_>,
+        patch: Option<&str>,
+    ) -> Result<Option<Metadata>> {
+        for _ in 0..TRIES {
+            let look = self.look(l.namespace, l.key).await?;
+            let Some(stored) = look.stored() else {
+                return Ok(None);
+            };
+            if !rules::holds(&stored, l.owner, l.fence, NOW) {
+                // A retry that finds the key done by this very grant succeeds.
+                return Ok(rules::done_by(&stored, l.owner, l.fence).then(|| look.metadata()));
+            }
+            let metadata = merged(look.metadata(), patch)?;
+            if self
+                .settle(
+                    l,
+                    &look,
+                    Row::settled(&metadata, Some(l.owner), l.fence, true),
+                    "done",
+                )
+                .await?
+            {
+                return Ok(Some(metadata));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Deletes the grant's holder record and writes the row, if both are as read.
+    async fn settle(
+        &self,
+        l: LeaseRef<'_>,
+        look: &Look,
+        row_value: String,
+        what: &str,
+    ) -> Result<bool> {
+        let row = self.layout.row(l.namespace, l.key);
+        let holder = self.layout.holder(l.namespace, l.key);
+        let answer = self
+            .txn(
+                what,
+                Txn::new()
+                    .when([
+                        row_unchanged(&row, look),
+                        Compare::create_revision(
+                            holder.as_str(),
+                            CompareOp::Equal,
+                            revision_of(l.fence),
+                        ),
+                    ])
+                    .and_then([
+                        TxnOp::delete(holder, None),
+                        TxnOp::put(row, row_value, None),
+                    ]),
+            )
+            .await?;
+        Ok(answer.succeeded())
+    }
+
+    /// Deletes up to `SWEEP_LIMIT` rows under `prefix` that nobody holds
+    /// (`rules::member_row_is_sweepable`; this store has no pools yet), each only if unchanged
+    /// since read and still without a holder.
+    pub(super) async fn sweep_rows(&self, ns: &str, prefix: &str) -> Result<u64> {
+        let rows = self.layout.row(ns, prefix);
+        let holders = self.layout.holder(ns, prefix);
+        let shared = self.layout.all_shared(ns);
+        let range = |start: &str| Some(GetOptions::new().with_range(range_end(start)));
+        let answer = self
+            .txn(
+                "sweep",
+                Txn::new().and_then([
+                    TxnOp::get(rows.as_str(), range(&rows)),
+                    TxnOp::get(
+                        holders.as_str(),
+                        range(&holders).map(GetOptions::with_keys_only),
+                    ),
+                    TxnOp::get(
+                        shared.as_str(),
+                        range(&shared).map(GetOptions::with_keys_only),
+                    ),
+                ]),
+            )
+            .await?;
+        let mut gets = answer.op_responses().into_iter().map(|r| match r {
+            TxnOpResponse::Get(g) => g.kvs().to_vec(),
+            _ => Vec::new(),
+        });
+        let mut next = || gets.next().unwrap_or_default();
+        let (found, held, shared_records) = (next(), next(), next());
+        let rows_prefix = self.layout.rows(ns);
+        let holders_prefix = self.layout.holders(ns);
+        let held: std::collections::HashSet<&[u8]> = held
+            .iter()
+            .map(|kv| &kv.key()[holders_prefix.len()..])
+            .collect();
+        let shared_keys: std::collections::HashSet<String> = shared_records
+            .iter()
+            .filter_map(|kv| {
+                let record = String::from_utf8_lossy(kv.key()).into_owned();
+                self.layout.shared_key(ns, &record).map(str::to_string)
+            })
+            .collect();
+        let mut sweepable = Vec::new();
+        for kv in &found {
+            let key = &kv.key()[rows_prefix.len()..];
+            let row = Row::read(kv)?;
+            let stored = rules::StoredKey {
+                owner: row.owner.as_deref(),
+                fence: row.fence,
+                expires_at_ms: if held.contains(key) {
+                    Some(super::records::LIVE)
+                } else {
+                    None
+                },
+                done: row.done,
+                attempt: None,
+                shared_until_ms: shared_keys
+                    .contains(String::from_utf8_lossy(key).as_ref())
+                    .then_some(super::records::LIVE),
+            };
+            if rules::member_row_is_sweepable(&stored, false, NOW) && sweepable.len() < SWEEP_LIMIT
+            {
+                sweepable.push((kv.key().to_vec(), kv.mod_revision(), key.to_vec()));
+            }
+        }
+        let mut swept = 0;
+        // Two compares and a delete per row, within etcd's operations per transaction.
+        for chunk in sweepable.chunks(MAX_TXN_OPS / 2) {
+            let mut when = Vec::new();
+            let mut then = Vec::new();
+            for (record, revision, key) in chunk {
+                let holder = [holders_prefix.as_bytes(), key].concat();
+                when.push(Compare::mod_revision(
+                    record.clone(),
+                    CompareOp::Equal,
+                    *revision,
+                ));
+                when.push(Compare::version(holder, CompareOp::Equal, 0));
+                then.push(TxnOp::delete(record.clone(), None));
+            }
+            if self
+                .txn("sweep", Txn::new().when(when).and_then(then))
+                .await?
+                .succeeded()
+            {
+                swept += chunk.len() as u64;
+            }
+        }
+        Ok(swept)
+    }
+
+    pub(super) async fn reset_one(&self, ns: &str, key: &str) -> Result<ResetOutcome> {
+        for _ in 0..TRIES {
+            let look = self.look(ns, key).await?;
+            if look.holder.is_some() || !look.shared.is_empty() {
+                return Ok(ResetOutcome::Held);
+            }
+            if look.row.is_none() {
+                return Ok(ResetOutcome::NotFound);
+            }
+            let row = self.layout.row(ns, key);
+            let answer = self
+                .txn(
+                    "reset",
+                    Txn::new()
+                        .when([
+                            row_unchanged(&row, &look),
+                            Compare::version(self.layout.holder(ns, key), CompareOp::Equal, 0),
+                        ])
+                        .and_then([TxnOp::delete(row, None)]),
+                )
+                .await?;
+            if answer.succeeded() {
+                return Ok(ResetOutcome::Reset);
+            }
+        }
+        Ok(ResetOutcome::Held)
+    }
+}
+
+/// The records a waiter that is not granted waits behind: the nearest place ahead that
+/// blocks it (any, for an exclusive waiter; an exclusive one, for a shared waiter), or, first
+/// in line, the key's holders. Only their deletes wake it.
+fn blockers(look: &Look, mine: Option<&Place>, shared: bool) -> Vec<String> {
+    let mut ahead = look
+        .line
+        .iter()
+        .filter(|w| mine.is_none_or(|m| w.create_revision < m.create_revision))
+        .filter(|w| !(shared && w.shared));
+    if let Some(last) = ahead.next_back() {
+        return vec![last.record.clone()];
+    }
+    let mut records: Vec<String> = look.holder.iter().map(|h| h.key.clone()).collect();
+    if !shared {
+        records.extend(look.shared.iter().map(|s| s.record.clone()));
+    }
+    records
+}

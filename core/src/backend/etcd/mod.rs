@@ -1,0 +1,510 @@
+//! The etcd v3 store (`etcd://host1:2379,host2:2379?prefix=/accord`), behind the cargo
+//! feature `etcd`. Every operation is one or a few etcd transactions; the rules they apply to
+//! what they read are `crate::rules`', as on the other stores. Modules:
+//! - `url`: what the URL names;
+//! - `keys`: where the records live, and fences from create_revisions;
+//! - `records`: the records' values, and one key read at one revision as the rules see it;
+//! - `session`: the client's leases (one per ttl class) and their keep-alives;
+//! - `grant`: the transactions that grant, renew, release, finish and reset;
+//! - `read`: list and holder;
+//! - `watch`: notifications, and the wake-ups of waiters from deletes of what they wait behind.
+//!
+//! This first step has leases, locks, waiting and notify; pools, streams and snapshots answer
+//! `Unsupported`.
+
+mod grant;
+mod keys;
+mod read;
+mod records;
+mod session;
+mod url;
+mod watch;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use etcd_client::{
+    Client, ConnectOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse, TxnResponse,
+};
+
+use self::keys::{random_id, range_end, Layout};
+use self::records::{HolderRecord, Look, Place, Row};
+use self::session::Leases;
+use self::watch::Watcher;
+use super::{
+    AcquireItem, AcquireOutcome, AcquireRequest, Backend, BatchItem, ClaimRequest, Claimed,
+    DoneItem, EventSink, Holder, LeaseRef, PublishItem, Published, Renewed, ResetOutcome,
+    SnapshotRows, StreamPage, StreamState, StreamStore,
+};
+use crate::error::{Error, ErrorKind, Result};
+use crate::metadata::Metadata;
+use crate::options::{ClientOptions, ListPage, ListQuery, PoolCounts};
+use crate::stats::{Counter, Recorder, Timer};
+
+/// Wake-ups never leave this process (each client derives its own from its watch), so no
+/// other role can forge one: the tag needs no secret. One format with the other stores.
+const WAKE_SECRET: &str = "";
+/// How long a connect to the cluster may take before it fails.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Optimistic transactions that lost to a concurrent writer are tried again this many times.
+const TRIES: usize = 8;
+/// The most operations one transaction carries (etcd's default `--max-txn-ops` is 128).
+const MAX_TXN_OPS: usize = 100;
+
+/// An etcd client error as accord's: unreachable members are `Connection` (the core retries),
+/// the rest `Database`.
+pub(crate) fn etcd_error(what: &str, e: etcd_client::Error) -> Error {
+    let kind = match &e {
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => {
+            ErrorKind::Connection
+        }
+        // gRPC's Cancelled (1), DeadlineExceeded (4) and Unavailable (14): no member answered.
+        etcd_client::Error::GRpcStatus(s) if matches!(s.code() as i32, 1 | 4 | 14) => {
+            ErrorKind::Connection
+        }
+        _ => ErrorKind::Database,
+    };
+    Error::new(kind, format!("{what}: etcd error: {e}")).with_source(e)
+}
+
+fn unsupported(what: &str) -> Error {
+    Error::new(
+        ErrorKind::Unsupported,
+        format!("{what} is not supported on etcd yet (this store has leases, locks, waiting and notify)"),
+    )
+}
+
+/// How many members a call that never reached one is tried on.
+const REACH_TRIES: usize = 8;
+
+/// Whether a call failed before reaching any member (its connection was refused): safe to
+/// send again, and the balanced channel may pick a live member next time.
+fn unreached(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::TransportError(_) => true,
+        etcd_client::Error::GRpcStatus(s) => {
+            s.code() as i32 == 14 && s.message().contains("connect")
+        }
+        _ => false,
+    }
+}
+
+/// Runs `call` until it reaches a member (at most [`REACH_TRIES`] times): the `etcd-client`
+/// crate keeps a dead member in its balanced channel, and a call it sends there fails
+/// unsent.
+pub(crate) async fn reaching<T, F, Fut>(mut call: F) -> std::result::Result<T, etcd_client::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+{
+    let mut tries = 1;
+    loop {
+        match call().await {
+            Err(e) if unreached(&e) && tries < REACH_TRIES => tries += 1,
+            answer => return answer,
+        }
+    }
+}
+
+/// Counts one call to etcd (a transaction, or a lease's grant, keep-alive or read) and its
+/// time in the client's stats, as the other stores count statements.
+pub(crate) async fn counted<T>(stats: &Recorder, call: impl std::future::Future<Output = T>) -> T {
+    let started = std::time::Instant::now();
+    let answer = call.await;
+    stats.add(Counter::Statements, 1);
+    stats.time(Timer::StatementTime, started.elapsed());
+    answer
+}
+
+pub(crate) struct EtcdBackend {
+    client: Client,
+    stats: Arc<Recorder>,
+    layout: Layout,
+    leases: Arc<Leases>,
+    watcher: Arc<Watcher>,
+}
+
+impl EtcdBackend {
+    pub async fn connect(
+        url: &str,
+        options: &ClientOptions,
+        sink: Arc<dyn EventSink>,
+        stats: Arc<Recorder>,
+    ) -> Result<Self> {
+        if options.listen_url.is_some() {
+            return Err(Error::invalid(
+                "listen_url",
+                "is for PostgreSQL; etcd's watches share the client's connection",
+            ));
+        }
+        let parsed = url::parse(url)?;
+        let connect = ConnectOptions::new()
+            .with_connect_timeout(CONNECT_TIMEOUT)
+            .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5));
+        let client = Client::connect(&parsed.endpoints, Some(connect))
+            .await
+            .map_err(|e| etcd_error("connect to etcd", e))?;
+        let layout = Layout::new(&parsed.prefix);
+        let watcher = Watcher::new(client.clone(), sink, layout.clone());
+        let backend = EtcdBackend {
+            leases: Arc::new(Leases::new(client.clone(), stats.clone())),
+            client,
+            stats,
+            layout,
+            watcher,
+        };
+        // A status read: an unreachable cluster fails the connect, not the first call.
+        let probe = || {
+            let (mut client, key) = (backend.client.clone(), backend.layout.rows(""));
+            async move {
+                client
+                    .get(key, Some(GetOptions::new().with_count_only()))
+                    .await
+            }
+        };
+        reaching(probe)
+            .await
+            .map_err(|e| etcd_error("connect to etcd", e))?;
+        Ok(backend)
+    }
+
+    async fn txn(&self, what: &str, txn: Txn) -> Result<TxnResponse> {
+        let call = || {
+            let (mut client, txn) = (self.client.clone(), txn.clone());
+            async move { client.txn(txn).await }
+        };
+        counted(&self.stats, reaching(call))
+            .await
+            .map_err(|e| etcd_error(what, e))
+    }
+
+    fn tag(&self, ns: &str, key: &str) -> String {
+        crate::rules::wake_tag(WAKE_SECRET, ns, key)
+    }
+
+    /// One key's row, holder, shared holders and line, at one revision.
+    async fn look(&self, ns: &str, key: &str) -> Result<Look> {
+        let by_creation = || GetOptions::new().with_sort(SortTarget::Create, SortOrder::Ascend);
+        let shared = self.layout.shared(ns, key);
+        let line = self.layout.line(ns, key);
+        let answer = self
+            .txn(
+                "read a key",
+                Txn::new().and_then([
+                    TxnOp::get(self.layout.row(ns, key), None),
+                    TxnOp::get(self.layout.holder(ns, key), None),
+                    TxnOp::get(
+                        shared.as_bytes(),
+                        Some(by_creation().with_range(range_end(&shared))),
+                    ),
+                    TxnOp::get(
+                        line.as_bytes(),
+                        Some(by_creation().with_range(range_end(&line))),
+                    ),
+                ]),
+            )
+            .await?;
+        let revision = answer.header().map_or(0, |h| h.revision());
+        let mut gets = answer.op_responses().into_iter().map(|r| match r {
+            TxnOpResponse::Get(g) => g.kvs().to_vec(),
+            _ => Vec::new(),
+        });
+        let mut next = || gets.next().unwrap_or_default();
+        let row = next().first().map(Row::read).transpose()?;
+        let holder = next().first().map(HolderRecord::read).transpose()?;
+        let shared = next().iter().map(Place::read).collect::<Result<Vec<_>>>()?;
+        let line = next().iter().map(Place::read).collect::<Result<Vec<_>>>()?;
+        Ok(Look {
+            revision,
+            row,
+            holder,
+            shared,
+            line,
+        })
+    }
+}
+
+/// The fence, revision and metadata of a grant a transaction made.
+fn revision(answer: &TxnResponse) -> i64 {
+    answer.header().map_or(0, |h| h.revision())
+}
+
+fn expires_in(seconds: i64) -> DateTime<Utc> {
+    Utc::now() + chrono::Duration::seconds(seconds)
+}
+
+#[async_trait]
+impl StreamStore for EtcdBackend {
+    async fn publish(&self, _: &str, _: &[PublishItem<'_>]) -> Result<Vec<Published>> {
+        Err(unsupported("streams (publish)"))
+    }
+    async fn read_stream(&self, _: &str, _: &str, _: i64, _: usize) -> Result<StreamPage> {
+        Err(unsupported("streams (subscribe)"))
+    }
+    async fn stream_state(&self, _: &str, _: &str) -> Result<StreamState> {
+        Err(unsupported("streams"))
+    }
+    async fn set_retention(
+        &self,
+        _: &str,
+        _: &str,
+        _: Option<i64>,
+        _: Option<Duration>,
+    ) -> Result<()> {
+        Err(unsupported("streams (retention)"))
+    }
+    async fn trim_stream(&self, _: &str, _: &str, _: usize) -> Result<u64> {
+        Err(unsupported("streams (trim)"))
+    }
+    async fn ack(&self, _: &str, _: &str, _: &str, _: i64) -> Result<()> {
+        Err(unsupported("streams (ack)"))
+    }
+    async fn acked(&self, _: &str, _: &str, _: &str) -> Result<Option<i64>> {
+        Err(unsupported("streams (acked)"))
+    }
+}
+
+#[async_trait]
+impl Backend for EtcdBackend {
+    async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<AcquireOutcome> {
+        self.acquire_one(request, false).await
+    }
+
+    async fn acquire_batch(
+        &self,
+        namespace: &str,
+        owner: &str,
+        items: &[AcquireItem],
+    ) -> Result<Vec<AcquireOutcome>> {
+        let tries = items.iter().map(|item| async move {
+            let request = AcquireRequest {
+                namespace,
+                key: &item.key,
+                owner,
+                ttl: item.ttl,
+                metadata: item.metadata.as_deref(),
+                attempt: item.attempt,
+                shared: false,
+                ticket: None,
+                enqueue: false,
+            };
+            self.acquire_one(&request, false).await
+        });
+        futures_util::future::try_join_all(tries).await
+    }
+
+    async fn acquire_queued(&self, request: &AcquireRequest<'_>) -> Result<AcquireOutcome> {
+        self.acquire_one(request, true).await
+    }
+
+    async fn leave_queue(
+        &self,
+        namespace: &str,
+        key: &str,
+        owner: &str,
+        ticket: i64,
+        _pass_turn: bool,
+    ) -> Result<()> {
+        // The waiters behind this one wait for its record's delete: no turn to pass by hand.
+        self.leave(namespace, key, owner, ticket).await
+    }
+
+    async fn release_shared(&self, lease: LeaseRef<'_>) -> Result<bool> {
+        self.release_shared_one(lease).await
+    }
+
+    async fn holder(&self, namespace: &str, key: &str) -> Result<Option<Holder>> {
+        self.holder_of(namespace, key).await
+    }
+
+    async fn renew(
+        &self,
+        lease: LeaseRef<'_>,
+        ttl: Duration,
+        metadata: Option<&str>,
+    ) -> Result<Option<Renewed>> {
+        self.renew_one(lease, ttl, metadata).await
+    }
+
+    async fn renew_batch(
+        &self,
+        namespace: &str,
+        owner: &str,
+        items: &[BatchItem<'_>],
+    ) -> Result<Vec<(i64, DateTime<Utc>)>> {
+        self.renew_many(namespace, owner, items).await
+    }
+
+    async fn release(&self, lease: LeaseRef<'_>) -> Result<bool> {
+        self.release_one(lease).await
+    }
+
+    async fn done(&self, lease: LeaseRef<'_>, metadata: Option<&str>) -> Result<Option<Metadata>> {
+        self.done_one(lease, metadata).await
+    }
+
+    async fn release_batch(
+        &self,
+        namespace: &str,
+        owner: &str,
+        items: &[(String, i64)],
+    ) -> Result<Vec<i64>> {
+        let mut released = Vec::new();
+        for (key, fence) in items {
+            let lease = LeaseRef {
+                namespace,
+                key,
+                owner,
+                fence: *fence,
+            };
+            if self.release_one(lease).await? {
+                released.push(*fence);
+            }
+        }
+        Ok(released)
+    }
+
+    async fn done_batch(
+        &self,
+        namespace: &str,
+        owner: &str,
+        items: &[DoneItem],
+    ) -> Result<Vec<(i64, Metadata)>> {
+        let mut done = Vec::new();
+        for item in items {
+            let lease = LeaseRef {
+                namespace,
+                key: &item.key,
+                owner,
+                fence: item.fence,
+            };
+            if let Some(metadata) = self.done_one(lease, item.metadata.as_deref()).await? {
+                done.push((item.fence, metadata));
+            }
+        }
+        Ok(done)
+    }
+
+    async fn reset(&self, namespace: &str, key: &str) -> Result<ResetOutcome> {
+        self.reset_one(namespace, key).await
+    }
+
+    async fn sweep(&self, namespace: &str, prefix: &str) -> Result<(u64, u64)> {
+        // Dead waiters go with their session's lease: only member rows are left to sweep.
+        Ok((self.sweep_rows(namespace, prefix).await?, 0))
+    }
+
+    async fn list(&self, namespace: &str, query: &ListQuery) -> Result<ListPage> {
+        self.list_page(namespace, query).await
+    }
+
+    async fn notify(&self, channel: &str, payload: &str) -> Result<()> {
+        self.notify_batch(&[(channel, payload)]).await
+    }
+
+    async fn notify_batch(&self, notifications: &[(&str, &str)]) -> Result<()> {
+        // Each notification is a record of its own (a burst on one channel is one
+        // transaction: etcd refuses a key twice in one), on a lease that lets them go.
+        let lease = self.leases.retention().await?;
+        let batch = random_id();
+        for (chunk, part) in notifications.chunks(MAX_TXN_OPS).zip(0..) {
+            let puts: Vec<TxnOp> = chunk
+                .iter()
+                .zip(0..)
+                .map(|((channel, payload), i)| {
+                    TxnOp::put(
+                        self.layout
+                            .notification(channel, &format!("{batch}.{part}.{i}")),
+                        *payload,
+                        Some(PutOptions::new().with_lease(lease)),
+                    )
+                })
+                .collect();
+            self.txn("notify", Txn::new().and_then(puts)).await?;
+        }
+        Ok(())
+    }
+
+    async fn offer(&self, _: &str, _: &str, _: &[String], _: Option<&str>) -> Result<u64> {
+        Err(unsupported("work pools (offer)"))
+    }
+
+    async fn claim(&self, _: &ClaimRequest<'_>) -> Result<Claimed> {
+        Err(unsupported("work pools (claim)"))
+    }
+
+    async fn counts(&self, _: &str, _: &str) -> Result<PoolCounts> {
+        Err(unsupported("work pools (counts)"))
+    }
+
+    async fn snapshot(
+        &self,
+        _: &str,
+        _: &ListQuery,
+        _: &ListQuery,
+        _: usize,
+        _: usize,
+    ) -> Result<SnapshotRows> {
+        Err(unsupported("snapshot"))
+    }
+
+    fn max_payload(&self) -> usize {
+        super::MAX_PAYLOAD
+    }
+
+    async fn listen(&self, channel: &str) -> Result<()> {
+        *self
+            .watcher
+            .channels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(channel.to_string())
+            .or_insert(0) += 1;
+        self.watcher.start().await
+    }
+
+    async fn unlisten(&self, channel: &str) {
+        let mut channels = self
+            .watcher
+            .channels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = channels.get_mut(channel) {
+            *count -= 1;
+            if *count == 0 {
+                channels.remove(channel);
+            }
+        }
+    }
+
+    async fn watch_wakeups(&self) -> Result<()> {
+        self.watcher.start().await
+    }
+
+    fn wake_secret(&self) -> Option<String> {
+        Some(WAKE_SECRET.to_string())
+    }
+
+    async fn listening_channels(&self) -> Result<Vec<String>> {
+        Ok(self
+            .watcher
+            .channels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect())
+    }
+
+    fn close(&self) {
+        self.watcher.shutdown.cancel();
+        // One revoke per ttl class ends every key of this client at once.
+        let leases = self.leases.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { leases.revoke_all().await });
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! The values of accord's etcd records (JSON), and one key's records read at one revision,
+//! as `crate::rules` reads a stored key.
+//!
+//! etcd has no clock a transaction can read: liveness is a record's existence (a holder's,
+//! shared holder's or waiter's record is deleted with its session's lease). The rules are
+//! given that as times: `NOW`, a live record expires at `LIVE` (after it), a grant whose
+//! record is gone without a release expired at `EXPIRED` (before it).
+
+use etcd_client::KeyValue;
+use serde_json::{json, Value};
+
+use super::keys::fence_of;
+use crate::error::{Error, Result};
+use crate::metadata::Metadata;
+use crate::rules::{StoredKey, Waiting};
+
+pub(crate) const NOW: i64 = 1;
+pub(crate) const LIVE: i64 = i64::MAX;
+pub(crate) const EXPIRED: i64 = 0;
+
+/// Milliseconds on this client's clock (etcd has none): `granted_at`, `updated_at`.
+pub(crate) fn client_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+fn parse(kv: &KeyValue) -> Result<Value> {
+    serde_json::from_slice(kv.value()).map_err(|e| {
+        Error::internal(format!(
+            "an accord record in etcd is not JSON ({}): {e}",
+            String::from_utf8_lossy(kv.key())
+        ))
+    })
+}
+
+fn text(v: &Value, field: &str) -> Option<String> {
+    v.get(field).and_then(Value::as_str).map(str::to_string)
+}
+
+fn metadata(v: &Value) -> Metadata {
+    v.get("m")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// A key's row: what outlives its grants.
+#[derive(Clone, Debug)]
+pub(crate) struct Row {
+    pub mod_revision: i64,
+    pub metadata: Metadata,
+    /// The last grant's owner; `None` once released.
+    pub owner: Option<String>,
+    pub fence: i64,
+    pub done: bool,
+    pub updated_ms: i64,
+}
+
+impl Row {
+    pub fn read(kv: &KeyValue) -> Result<Row> {
+        let v = parse(kv)?;
+        // A grant writes the row in its own transaction, before the fence is known: then the
+        // fence is the row's revision (the holder's create_revision) and slot.
+        let fence = match v.get("f").and_then(Value::as_i64) {
+            Some(f) => f,
+            None => fence_of(
+                kv.mod_revision(),
+                v.get("s").and_then(Value::as_i64).unwrap_or(0),
+            ),
+        };
+        Ok(Row {
+            mod_revision: kv.mod_revision(),
+            metadata: metadata(&v),
+            owner: text(&v, "o"),
+            fence,
+            done: v.get("d").and_then(Value::as_bool).unwrap_or(false),
+            updated_ms: v.get("u").and_then(Value::as_i64).unwrap_or(0),
+        })
+    }
+
+    /// The row a grant writes (slot: its place in the transaction).
+    pub fn granted(metadata: &Metadata, owner: &str, slot: i64) -> String {
+        json!({"m": metadata, "o": owner, "s": slot, "d": false, "u": client_ms()}).to_string()
+    }
+
+    /// The row with a known fence: after a renewal's metadata, a release (owner `None`) or a
+    /// done.
+    pub fn settled(metadata: &Metadata, owner: Option<&str>, fence: i64, done: bool) -> String {
+        json!({"m": metadata, "o": owner, "f": fence, "d": done, "u": client_ms()}).to_string()
+    }
+}
+
+/// The exclusive holder's record.
+#[derive(Clone, Debug)]
+pub(crate) struct HolderRecord {
+    pub key: String,
+    pub create_revision: i64,
+    pub lease: i64,
+    pub owner: String,
+    pub attempt: i64,
+    pub slot: i64,
+    pub granted_ms: i64,
+}
+
+impl HolderRecord {
+    pub fn read(kv: &KeyValue) -> Result<HolderRecord> {
+        let v = parse(kv)?;
+        Ok(HolderRecord {
+            key: String::from_utf8_lossy(kv.key()).into_owned(),
+            create_revision: kv.create_revision(),
+            lease: kv.lease(),
+            owner: text(&v, "o").unwrap_or_default(),
+            attempt: v.get("a").and_then(Value::as_i64).unwrap_or(0),
+            slot: v.get("s").and_then(Value::as_i64).unwrap_or(0),
+            granted_ms: v.get("g").and_then(Value::as_i64).unwrap_or(0),
+        })
+    }
+
+    pub fn value(owner: &str, attempt: i64, slot: i64) -> String {
+        json!({"o": owner, "a": attempt, "s": slot, "g": client_ms()}).to_string()
+    }
+
+    pub fn fence(&self) -> i64 {
+        fence_of(self.create_revision, self.slot)
+    }
+}
+
+/// A shared holder's or a waiter's record (the line and the shared holders of a key).
+#[derive(Clone, Debug)]
+pub(crate) struct Place {
+    pub record: String,
+    pub create_revision: i64,
+    pub lease: i64,
+    pub owner: String,
+    pub shared: bool,
+    pub metadata: Metadata,
+    pub granted_ms: i64,
+}
+
+impl Place {
+    pub fn read(kv: &KeyValue) -> Result<Place> {
+        let v = parse(kv)?;
+        Ok(Place {
+            record: String::from_utf8_lossy(kv.key()).into_owned(),
+            create_revision: kv.create_revision(),
+            lease: kv.lease(),
+            owner: text(&v, "o").unwrap_or_default(),
+            shared: v.get("sh").and_then(Value::as_bool).unwrap_or(false),
+            metadata: metadata(&v),
+            granted_ms: v.get("g").and_then(Value::as_i64).unwrap_or(0),
+        })
+    }
+
+    pub fn waiter(owner: &str, shared: bool) -> String {
+        json!({"o": owner, "sh": shared}).to_string()
+    }
+
+    pub fn holder(owner: &str, metadata: &Metadata) -> String {
+        json!({"o": owner, "sh": true, "m": metadata, "g": client_ms()}).to_string()
+    }
+
+    /// A waiter's ticket, or a shared holder's fence.
+    pub fn ticket(&self) -> i64 {
+        fence_of(self.create_revision, 0)
+    }
+
+    pub fn waiting(&self) -> Waiting {
+        Waiting {
+            ticket: self.ticket(),
+            shared: self.shared,
+            expires_at_ms: LIVE,
+        }
+    }
+}
+
+/// One key's records at one revision.
+pub(crate) struct Look {
+    pub revision: i64,
+    pub row: Option<Row>,
+    pub holder: Option<HolderRecord>,
+    pub shared: Vec<Place>,
+    /// First in line first.
+    pub line: Vec<Place>,
+}
+
+impl Look {
+    /// The key as the rules read it.
+    pub fn stored(&self) -> Option<StoredKey<'_>> {
+        if self.row.is_none() && self.holder.is_none() && self.shared.is_empty() {
+            return None;
+        }
+        let row = self.row.as_ref();
+        let done = row.is_some_and(|r| r.done);
+        Some(StoredKey {
+            owner: match &self.holder {
+                Some(h) => Some(h.owner.as_str()),
+                None => row.and_then(|r| r.owner.as_deref()),
+            },
+            fence: match &self.holder {
+                Some(h) => h.fence(),
+                None => row.map_or(0, |r| r.fence),
+            },
+            expires_at_ms: match &self.holder {
+                Some(_) => Some(LIVE),
+                // Granted, never released, record gone: expired.
+                None if row.is_some_and(|r| r.owner.is_some()) && !done => Some(EXPIRED),
+                None => None,
+            },
+            done,
+            attempt: self.holder.as_ref().map(|h| h.attempt),
+            shared_until_ms: (!self.shared.is_empty()).then_some(LIVE),
+        })
+    }
+
+    pub fn metadata(&self) -> Metadata {
+        self.row
+            .as_ref()
+            .map(|r| r.metadata.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// `base` with `patch` merged over it (`rules::merge_metadata`); `patch` is validated JSON
+/// object text.
+pub(crate) fn merged(mut base: Metadata, patch: Option<&str>) -> Result<Metadata> {
+    if let Some(patch) = patch {
+        let patch: Metadata = serde_json::from_str(patch).map_err(|e| {
+            Error::internal(format!("metadata that was validated is not an object: {e}"))
+        })?;
+        crate::rules::merge_metadata(&mut base, patch);
+    }
+    Ok(base)
+}

@@ -1,0 +1,368 @@
+//! The client's one watch stream: puts on channel keys become notifications, deletes of lock
+//! records (a holder released or expired, a waiter that left or died) wake the waiters of this
+//! client that registered that record as what they wait behind: the predecessor in line, or
+//! the holders when first in line. Nothing else wakes, so a release wakes one waiter (no herd).
+//!
+//! A broken stream resumes from the last revision seen + 1 (nothing missed); if etcd compacted
+//! that history meanwhile, listeners get `Reconnected` and every registered waiter looks again.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::{Client, EventType, WatchFilterType, WatchOptions, WatchResponse};
+use tokio::sync::OnceCell;
+use tokio_util::sync::CancellationToken;
+
+use super::etcd_error;
+use super::keys::{range_end, Layout};
+use crate::backend::{BackendEvent, EventSink};
+use crate::error::{Error, ErrorKind, Result};
+
+/// How many recent deletes are kept for waiters that register after their blocker went.
+const RECENT_DELETES: usize = 4096;
+/// Pause between attempts to reopen a broken watch.
+const RETRY_EVERY: Duration = Duration::from_millis(100);
+
+/// One waiter of this client: the wake-up to deliver when a record it waits behind goes.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Interest {
+    tag: String,
+    ticket: i64,
+    /// A shared waiter (granted beside shared holders).
+    shared: bool,
+}
+
+#[derive(Default)]
+struct Interests {
+    /// Record (etcd key) → the waiters behind it.
+    by_record: HashMap<Vec<u8>, HashSet<Interest>>,
+    /// Ticket → the records it waits behind (to replace or drop its registration).
+    by_ticket: HashMap<i64, Vec<Vec<u8>>>,
+    /// The latest lock deletes seen, oldest first: (revision, record).
+    recent: VecDeque<(i64, Vec<u8>)>,
+    /// The revision of the newest delete dropped from `recent`.
+    evicted: i64,
+}
+
+impl Interests {
+    fn forget(&mut self, ticket: i64) {
+        for record in self.by_ticket.remove(&ticket).unwrap_or_default() {
+            if let Some(set) = self.by_record.get_mut(&record) {
+                set.retain(|i| i.ticket != ticket);
+                if set.is_empty() {
+                    self.by_record.remove(&record);
+                }
+            }
+        }
+    }
+}
+
+pub(crate) struct Watcher {
+    client: Client,
+    sink: Arc<dyn EventSink>,
+    channels_prefix: String,
+    locks_prefix: String,
+    holders_prefix: String,
+    shared_prefix: String,
+    layout: Layout,
+    /// Channels listened on, reference-counted.
+    pub channels: Mutex<HashMap<String, usize>>,
+    interests: Mutex<Interests>,
+    started: OnceCell<()>,
+    pub shutdown: CancellationToken,
+}
+
+fn wakeup(i: &Interest) -> BackendEvent {
+    BackendEvent::Wakeup {
+        tag: Some(i.tag.clone()),
+        tickets: Some((i.ticket, Some(i.ticket))),
+        pool: None,
+    }
+}
+
+impl Watcher {
+    pub fn new(client: Client, sink: Arc<dyn EventSink>, layout: Layout) -> Arc<Watcher> {
+        let locks_prefix = layout.locks();
+        Arc::new(Watcher {
+            client,
+            sink,
+            holders_prefix: format!("{locks_prefix}h/"),
+            shared_prefix: format!("{locks_prefix}s/"),
+            channels_prefix: layout.channels(),
+            locks_prefix,
+            layout,
+            channels: Mutex::new(HashMap::new()),
+            interests: Mutex::new(Interests::default()),
+            started: OnceCell::new(),
+            shutdown: CancellationToken::new(),
+        })
+    }
+
+    /// Waiter `ticket` (tagged `tag`) waits behind `records`, as read at `revision`: it is
+    /// woken when one of them is deleted, at once if one already was after that revision.
+    pub fn wait_behind(
+        &self,
+        (tag, ticket, shared): (&str, i64, bool),
+        records: Vec<String>,
+        revision: i64,
+    ) {
+        let mut interests = self.interests.lock().unwrap_or_else(|e| e.into_inner());
+        interests.forget(ticket);
+        let interest = Interest {
+            tag: tag.to_string(),
+            ticket,
+            shared,
+        };
+        let records: Vec<Vec<u8>> = records.into_iter().map(String::into_bytes).collect();
+        // The deletes since `revision` are known if none of them left the ring; those not
+        // handled yet will find this registration.
+        let known = interests.evicted <= revision;
+        let gone = interests
+            .recent
+            .iter()
+            .any(|(rev, record)| *rev > revision && records.contains(record));
+        if gone || !known || records.is_empty() {
+            drop(interests);
+            self.sink.deliver(wakeup(&interest));
+            return;
+        }
+        for record in &records {
+            interests
+                .by_record
+                .entry(record.clone())
+                .or_default()
+                .insert(interest.clone());
+        }
+        interests.by_ticket.insert(ticket, records);
+    }
+
+    /// The waiter no longer waits (granted, or left the line).
+    pub fn forget(&self, ticket: i64) {
+        self.interests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .forget(ticket);
+    }
+
+    /// Starts the stream (once); returns when events committed from now on will be seen.
+    pub async fn start(self: &Arc<Self>) -> Result<()> {
+        self.started
+            .get_or_try_init(|| async {
+                let (stream, seen) = self.open((0, 0)).await?;
+                let me = self.clone();
+                tokio::spawn(async move { me.run(stream, seen).await });
+                Ok::<(), Error>(())
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Opens both watches on one stream, the channels' and the locks' from the revisions
+    /// given (0: from now); returns the stream and the revision each watch's events start
+    /// after.
+    async fn open(&self, from: (i64, i64)) -> Result<(etcd_client::WatchStream, (i64, i64))> {
+        let channels = WatchOptions::new()
+            .with_range(range_end(&self.channels_prefix))
+            .with_filters([WatchFilterType::NoDelete])
+            .with_start_revision(from.0);
+        // Puts too: a waiter's delete that comes with a holder's put is a grant (see `handle`).
+        let locks = WatchOptions::new()
+            .with_range(range_end(&self.locks_prefix))
+            .with_start_revision(from.1);
+        let mut stream = self
+            .client
+            .watch_client()
+            .watch(self.channels_prefix.as_bytes(), Some(channels))
+            .await
+            .map_err(|e| etcd_error("watch", e))?;
+        stream
+            .watch(self.locks_prefix.as_bytes(), Some(locks))
+            .await
+            .map_err(|e| etcd_error("watch", e))?;
+        // Creations are answered in the order asked: the channels' first.
+        let mut seen = [from.0 - 1, from.1 - 1];
+        let mut created = 0;
+        while created < 2 {
+            let response = stream
+                .message()
+                .await
+                .map_err(|e| etcd_error("watch", e))?
+                .ok_or_else(|| Error::new(ErrorKind::Connection, "watch: the stream ended"))?;
+            if response.canceled() {
+                return Err(compacted(&response));
+            }
+            if response.created() {
+                if seen[created] < 0 {
+                    seen[created] = response.header().map_or(0, |h| h.revision());
+                }
+                created += 1;
+            }
+        }
+        Ok((stream, (seen[0], seen[1])))
+    }
+
+    async fn run(self: Arc<Self>, mut stream: etcd_client::WatchStream, mut seen: (i64, i64)) {
+        loop {
+            let next = tokio::select! {
+                _ = self.shutdown.cancelled() => return,
+                m = stream.message() => m,
+            };
+            match next {
+                Ok(Some(response)) if !response.canceled() => {
+                    for kv in response.events().iter().filter_map(|e| e.kv()) {
+                        if kv.key().starts_with(self.channels_prefix.as_bytes()) {
+                            seen.0 = seen.0.max(kv.mod_revision());
+                        } else {
+                            seen.1 = seen.1.max(kv.mod_revision());
+                        }
+                    }
+                    self.handle(&response);
+                }
+                other => {
+                    let compacted = matches!(&other, Ok(Some(r)) if r.compact_revision() > 0);
+                    tracing::warn!(target: "accord", ?seen, "etcd watch broke; resuming after the revisions seen");
+                    let (fresh, now) = loop {
+                        if self.shutdown.is_cancelled() {
+                            return;
+                        }
+                        let from = if compacted {
+                            (0, 0)
+                        } else {
+                            (seen.0 + 1, seen.1 + 1)
+                        };
+                        match self.open(from).await {
+                            Ok(opened) => break opened,
+                            Err(e) if e.kind() == ErrorKind::Database => {
+                                // Compacted while away: what was missed is gone.
+                                if let Ok(opened) = self.open((0, 0)).await {
+                                    self.missed();
+                                    break opened;
+                                }
+                            }
+                            Err(_) => {}
+                        }
+                        tokio::time::sleep(RETRY_EVERY).await;
+                    };
+                    if compacted {
+                        self.missed();
+                    }
+                    stream = fresh;
+                    seen = (seen.0.max(now.0), seen.1.max(now.1));
+                }
+            }
+        }
+    }
+
+    /// Events may have been missed (history compacted): listeners hear `Reconnected`, and
+    /// every waiter looks again.
+    fn missed(&self) {
+        self.sink.deliver(BackendEvent::Reconnected);
+        let waiters: Vec<Interest> = {
+            let mut interests = self.interests.lock().unwrap_or_else(|e| e.into_inner());
+            let all = interests.by_record.drain().flat_map(|(_, s)| s).collect();
+            interests.by_ticket.clear();
+            all
+        };
+        for w in waiters {
+            self.sink.deliver(wakeup(&w));
+        }
+    }
+
+    fn handle(&self, response: &WatchResponse) {
+        let events = response.events();
+        for event in events {
+            let Some(kv) = event.kv() else { continue };
+            let is_lock = kv.key().starts_with(self.locks_prefix.as_bytes());
+            match event.event_type() {
+                EventType::Put if !is_lock => self.notification(kv),
+                EventType::Put => {}
+                EventType::Delete => {
+                    // A place in line deleted by its grant: the holder's record is put in the
+                    // same transaction (same revision, same response).
+                    let granted = events.iter().filter_map(|e| e.kv()).find(|g| {
+                        g.mod_revision() == kv.mod_revision()
+                            && g.create_revision() == kv.mod_revision()
+                            && g.key() != kv.key()
+                            && (g.key().starts_with(self.holders_prefix.as_bytes())
+                                || g.key().starts_with(self.shared_prefix.as_bytes()))
+                    });
+                    let handover = granted.map(|g| {
+                        (
+                            g.key().to_vec(),
+                            g.key().starts_with(self.shared_prefix.as_bytes()),
+                        )
+                    });
+                    self.deleted(kv.mod_revision(), kv.key(), handover);
+                }
+            }
+        }
+    }
+
+    fn notification(&self, kv: &etcd_client::KeyValue) {
+        let Some(channel) = self.layout.channel_of(kv.key()) else {
+            return;
+        };
+        let listened = self
+            .channels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(channel);
+        if listened {
+            self.sink.deliver(BackendEvent::Notification {
+                channel: channel.to_string(),
+                payload: String::from_utf8_lossy(kv.value()).into_owned(),
+            });
+        }
+    }
+
+    /// A lock record went at `revision`: the waiters behind it wake, except, when it was a
+    /// place granted (`handover`: the new holder's record, and whether it is shared), those
+    /// the new holder still blocks, which now wait behind it instead (one wake-up per release).
+    fn deleted(&self, revision: i64, record: &[u8], handover: Option<(Vec<u8>, bool)>) {
+        let woken: Vec<Interest> = {
+            let mut interests = self.interests.lock().unwrap_or_else(|e| e.into_inner());
+            interests.recent.push_back((revision, record.to_vec()));
+            if interests.recent.len() > RECENT_DELETES {
+                if let Some((rev, _)) = interests.recent.pop_front() {
+                    interests.evicted = rev;
+                }
+            }
+            let behind: Vec<Interest> = interests
+                .by_record
+                .remove(record)
+                .map(|s| s.into_iter().collect())
+                .unwrap_or_default();
+            let mut woken = Vec::new();
+            for w in behind {
+                interests.forget(w.ticket);
+                match &handover {
+                    Some((holder, shared)) if !(w.shared && *shared) => {
+                        interests
+                            .by_record
+                            .entry(holder.clone())
+                            .or_default()
+                            .insert(w.clone());
+                        interests.by_ticket.insert(w.ticket, vec![holder.clone()]);
+                    }
+                    _ => woken.push(w),
+                }
+            }
+            woken
+        };
+        for w in &woken {
+            self.sink.deliver(wakeup(w));
+        }
+    }
+}
+
+fn compacted(response: &WatchResponse) -> Error {
+    Error::new(
+        ErrorKind::Database,
+        format!(
+            "watch: etcd compacted the history (to revision {}): {}",
+            response.compact_revision(),
+            response.cancel_reason()
+        ),
+    )
+}
