@@ -85,8 +85,10 @@ export ACCORD_TEST_DATABASE_URL="postgres://postgres:$password@127.0.0.1:$port/p
 export ACCORD_TEST_SOCKET_URL="postgres://postgres@$(printf '%s' "$tmp" | sed 's|/|%2F|g'):$port/postgres"
 
 # PgBouncer in front of it, when the system has one (`apt-get install pgbouncer`): one process,
-# two pools over the same database, `session` and `transaction`, for the deployment tests (O1).
-# The transaction pool has one server connection: PgBouncer before 1.21 does not carry prepared
+# three pools over the same database, `session`, `transaction` and `tiny`, for the deployment
+# tests (O1).
+# `tiny` is a session pool of two server connections, fewer than its test's clients hold
+# (a listening connection left waiting for one). The transaction pool has one server connection: PgBouncer before 1.21 does not carry prepared
 # statements from one server connection to another (docs/deployment.md), and with one server
 # every statement a test's clients prepared is found where it runs.
 pgbouncer_bin=$(command -v pgbouncer || ls /usr/sbin/pgbouncer 2>/dev/null || true)
@@ -97,6 +99,7 @@ if [ -n "$pgbouncer_bin" ]; then
 [databases]
 session = $server pool_mode=session
 transaction = $server pool_mode=transaction pool_size=1
+tiny = $server pool_mode=session pool_size=2
 
 [pgbouncer]
 listen_addr = 127.0.0.1
@@ -114,6 +117,7 @@ INI
   if "${as_pg[@]}" "$pgbouncer_bin" -d "$tmp/pgbouncer.ini" >"$tmp/pgbouncer.out" 2>&1; then
     export ACCORD_TEST_PGBOUNCER_SESSION_URL="postgres://postgres:$password@127.0.0.1:$bport/session"
     export ACCORD_TEST_PGBOUNCER_TRANSACTION_URL="postgres://postgres:$password@127.0.0.1:$bport/transaction"
+    export ACCORD_TEST_PGBOUNCER_TINY_SESSION_URL="postgres://postgres:$password@127.0.0.1:$bport/tiny"
   else
     cat "$tmp/pgbouncer.out" >&2
     echo "with-postgres: PgBouncer did not start; the deployment tests will say so" >&2

@@ -1732,3 +1732,197 @@ fn closed_readers_end_every_printing_command_with_0() {
     assert_eq!(code(&env.run(&["notify", &channel, "x"])), 0);
     assert_eq!(code(&wait_within(listener, Duration::from_secs(20))), 0);
 }
+
+/// One holder as `accord ls --state held --json` and the view `holders` show it.
+#[derive(Debug, PartialEq)]
+struct Holding {
+    key: String,
+    shared: bool,
+    owner: String,
+    fence: i64,
+    metadata: serde_json::Value,
+}
+
+/// Holds a mix in `env`'s namespace: an exclusive holder with metadata, two shared holders of
+/// one key, a key finished and one released. The handles keep the grants alive.
+async fn hold_a_mix(env: &Env) -> (Vec<accord::Client>, Vec<accord::Lease>) {
+    use accord::{AcquireOptions, Client, ClientOptions};
+    let mut clients = Vec::new();
+    for owner in ["w-a", "w-b"] {
+        let options = ClientOptions::new()
+            .namespace(env.namespace.clone())
+            .owner(owner)
+            .ttl(Duration::from_secs(60));
+        clients.push(Client::connect(&env.url, options).await.unwrap());
+    }
+    let (a, b) = (&clients[0], &clients[1]);
+    let mut meta = accord::Metadata::new();
+    meta.insert("host".into(), "n1".into());
+    let mut leases = vec![a
+        .acquire("job/1", AcquireOptions::new().metadata(meta))
+        .await
+        .unwrap()];
+    for c in [a, b] {
+        leases.push(
+            c.acquire("config", AcquireOptions::new().shared(true))
+                .await
+                .unwrap(),
+        );
+    }
+    let done = b.acquire("job/2", AcquireOptions::new()).await.unwrap();
+    done.done(None).await.unwrap();
+    let free = b.acquire("job/3", AcquireOptions::new()).await.unwrap();
+    free.release().await.unwrap();
+    (clients, leases)
+}
+
+/// `accord ls --state held --json`, as holdings in its order (key, then fence).
+fn held_by_ls(env: &Env) -> Vec<(Holding, String)> {
+    env.ls(&["--state", "held"])
+        .into_iter()
+        .map(|v| {
+            (
+                Holding {
+                    key: v["key"].as_str().unwrap().to_string(),
+                    shared: v["shared"].as_bool().unwrap(),
+                    owner: v["owner"].as_str().unwrap().to_string(),
+                    fence: v["fence"].as_i64().unwrap(),
+                    metadata: v["metadata"].clone(),
+                },
+                v["expires_at"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The view lists what `ls --state held` lists, row for row; each expiry is the one `ls` read
+/// or a later one (a renewal may come in between).
+fn assert_view_matches_ls(view: Vec<(Holding, String)>, ls: Vec<(Holding, String)>) {
+    let parse = |t: &str| chrono::DateTime::parse_from_rfc3339(t).unwrap();
+    assert_eq!(
+        view.iter().map(|(h, _)| h).collect::<Vec<_>>(),
+        ls.iter().map(|(h, _)| h).collect::<Vec<_>>()
+    );
+    for ((_, seen), (_, listed)) in view.iter().zip(&ls) {
+        assert!(parse(seen) >= parse(listed), "{seen} before {listed}");
+    }
+    let keys: Vec<(&str, bool)> = ls.iter().map(|(h, _)| (h.key.as_str(), h.shared)).collect();
+    assert_eq!(
+        keys,
+        [("config", true), ("config", true), ("job/1", false)],
+        "the mix as held"
+    );
+}
+
+/// "Who holds what, from psql": `accord.holders` lists what `accord ls --state held` does, row
+/// for row: the exclusive holder, each shared holder (a ticket), and neither a grant nor a
+/// shared holder whose expiry passed, a finished key or a released one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_holders_view_matches_ls_held() {
+    let env = Env::new("holders");
+    let (clients, _leases) = hold_a_mix(&env).await;
+    let (admin, connection) = tokio_postgres::connect(&env.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    // Grants whose expiry passed, of holders that went away without a word.
+    admin
+        .execute(
+            "INSERT INTO accord.leases (namespace, key, owner, fence, attempt, expires_at,
+                                        metadata, updated_at, granted_at)
+             VALUES ($1, 'gone', 'w-gone', nextval('accord.fence_seq'), 1,
+                     now() - interval '1 s', '{}', now(), now() - interval '2 s')",
+            &[&env.namespace],
+        )
+        .await
+        .unwrap();
+    admin
+        .execute(
+            "INSERT INTO accord.tickets (namespace, key, ticket, owner, shared, attempt, granted,
+                                         fence, expires_at, metadata, updated_at, granted_at)
+             SELECT $1, 'config', f, 'w-gone', true, 1, true, f, now() - interval '1 s', '{}',
+                    now(), now() - interval '2 s'
+               FROM nextval('accord.fence_seq') f",
+            &[&env.namespace],
+        )
+        .await
+        .unwrap();
+    let ls = held_by_ls(&env);
+    let rows = admin
+        .query(
+            "SELECT key, shared, owner, fence, metadata::text, expires_at
+               FROM accord.holders WHERE namespace = $1 ORDER BY key, fence",
+            &[&env.namespace],
+        )
+        .await
+        .unwrap();
+    let view = rows
+        .iter()
+        .map(|r| {
+            (
+                Holding {
+                    key: r.get(0),
+                    shared: r.get(1),
+                    owner: r.get(2),
+                    fence: r.get(3),
+                    metadata: serde_json::from_str(r.get(4)).unwrap(),
+                },
+                r.get::<_, chrono::DateTime<chrono::Utc>>(5).to_rfc3339(),
+            )
+        })
+        .collect();
+    assert_view_matches_ls(view, ls);
+    for client in clients {
+        client.close().await;
+    }
+}
+
+/// The same view in the embedded store's file, for sqlite3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_holders_view_matches_ls_held_on_a_sqlite_store() {
+    let env = Env::sqlite("holders");
+    let (clients, _leases) = hold_a_mix(&env).await;
+    let db = rusqlite::Connection::open(env.url.trim_start_matches("sqlite://")).unwrap();
+    let now = chrono::Utc::now().timestamp_millis();
+    db.execute(
+        "INSERT INTO leases (namespace, key, owner, fence, attempt, expires_at_ms, metadata,
+                             updated_at_ms, granted_at_ms)
+         VALUES (?1, 'gone', 'w-gone', 1000001, 1, ?2, '{}', ?2, ?2)",
+        rusqlite::params![env.namespace, now - 1000],
+    )
+    .unwrap();
+    db.execute(
+        "INSERT INTO tickets (namespace, key, ticket, owner, shared, attempt, granted, fence,
+                              expires_at_ms, metadata, updated_at_ms, granted_at_ms)
+         VALUES (?1, 'config', 1000002, 'w-gone', 1, 1, 1, 1000002, ?2, '{}', ?2, ?2)",
+        rusqlite::params![env.namespace, now - 1000],
+    )
+    .unwrap();
+    let ls = held_by_ls(&env);
+    let mut query = db
+        .prepare(
+            "SELECT key, shared, owner, fence, metadata, expires_at
+               FROM holders WHERE namespace = ?1 ORDER BY key, fence",
+        )
+        .unwrap();
+    let view = query
+        .query_map([&env.namespace], |r| {
+            Ok((
+                Holding {
+                    key: r.get(0)?,
+                    shared: r.get(1)?,
+                    owner: r.get(2)?,
+                    fence: r.get(3)?,
+                    metadata: serde_json::from_str(&r.get::<_, String>(4)?).unwrap(),
+                },
+                r.get(5)?,
+            ))
+        })
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    assert_view_matches_ls(view, ls);
+    for client in clients {
+        client.close().await;
+    }
+}

@@ -1,8 +1,9 @@
 //! README.md's "Schema and permissions" SQL, run as written (the role names made unique, so
 //! that runs against one server do not meet), against the PostgreSQL named by
 //! `ACCORD_TEST_DATABASE_URL`: the worker role does everything accord does, the read-only role
-//! runs `accord ls` and `accord top --once` and reads `list` and `snapshot`, and its acquire
-//! fails with a typed error instead of hanging.
+//! runs `accord ls` and `accord top --once`, reads `list`, `snapshot` and the view `holders`,
+//! and its acquire fails with a typed error instead of hanging; the monitoring role reads the
+//! view `holders` and nothing else.
 
 use std::process::{Command, Output};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -14,6 +15,8 @@ use accord::{
 
 const BIN: &str = env!("CARGO_BIN_EXE_accord");
 const MARKER: &str = "<!-- cli/tests/permissions.rs runs the next block -->";
+const HOLDERS_MARKER: &str =
+    "<!-- cli/tests/permissions.rs runs the next block as the read-only and the monitoring role -->";
 /// Bounds every call, to catch a hang; never reached when things work.
 const BOUND: Duration = Duration::from_secs(60);
 
@@ -24,13 +27,13 @@ fn database_url() -> String {
     )
 }
 
-/// The fenced block after `MARKER` in README.md.
-fn readme_sql() -> String {
+/// The fenced block after `marker` in README.md.
+fn readme_sql(marker: &str) -> String {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
     let readme = std::fs::read_to_string(path).expect("read README.md");
     let after = readme
-        .split_once(MARKER)
-        .unwrap_or_else(|| panic!("README.md has no {MARKER:?}"))
+        .split_once(marker)
+        .unwrap_or_else(|| panic!("README.md has no {marker:?}"))
         .1;
     let block = after
         .trim_start()
@@ -76,9 +79,10 @@ async fn readme_grants_let_workers_work_and_readers_read() {
         .subsec_nanos();
     let suffix = format!("{}_{nanos}", std::process::id());
     let namespace = format!("permissions-{suffix}");
-    let (worker, reader) = (
+    let (worker, reader, monitor) = (
         format!("accord_worker_{suffix}"),
         format!("accord_reader_{suffix}"),
+        format!("accord_monitor_{suffix}"),
     );
 
     // The schema's owner brings it to this accord's version; then README's grants, as written.
@@ -90,11 +94,16 @@ async fn readme_grants_let_workers_work_and_readers_read() {
         .await
         .expect("connect to run the SQL");
     tokio::spawn(connection);
-    let sql = readme_sql();
-    assert!(sql.contains("accord_worker") && sql.contains("accord_reader"));
+    let sql = readme_sql(MARKER);
+    assert!(
+        sql.contains("accord_worker")
+            && sql.contains("accord_reader")
+            && sql.contains("accord_monitor")
+    );
     let sql = sql
         .replace("accord_worker", &worker)
-        .replace("accord_reader", &reader);
+        .replace("accord_reader", &reader)
+        .replace("accord_monitor", &monitor);
     admin.batch_execute(&sql).await.expect("README's SQL runs");
     let password = "secret";
     assert!(sql.contains(&format!("PASSWORD '{password}'")));
@@ -102,10 +111,11 @@ async fn readme_grants_let_workers_work_and_readers_read() {
     let outcome = tokio::spawn(exercise(
         url_as(&url, &worker, password),
         url_as(&url, &reader, password),
+        url_as(&url, &monitor, password),
         namespace,
     ))
     .await;
-    for role in [&worker, &reader] {
+    for role in [&worker, &reader, &monitor] {
         admin
             .batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
             .await
@@ -116,7 +126,7 @@ async fn readme_grants_let_workers_work_and_readers_read() {
     }
 }
 
-async fn exercise(worker_url: String, reader_url: String, namespace: String) {
+async fn exercise(worker_url: String, reader_url: String, monitor_url: String, namespace: String) {
     // The worker: migrations off (a DBA applied them), every kind of write.
     let worker = bounded(
         "worker connect",
@@ -169,6 +179,60 @@ async fn exercise(worker_url: String, reader_url: String, namespace: String) {
     bounded("leave", member.leave())
         .await
         .expect("the worker leaves its group");
+    let held = bounded(
+        "acquire",
+        worker.acquire("held", AcquireOptions::new().timeout(BOUND)),
+    )
+    .await
+    .expect("the worker acquires");
+
+    // Who holds what, as the reader and as the monitoring role (the view alone).
+    for (role, url) in [("reader", &reader_url), ("monitor", &monitor_url)] {
+        let (sql, connection) = bounded(
+            "connect",
+            tokio_postgres::connect(url, tokio_postgres::NoTls),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("the {role} role connects: {e}"));
+        tokio::spawn(connection);
+        // README's query, as written; this test's namespace picked from its rows.
+        let rows = bounded("holders", sql.query(&readme_sql(HOLDERS_MARKER), &[]))
+            .await
+            .unwrap_or_else(|e| panic!("the {role} role runs README's holders query: {e}"));
+        let holders: Vec<(String, String, i64)> = rows
+            .iter()
+            .filter(|r| r.get::<_, &str>("namespace") == namespace)
+            .map(|r| (r.get("key"), r.get("owner"), r.get("fence")))
+            .collect();
+        assert_eq!(
+            holders,
+            [("held".to_string(), worker.owner().to_string(), held.fence())],
+            "{role}"
+        );
+    }
+    let (sql, connection) = bounded(
+        "connect",
+        tokio_postgres::connect(&monitor_url, tokio_postgres::NoTls),
+    )
+    .await
+    .expect("the monitor role connects");
+    tokio::spawn(connection);
+    let refused = bounded(
+        "leases",
+        sql.query("SELECT count(*) FROM accord.leases", &[]),
+    )
+    .await
+    .expect_err("the monitoring role reads the view only");
+    assert!(
+        refused.to_string().contains("permission denied")
+            || refused
+                .as_db_error()
+                .is_some_and(|e| e.message().contains("permission denied")),
+        "{refused}"
+    );
+    bounded("release", held.release())
+        .await
+        .expect("the worker releases");
     worker.close().await;
 
     // The reader: the CLI's read commands, then list and snapshot.

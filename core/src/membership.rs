@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::lease::{Lease, LostSignal};
 use crate::metadata::Metadata;
 use crate::naming::escape;
-use crate::options::{AcquireOptions, KeyState, ListQuery};
+use crate::options::AcquireOptions;
 use crate::session::Session;
 use crate::subscription::{PendingRead, Subscription};
 use crate::validate::{self, MAX_NAME_BYTES};
@@ -242,18 +242,9 @@ impl Drop for Member {
 
 /// Every live member under `prefix`, in one read, oldest first.
 pub(crate) async fn read_members(session: &Session, prefix: &str) -> Result<Vec<MemberInfo>> {
-    session.check_usable()?;
-    let query = ListQuery::new()
-        .prefix(prefix)
-        .state(KeyState::Held)
-        .limit(MAX_SCAN_ROWS);
-    let page = session
-        .scope
-        .backend
-        .list(&session.scope.namespace, &query)
-        .await?;
-    let mut members: Vec<MemberInfo> = page
-        .items
+    let mut members: Vec<MemberInfo> = session
+        .held_under(prefix)
+        .await?
         .into_iter()
         .filter_map(|row| {
             let owner = row.key.strip_prefix(prefix)?.to_string();

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::error::{Error, ErrorKind};
 use crate::metadata::Metadata;
 use crate::options::KeyState;
 
@@ -300,6 +301,82 @@ fn numbers_equal(a: &serde_json::Number, b: &serde_json::Number) -> bool {
     }
 }
 
+/// Which clients may run on a schema: the compatibility rule of rolling deploys, read by both
+/// stores at connect (`backend/postgres/mod.rs`, `backend/sqlite/store.rs`).
+///
+/// A schema version is also the version of what clients exchange through the store (wake-up
+/// payloads, the keys and metadata of recipes, fleet hand-offs). Each version from
+/// `COMPATIBILITY_RECORDED_FROM` on records, in `schema_migrations.compatible_from`, the oldest
+/// client schema version that may still run on it: clients of every version from there up to
+/// the schema's own may run side by side. A version that changes nothing older clients read or
+/// write keeps the previous version's clients (a view, an index); one that changes what they
+/// exchange or need (a payload, a column they must write) names itself.
+///
+/// Each version from `COMPATIBILITY_RECORDED_FROM` on, with the oldest client version it keeps
+/// working. Version 9 (the view `holders`, this record) changes nothing clients exchange: 8's
+/// clients keep working. (Version 8's clients do not mix with 7's: wake-up payloads and fleet
+/// hand-offs changed.)
+pub(crate) const KEEPS_CLIENTS_FROM: &[(i32, i32)] = &[(9, 8)];
+
+/// The version whose migration adds `schema_migrations.compatible_from`: rows before it have
+/// none (their clients do not read it).
+pub(crate) const COMPATIBILITY_RECORDED_FROM: i32 = 9;
+
+/// The oldest client schema version that may run on a schema at `version` (a version not listed
+/// keeps only its own clients).
+pub(crate) fn compatible_from(version: i32) -> i32 {
+    KEEPS_CLIENTS_FROM
+        .iter()
+        .find(|(v, _)| *v == version)
+        .map_or(version, |(_, from)| *from)
+}
+
+/// What a client at schema version `mine` finds in a store at version `installed`, whose newest
+/// row says it keeps clients from `compatible_from` (`None`: not recorded, which only a version
+/// before `COMPATIBILITY_RECORDED_FROM`, or a row written by hand, lacks: taken as keeping its
+/// own clients only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SchemaFit {
+    /// The client's version: nothing to do.
+    Current,
+    /// Older than the client: migrate (or say how).
+    Behind,
+    /// Newer, and it keeps this client working: run.
+    NewerCompatible,
+    /// Newer, and this client may not run on it: refuse, saying to upgrade the client.
+    TooNew { compatible_from: i32 },
+}
+
+pub(crate) fn schema_fit(mine: i32, installed: i32, compatible_from: Option<i32>) -> SchemaFit {
+    if installed < mine {
+        return SchemaFit::Behind;
+    }
+    if installed == mine {
+        return SchemaFit::Current;
+    }
+    let from = compatible_from.unwrap_or(installed);
+    if from <= mine {
+        SchemaFit::NewerCompatible
+    } else {
+        SchemaFit::TooNew {
+            compatible_from: from,
+        }
+    }
+}
+
+/// The refusal of a client too old for its store: `store` names it ("schema \"accord\"", "the
+/// SQLite store /path").
+pub(crate) fn too_new_error(store: &str, installed: i32, compatible_from: i32, mine: i32) -> Error {
+    Error::new(
+        ErrorKind::Database,
+        format!(
+            "{store} is at version {installed}; this accord (schema {mine}) cannot run on it \
+             (it keeps clients from schema {compatible_from} on): upgrade this client \
+             (docs/deployment.md, \"Upgrades\")"
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,6 +398,29 @@ mod tests {
             attempt,
             shared_until_ms: None,
         }
+    }
+
+    #[test]
+    fn schemas_fit_clients_by_their_record() {
+        assert_eq!(schema_fit(9, 8, None), SchemaFit::Behind);
+        assert_eq!(schema_fit(9, 9, Some(8)), SchemaFit::Current);
+        assert_eq!(schema_fit(9, 10, Some(9)), SchemaFit::NewerCompatible);
+        assert_eq!(schema_fit(9, 10, Some(8)), SchemaFit::NewerCompatible);
+        assert_eq!(
+            schema_fit(9, 10, Some(10)),
+            SchemaFit::TooNew {
+                compatible_from: 10
+            }
+        );
+        // Unrecorded: it keeps its own clients only.
+        assert_eq!(
+            schema_fit(9, 10, None),
+            SchemaFit::TooNew {
+                compatible_from: 10
+            }
+        );
+        assert_eq!(compatible_from(9), 8);
+        assert_eq!(compatible_from(1000), 1000);
     }
 
     #[test]

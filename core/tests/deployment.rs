@@ -1,6 +1,7 @@
 //! O1: accord behind a real PgBouncer. `scripts/with-postgres.sh` starts one from the system's
-//! binary in front of the test database, with two pools: `session` and `transaction`
-//! (ACCORD_TEST_PGBOUNCER_SESSION_URL, ACCORD_TEST_PGBOUNCER_TRANSACTION_URL).
+//! binary in front of the test database, with three pools: `session`, `transaction` and
+//! `tiny`, a session pool of two server connections (ACCORD_TEST_PGBOUNCER_SESSION_URL,
+//! ACCORD_TEST_PGBOUNCER_TRANSACTION_URL, ACCORD_TEST_PGBOUNCER_TINY_SESSION_URL).
 //!
 //! Session pooling carries everything. Transaction pooling carries commands but not LISTEN: a
 //! client there must say so (listen fails naming `listen_url`, waiters re-check every second)
@@ -91,6 +92,73 @@ async fn o1_session_pooling_carries_commands_and_notifications() {
     // Woken by the release's notification: well before the holder's 60 s expiry.
     let waited = waiter_after_release(&h, &a, &b, "k", "accord").await;
     assert!(waited < Duration::from_secs(10), "waited {waited:?}");
+    a.close().await;
+    b.close().await;
+}
+
+/// A session pool with fewer server connections than its clients hold (`tiny`: two, and two
+/// clients of one command connection each): a listening connection waits in PgBouncer for a
+/// server connection that never frees. A waiter stops waiting for it within a few seconds and
+/// takes its place in line, re-checking every second, instead of waiting for it until its own
+/// deadline (60 s here, and a statement timeout as long, so that only the new bound can end
+/// that wait early), and `listen` fails saying what holds the connection back.
+#[tokio::test]
+async fn o1_a_session_pool_too_small_for_listening_is_reported() {
+    let Some(url) = bouncer("TINY_SESSION") else {
+        return;
+    };
+    let h = Harness::postgres("o1_tiny").await;
+    let long = Duration::from_secs(60);
+    let a = Client::connect(&url, h.options("a").pool_size(1))
+        .await
+        .unwrap();
+    let b = Client::connect(&url, h.options("b").pool_size(1).statement_timeout(long))
+        .await
+        .unwrap();
+    let held = a
+        .acquire("k", AcquireOptions::new().ttl(long))
+        .await
+        .unwrap();
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move { b.acquire("k", AcquireOptions::new().timeout(long)).await })
+    };
+    // In line within a few seconds (bounded generously here, far below the waiter's 60 s).
+    let in_line =
+        "SELECT count(*) FROM accord.tickets WHERE namespace = $1 AND key = 'k' AND NOT granted";
+    let bound = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let n: i64 = h
+            .admin()
+            .query_one(in_line, &[&h.tag])
+            .await
+            .unwrap()
+            .get(0);
+        if n > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < bound,
+            "the waiter is still waiting for its listening connection instead of trying"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    held.release().await.unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("the waiter re-checks and gets the key")
+        .unwrap()
+        .unwrap();
+    granted.release().await.unwrap();
+    // `listen` waits its statement timeout (10 s), then says why.
+    let err = a.listen(["o1"]).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    for expected in ["is not up after", "session mode", "pool_size", "listen_url"] {
+        assert!(
+            err.message().contains(expected),
+            "{expected:?} missing from: {err}"
+        );
+    }
     a.close().await;
     b.close().await;
 }

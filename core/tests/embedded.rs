@@ -386,3 +386,67 @@ async fn sqlite_memory_is_the_memory_store_and_query_parameters_are_refused() {
     assert!(!file.exists(), "a refused URL created its file");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Rolling deploys on the embedded store, as on PostgreSQL
+/// (`a_newer_schema_runs_this_accord_only_when_its_record_keeps_it`): a file at a newer schema
+/// version is refused unless its record keeps this accord's version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_newer_schema_runs_this_accord_only_when_its_record_keeps_it() {
+    let h = Harness::sqlite("newer").await;
+    h.client("o1").await.close().await;
+    let path = h.url.trim_start_matches("sqlite://").to_string();
+    let db = rusqlite::Connection::open(&path).unwrap();
+    let mine: i32 = db
+        .query_row("SELECT max(version) FROM schema_migrations", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    let newer = mine + 1;
+    db.execute(
+        "INSERT INTO schema_migrations (version, applied_at_ms) VALUES (?1, 0)",
+        [newer],
+    )
+    .unwrap();
+    for keeps in [None, Some(newer)] {
+        if let Some(keeps) = keeps {
+            db.execute(
+                "UPDATE schema_migrations SET compatible_from = ?1 WHERE version = ?2",
+                [keeps, newer],
+            )
+            .unwrap();
+        }
+        let err = Client::connect(&h.url, h.options("o1")).await.unwrap_err();
+        assert_eq!(err.kind(), accord::ErrorKind::Database, "{err}");
+        for expected in [
+            format!("the SQLite store {path} is at version {newer}"),
+            format!("this accord (schema {mine}) cannot run on it"),
+            format!("keeps clients from schema {newer} on"),
+            "upgrade this client".to_string(),
+        ] {
+            assert!(
+                err.message().contains(&expected),
+                "{expected:?} missing from: {err}"
+            );
+        }
+    }
+    db.execute(
+        "UPDATE schema_migrations SET compatible_from = ?1 WHERE version = ?2",
+        [mine, newer],
+    )
+    .unwrap();
+    let client = Client::connect(&h.url, h.options("o1"))
+        .await
+        .expect("a schema that keeps this accord");
+    let lease = client
+        .acquire("a", AcquireOptions::new().timeout(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    lease.release().await.unwrap();
+    client.close().await;
+    let newest: i32 = db
+        .query_row("SELECT max(version) FROM schema_migrations", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(newest, newer, "nothing migrated backwards or on");
+}

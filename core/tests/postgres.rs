@@ -165,6 +165,109 @@ async fn a_role_that_may_not_migrate_is_told_what_to_apply() {
         .await;
 }
 
+/// G10, rolling deploys: a schema newer than this accord runs it only when its record keeps
+/// this accord's version (`schema_migrations.compatible_from`), with migrations on or off;
+/// otherwise the connect is refused, saying to upgrade this client. The newer version is
+/// recorded as a newer accord would record it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_schema_runs_this_accord_only_when_its_record_keeps_it() {
+    let h = Harness::postgres("newer").await;
+    let schema = format!("accord_{}", h.tag);
+    h.admin()
+        .batch_execute(&accord::migration_sql(&schema).unwrap())
+        .await
+        .unwrap();
+    let table = format!("\"{schema}\".schema_migrations");
+    let mine: i32 = h
+        .admin()
+        .query_one(&format!("SELECT max(version) FROM {table}"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    let newer = mine + 1;
+    let connect = |migrate: bool| {
+        Client::connect(
+            &h.url,
+            h.options("o1").schema(schema.clone()).migrate(migrate),
+        )
+    };
+    // A newer version that records nothing keeps its own clients only; one that keeps clients
+    // from its own version on likewise.
+    h.admin()
+        .execute(
+            &format!("INSERT INTO {table} (version) VALUES ($1)"),
+            &[&newer],
+        )
+        .await
+        .unwrap();
+    for keeps in [None, Some(newer)] {
+        if let Some(keeps) = keeps {
+            h.admin()
+                .execute(
+                    &format!("UPDATE {table} SET compatible_from = $1 WHERE version = $2"),
+                    &[&keeps, &newer],
+                )
+                .await
+                .unwrap();
+        }
+        for migrate in [true, false] {
+            let err = connect(migrate).await.unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Database, "{err}");
+            for expected in [
+                format!("schema \"{schema}\" is at version {newer}"),
+                format!("this accord (schema {mine}) cannot run on it"),
+                format!("keeps clients from schema {newer} on"),
+                "upgrade this client".to_string(),
+            ] {
+                assert!(
+                    err.message().contains(&expected),
+                    "{expected:?} missing from: {err}"
+                );
+            }
+        }
+    }
+    // Keeping this accord's version: it runs, with migrations on or off, and writes no record.
+    h.admin()
+        .execute(
+            &format!("UPDATE {table} SET compatible_from = $1 WHERE version = $2"),
+            &[&mine, &newer],
+        )
+        .await
+        .unwrap();
+    for migrate in [true, false] {
+        let client = connect(migrate)
+            .await
+            .expect("a schema that keeps this accord");
+        let lease = client
+            .acquire("a", AcquireOptions::new().timeout(Duration::from_secs(5)))
+            .await
+            .unwrap();
+        lease.release().await.unwrap();
+        client.close().await;
+    }
+    let rows: i64 = h
+        .admin()
+        .query_one(
+            &format!("SELECT count(*) FROM {table} WHERE version > $1"),
+            &[&newer],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 0);
+    // This accord's own migration says which clients it keeps (the oldest a deploy may mix).
+    let kept: Option<i32> = h
+        .admin()
+        .query_one(
+            &format!("SELECT compatible_from FROM {table} WHERE version = $1"),
+            &[&mine],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(kept.is_some_and(|k| k <= mine), "{kept:?}");
+}
+
 /// A server whose sessions cannot write is refused at connect, saying why, instead of failing
 /// at the first grant with "cannot execute … in a read-only transaction". Here a role whose
 /// sessions are read-only by default; a standby is refused the same way (`core/tests/failover.rs`).

@@ -16,10 +16,10 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::lease::{Lease, LostSignal};
-use crate::membership::{JoinOptions, Member, MAX_SCAN_ROWS};
+use crate::membership::{JoinOptions, Member};
 use crate::metadata::Metadata;
 use crate::naming;
-use crate::options::{AcquireOptions, ClaimOptions, KeyState, LeaseInfo, ListQuery};
+use crate::options::{AcquireOptions, ClaimOptions};
 use crate::session::{Grant, LeaseStatus, LostReason, Session};
 use crate::subscription::Subscription;
 use crate::validate::{self, MAX_CLAIM_LIMIT, MAX_TTL};
@@ -244,28 +244,13 @@ impl Task {
     /// [`Task::on_request`].
     async fn read_requests(&mut self) -> Result<()> {
         self.session.check_usable()?;
-        let rows = self.held_under(&self.requests_prefix).await?;
+        let rows = self.session.held_under(&self.requests_prefix).await?;
         for row in &rows {
             if let Some(request) = Request::from_row(&self.requests_prefix, row) {
                 self.on_request(request);
             }
         }
         Ok(())
-    }
-
-    /// The held rows under `prefix` (up to `MAX_SCAN_ROWS`): one read of the coordinator.
-    async fn held_under(&self, prefix: &str) -> Result<Vec<LeaseInfo>> {
-        let query = ListQuery::new()
-            .prefix(prefix)
-            .state(KeyState::Held)
-            .limit(MAX_SCAN_ROWS);
-        let page = self
-            .session
-            .scope
-            .backend
-            .list(&self.session.scope.namespace, &query)
-            .await?;
-        Ok(page.items)
     }
 
     /// Holds a granted shard: `Assigned`, and a watcher that yields `Revoked(Lost)` the moment
@@ -292,7 +277,7 @@ impl Task {
             self.rejoin().await?;
         }
         let me = self.session.scope.owner.clone();
-        let rows = self.held_under(&self.base).await?;
+        let rows = self.session.held_under(&self.base).await?;
         let mut members = Vec::new();
         let mut holders = HashMap::new();
         let mut requests = Vec::new();

@@ -8,6 +8,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use tokio_util::sync::CancellationToken;
+
 use super::batched;
 use super::dispatch::Dispatch;
 use super::grant::Grant;
@@ -21,10 +23,10 @@ use crate::validate;
 
 /// A waiting acquire re-checks at least this often even without a wake-up: a safety net for a
 /// notification lost in a way the listening connection could not notice.
-pub(super) const MAX_WAIT_SLICE: Duration = Duration::from_secs(30);
+const MAX_WAIT_SLICE: Duration = Duration::from_secs(30);
 /// Without release notifications (no listening connection could hear: see `listen_url`), a
 /// waiter re-checks this often: it is at most this late for a release.
-pub(super) const DEAF_WAIT_SLICE: Duration = Duration::from_secs(1);
+const DEAF_WAIT_SLICE: Duration = Duration::from_secs(1);
 /// When a concurrent change hid the holder's row, retry after about this long.
 const RACE_RETRY: Duration = Duration::from_millis(20);
 /// Wake a little after the holder's expiry so that the coordinator's clock has passed it.
@@ -144,23 +146,13 @@ impl Session {
             };
         }
         let waiter = self.dispatch.waiters.register(key);
-        // Listen for releases before the first try, so that none between the try and the
-        // wait is missed. Without the listening connection, waits end at the holder's expiry.
-        // That wait is bounded by the acquire's own timeout: past it, one try decides.
-        let listening_deadline = deadline.unwrap_or_else(|| started + MAX_WAIT_SLICE);
-        let mut slice = MAX_WAIT_SLICE;
-        tokio::select! {
-            r = self.scope.backend.watch_wakeups() => if let Err(e) = r {
-                tracing::warn!(target: "accord", error = %e, "waiting without release notifications: re-checking every second");
-                slice = DEAF_WAIT_SLICE;
-            },
-            _ = tokio::time::sleep_until(listening_deadline.into()) => {
-                tracing::warn!(target: "accord", key, "the listening connection is not up yet; waiting without release notifications");
-                slice = DEAF_WAIT_SLICE;
-            }
-            _ = cancel.cancelled() => return Err(Error::cancelled(&format!("acquire of {key:?}"))),
-            _ = self.closed.cancelled() => return Err(Error::closed()),
-        }
+        let slice = self
+            .listen_for_releases(
+                deadline.unwrap_or_else(|| started + MAX_WAIT_SLICE),
+                &cancel,
+                &format!("acquire of {key:?}"),
+            )
+            .await?;
         // The caller's place in line; given up (in the background if need be) however this
         // call ends without a grant.
         let mut place = Place {
@@ -232,6 +224,34 @@ impl Session {
                 // Closing: the place is given up in the background (the client is going away).
                 _ = self.closed.cancelled() => return Err(Error::closed()),
             }
+        }
+    }
+
+    /// Listens for releases before a wait's first try, so that none between the try and the
+    /// wait is missed, and returns how long the wait may sleep between tries: `MAX_WAIT_SLICE`
+    /// with wake-ups, `DEAF_WAIT_SLICE` without them. Without them is when the backend says it
+    /// cannot listen, or is not listening within its own bound (PostgreSQL: a few seconds,
+    /// with the reason), or by `until` (the wait's deadline: past it, tries decide).
+    pub(super) async fn listen_for_releases(
+        &self,
+        until: Instant,
+        cancel: &CancellationToken,
+        what: &str,
+    ) -> Result<Duration> {
+        tokio::select! {
+            r = self.scope.backend.watch_wakeups() => match r {
+                Ok(()) => Ok(MAX_WAIT_SLICE),
+                Err(e) => {
+                    tracing::warn!(target: "accord", error = %e, "waiting without release notifications: re-checking every second");
+                    Ok(DEAF_WAIT_SLICE)
+                }
+            },
+            _ = tokio::time::sleep_until(until.into()) => {
+                tracing::warn!(target: "accord", "{what}: the listening connection is not up yet; waiting without release notifications");
+                Ok(DEAF_WAIT_SLICE)
+            }
+            _ = cancel.cancelled() => Err(Error::cancelled(what)),
+            _ = self.closed.cancelled() => Err(Error::closed()),
         }
     }
 

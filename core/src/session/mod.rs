@@ -35,7 +35,8 @@ pub(crate) use self::publisher::{trim as trim_stream, Outgoing, Publisher};
 pub(crate) use self::scope::Scope;
 use crate::backend;
 use crate::error::{Error, ErrorKind, Result};
-use crate::options::ClientOptions;
+use crate::membership::MAX_SCAN_ROWS;
+use crate::options::{ClientOptions, KeyState, LeaseInfo, ListQuery};
 use crate::stats::Recorder;
 
 pub(crate) struct Session {
@@ -159,6 +160,22 @@ impl Session {
 
     pub fn is_closed(&self) -> bool {
         self.closed.is_cancelled()
+    }
+
+    /// The held rows under `prefix` (up to `MAX_SCAN_ROWS`), in one read: a group's members, a
+    /// fleet's members, shards and hand-off requests.
+    pub async fn held_under(&self, prefix: &str) -> Result<Vec<LeaseInfo>> {
+        self.check_usable()?;
+        let query = ListQuery::new()
+            .prefix(prefix)
+            .state(KeyState::Held)
+            .limit(MAX_SCAN_ROWS);
+        let page = self
+            .scope
+            .backend
+            .list(&self.scope.namespace, &query)
+            .await?;
+        Ok(page.items)
     }
 
     /// Not forked, not closed: every call checks this first.

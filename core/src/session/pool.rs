@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::acquire::{HoldsGrants, DEAF_WAIT_SLICE, EXPIRY_SLACK, MAX_WAIT_SLICE};
+use super::acquire::{HoldsGrants, EXPIRY_SLACK};
 use super::batched;
 use super::grant::Grant;
 use super::rounds::Rounds;
@@ -107,17 +107,9 @@ impl Session {
             return self.claim_once(&attempt).await.map(|(granted, _)| granted);
         };
         let waiter = self.dispatch.waiters.register_claimer(pool);
-        // As for acquire: listen for releases before the first try, bounded by the timeout.
-        let mut slice = MAX_WAIT_SLICE;
-        tokio::select! {
-            r = self.scope.backend.watch_wakeups() => if let Err(e) = r {
-                tracing::warn!(target: "accord", error = %e, "waiting without release notifications: re-checking every second");
-                slice = DEAF_WAIT_SLICE;
-            },
-            _ = tokio::time::sleep_until(deadline.into()) => {}
-            _ = cancel.cancelled() => return Err(Error::cancelled(&format!("claim of {pool:?}"))),
-            _ = self.closed.cancelled() => return Err(Error::closed()),
-        }
+        let slice = self
+            .listen_for_releases(deadline, &cancel, &format!("claim of {pool:?}"))
+            .await?;
         loop {
             let notified = waiter.notify.notified();
             tokio::pin!(notified);

@@ -8,6 +8,12 @@
 //! and then hears nothing; the probe turns that into an error naming `listen_url` instead of a
 //! subscription that stays silent.
 //!
+//! A connection that is not up within `UP_WITHIN` is reported too: a waiter stops waiting for it
+//! and re-checks every second, naming what the connection is stuck on. Behind a PgBouncer in
+//! session mode whose server connections are all taken, its LISTEN waits for one to free up
+//! (for PgBouncer's `query_wait_timeout`, 120 s by default), and a waiter that waited for it
+//! was left until its own deadline.
+//!
 //! A new connection hears notifications as soon as its LISTEN takes effect, before the probe
 //! came back; those are held until then and handed on after `Reconnected`, so that a
 //! subscriber never gets a message of the new connection before being told of the gap (the
@@ -40,6 +46,15 @@ const PROBE_DELIVERY: Duration = Duration::from_secs(3);
 /// earns this verdict; a connection that failed meanwhile is an ordinary failure (backoff from
 /// `BACKOFF_MIN`).
 const DEAF_BACKOFF: Duration = Duration::from_secs(30);
+/// How long a waiter waits for the listening connection before it re-checks without wake-ups,
+/// and how long a LISTEN may wait to run before it is reported: as long as a probe may take
+/// to be heard, so that the two ways of not hearing are told within the same bound.
+const UP_WITHIN: Duration = PROBE_DELIVERY;
+/// Why a LISTEN (or the login before it) may wait without failing: said with every report
+/// of a connection not up in time.
+const POOLER_HINT: &str = "a pooler in session mode whose server connections are all taken \
+     makes it wait for one (PgBouncer: each client holds pool_size + 1 connections; give the \
+     pool more server connections than its clients hold, or set listen_url to the server)";
 
 /// Sends a notification through the client's command connections (the probe's other end).
 pub(crate) type ProbeSender = Arc<
@@ -77,6 +92,19 @@ pub(crate) struct Listener {
     /// `listen` fail at once (waiting would not help); after an ordinary failure `listen` waits
     /// for the reconnect, and names this reason if that does not come in time.
     failure: watch::Sender<Option<ListenFailure>>,
+    /// What the connection being opened is doing now, for a report that it is not up in time.
+    stage: std::sync::Mutex<Stage>,
+}
+
+/// Where a listening connection being opened stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    Connecting,
+    Listening,
+    Probing,
+    Up,
+    /// Waiting out the backoff after a failed attempt.
+    Retrying,
 }
 
 impl Listener {
@@ -91,6 +119,7 @@ impl Listener {
             probe_channel: format!("accord_probe_{:016x}", rand::random::<u64>()),
             probe,
             failure: watch::channel(None).0,
+            stage: std::sync::Mutex::new(Stage::Connecting),
             spec,
             sink,
             wakeup_channel,
@@ -115,24 +144,36 @@ impl Listener {
         });
     }
 
+    /// Waiters wait for the wake-ups at most `UP_WITHIN`: past it the error says what the
+    /// connection is stuck on, and they re-check without wake-ups meanwhile.
     pub async fn watch_wakeups(self: &Arc<Self>) -> Result<()> {
         let channel = self.wakeup_channel.clone();
         self.wakeups
-            .get_or_try_init(|| self.listen(&channel))
+            .get_or_try_init(|| self.listen_within(&channel, UP_WITHIN))
             .await
             .map(|_| ())
     }
 
+    /// `listen` waits for a connection up to the statement timeout, as every call does.
     pub async fn listen(self: &Arc<Self>, channel: &str) -> Result<()> {
+        self.listen_within(channel, self.command_timeout).await
+    }
+
+    async fn listen_within(self: &Arc<Self>, channel: &str, within: Duration) -> Result<()> {
         self.ensure_started();
-        let mut state = self.state.lock().await;
+        let deadline = tokio::time::Instant::now() + within;
+        // The supervisor holds the state while its LISTEN runs: a LISTEN a pooler holds back
+        // must not hold this call past its bound.
+        let Ok(mut state) = tokio::time::timeout_at(deadline, self.state.lock()).await else {
+            return Err(self.not_up(within));
+        };
         let count = state.channels.entry(channel.to_string()).or_insert(0);
         *count += 1;
         if *count > 1 {
             // Already LISTENed: under this lock, an earlier call either confirmed it or is
             // waiting for a reconnect that will include it.
             drop(state);
-            return self.await_listening().await;
+            return self.await_listening(deadline, within).await;
         }
         if let Some(client) = state.client.clone() {
             let sql = format!("LISTEN {}", quote_ident(channel));
@@ -151,27 +192,47 @@ impl Listener {
         }
         let generation = *self.generation.borrow();
         drop(state);
-        match self.await_generation_after(generation).await {
+        match self
+            .await_generation_after(generation, deadline, within)
+            .await
+        {
             Ok(()) => Ok(()),
             Err(e) => {
-                self.unlisten(channel).await;
+                // In the background: the state is held while a LISTEN runs, and the caller is
+                // told now, not when a LISTEN held back by a pooler gives up.
+                let (this, channel) = (self.clone(), channel.to_string());
+                tokio::spawn(async move { this.unlisten(&channel).await });
                 Err(e)
             }
         }
     }
 
     /// Returns once a connection is up with every registered channel LISTENed.
-    async fn await_listening(&self) -> Result<()> {
-        let state = self.state.lock().await;
+    async fn await_listening(
+        &self,
+        deadline: tokio::time::Instant,
+        within: Duration,
+    ) -> Result<()> {
+        let Ok(state) = tokio::time::timeout_at(deadline, self.state.lock()).await else {
+            return Err(self.not_up(within));
+        };
         if state.client.is_some() {
             return Ok(());
         }
         let generation = *self.generation.borrow();
         drop(state);
-        self.await_generation_after(generation).await
+        self.await_generation_after(generation, deadline, within)
+            .await
     }
 
-    async fn await_generation_after(&self, generation: u64) -> Result<()> {
+    /// Waits for a connection newer than `generation` until `deadline` (`within` of the call's
+    /// start, for the error).
+    async fn await_generation_after(
+        &self,
+        generation: u64,
+        deadline: tokio::time::Instant,
+        within: Duration,
+    ) -> Result<()> {
         let mut rx = self.generation.subscribe();
         let mut failed = self.failure.subscribe();
         let deaf = |f: &Option<ListenFailure>| f.as_ref().is_some_and(|f| f.deaf);
@@ -180,20 +241,9 @@ impl Listener {
         }
         let wait = rx.wait_for(|g| *g > generation);
         tokio::select! {
-            r = tokio::time::timeout(self.spec_timeout(), wait) => match r {
+            r = tokio::time::timeout_at(deadline, wait) => match r {
                 Ok(Ok(_)) => Ok(()),
-                _ => {
-                    let last = self.failure.borrow().as_ref().map(|f| format!(": {}", f.why));
-                    Err(Error::new(
-                        ErrorKind::Connection,
-                        format!(
-                            "could not open the listening connection to PostgreSQL at {} within {:?}{}",
-                            self.spec.display,
-                            self.spec_timeout(),
-                            last.unwrap_or_default()
-                        ),
-                    ))
-                }
+                _ => Err(self.not_up(within)),
             },
             Ok(why) = failed.wait_for(deaf) => {
                 let why = why.as_ref().map(|f| f.why.clone()).unwrap_or_default();
@@ -203,8 +253,41 @@ impl Listener {
         }
     }
 
-    fn spec_timeout(&self) -> Duration {
-        self.command_timeout
+    /// The listening connection is not up after `within`: what it is doing, and the last
+    /// reason an attempt failed.
+    fn not_up(&self, within: Duration) -> Error {
+        let stage = *self.stage.lock().unwrap();
+        let doing = match stage {
+            Stage::Connecting => "it is still connecting",
+            Stage::Listening => "its LISTEN has not run yet",
+            Stage::Probing => "it is waiting for its probe notification",
+            Stage::Up => "it is reconnecting",
+            Stage::Retrying => "it waits to try again after a failed attempt",
+        };
+        let failure = self.failure.borrow().clone();
+        let last = failure
+            .as_ref()
+            .map(|f| format!("; {}", f.why))
+            .unwrap_or_default();
+        let held_back = matches!(stage, Stage::Connecting | Stage::Listening)
+            || failure.is_some_and(|f| f.stalled);
+        let hint = if held_back {
+            format!(". If a pooler is in between: {POOLER_HINT}")
+        } else {
+            String::new()
+        };
+        Error::new(
+            ErrorKind::Connection,
+            format!(
+                "the listening connection to PostgreSQL at {} is not up after {within:?} \
+                 ({doing}){last}{hint}",
+                self.spec.display,
+            ),
+        )
+    }
+
+    fn set_stage(&self, stage: Stage) {
+        *self.stage.lock().unwrap() = stage;
     }
 
     pub async fn unlisten(&self, channel: &str) {
@@ -265,26 +348,17 @@ impl Listener {
                 }
                 Err(Failure::Deaf(why)) => {
                     tracing::error!(target: "accord", error = %why, "the listening connection hears no notifications");
-                    self.failure
-                        .send_replace(Some(ListenFailure { why, deaf: true }));
+                    self.failure.send_replace(Some(ListenFailure {
+                        why,
+                        deaf: true,
+                        stalled: false,
+                    }));
                     backoff = DEAF_BACKOFF;
                 }
-                Err(Failure::Other(e)) => {
-                    // A failed connection says nothing about the deployment: the usual backoff,
-                    // even after a deaf verdict (the server may have been fixed since).
-                    if backoff >= DEAF_BACKOFF {
-                        backoff = BACKOFF_MIN;
-                    }
-                    tracing::warn!(target: "accord", error = %e, retry_in_ms = backoff.as_millis() as u64, "listening connection failed");
-                    self.failure.send_replace(Some(ListenFailure {
-                        why: format!(
-                            "the listening connection to PostgreSQL at {} failed: {e}",
-                            self.spec.display
-                        ),
-                        deaf: false,
-                    }));
-                }
+                Err(Failure::Other(e)) => self.failed(&e, false, &mut backoff),
+                Err(Failure::Stalled(e)) => self.failed(&e, true, &mut backoff),
             }
+            self.set_stage(Stage::Retrying);
             // Jitter spreads a fleet's reconnects after a server restart.
             let pause = backoff.mul_f64(rand::rng().random_range(0.5..1.5));
             tokio::select! {
@@ -294,6 +368,24 @@ impl Listener {
             backoff = (backoff * 2).min(BACKOFF_MAX.max(backoff));
         }
         self.state.lock().await.client = None;
+    }
+
+    /// Records an attempt that failed on the way (`stalled`: its LISTEN never ran).
+    fn failed(&self, e: &Error, stalled: bool, backoff: &mut Duration) {
+        // A failed connection says nothing about the deployment: the usual backoff, even after
+        // a deaf verdict (the server may have been fixed since).
+        if *backoff >= DEAF_BACKOFF {
+            *backoff = BACKOFF_MIN;
+        }
+        tracing::warn!(target: "accord", error = %e, retry_in_ms = backoff.as_millis() as u64, "listening connection failed");
+        self.failure.send_replace(Some(ListenFailure {
+            why: format!(
+                "the listening connection to PostgreSQL at {} failed: {e}",
+                self.spec.display
+            ),
+            deaf: false,
+            stalled,
+        }));
     }
 
     /// Connects, LISTENs, hears its probe; then tells `Reconnected` (when `reconnect`) and hands
@@ -307,6 +399,7 @@ impl Listener {
         let probe_channel = self.probe_channel.clone();
         let expected: Expected = Arc::default();
         let heard = expected.clone();
+        self.set_stage(Stage::Connecting);
         let mut connected = self
             .spec
             .connect(move |message| {
@@ -336,7 +429,8 @@ impl Listener {
             .chain(state.channels.keys())
             .map(|c| format!("LISTEN {};", quote_ident(c)))
             .collect();
-        match tokio::time::timeout(self.command_timeout, client.batch_execute(&sql)).await {
+        self.set_stage(Stage::Listening);
+        match self.run_listen(&client, &sql).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 return Err(Failure::Other(Error::new(
@@ -345,14 +439,16 @@ impl Listener {
                 )))
             }
             Err(_) => {
-                return Err(Failure::Other(Error::new(
+                return Err(Failure::Stalled(Error::new(
                     ErrorKind::Connection,
-                    "LISTEN timed out",
+                    format!("LISTEN did not run within {:?}", self.command_timeout),
                 )))
             }
         }
+        self.set_stage(Stage::Probing);
         self.hear_probe(&expected, &client, &mut connected.ended)
             .await?;
+        self.set_stage(Stage::Up);
         {
             let mut held = held.lock().unwrap_or_else(|e| e.into_inner());
             if reconnect {
@@ -370,6 +466,29 @@ impl Listener {
             ended: connected.ended,
             driver: connected.driver,
         })
+    }
+
+    /// Runs the LISTENs within the statement timeout. One still waiting after `UP_WITHIN` is
+    /// logged then, not only when the statement timeout ends it: a waiter has stopped waiting
+    /// for it by then (`not_up` says why to whoever waited).
+    async fn run_listen(
+        &self,
+        client: &Client,
+        sql: &str,
+    ) -> Result<Result<(), tokio_postgres::Error>, tokio::time::error::Elapsed> {
+        let listen = tokio::time::timeout(self.command_timeout, client.batch_execute(sql));
+        tokio::pin!(listen);
+        tokio::select! {
+            done = &mut listen => return done,
+            _ = tokio::time::sleep(UP_WITHIN) => {}
+        }
+        let why = format!(
+            "the listening connection to PostgreSQL at {} has waited {UP_WITHIN:?} for its \
+             LISTEN to run: {POOLER_HINT}",
+            self.spec.display
+        );
+        tracing::warn!(target: "accord", error = %why, "the listening connection is not up");
+        listen.await
     }
 
     /// Sends a NOTIFY on this listener's probe channel through the command connections and
@@ -460,6 +579,8 @@ struct ListenFailure {
     why: String,
     /// The connection worked but does not hear: a deployment problem, not a blip.
     deaf: bool,
+    /// Its LISTEN never ran (see `POOLER_HINT`).
+    stalled: bool,
 }
 
 /// Why a connection attempt did not give a listening connection.
@@ -468,6 +589,9 @@ enum Failure {
     Deaf(String),
     /// It failed on the way: retried with backoff.
     Other(Error),
+    /// Its LISTEN did not run within the statement timeout: retried as `Other`, and said with
+    /// `POOLER_HINT`.
+    Stalled(Error),
 }
 
 /// A connection up with every channel LISTENed.

@@ -32,6 +32,7 @@ use crate::options::ClientOptions;
 use crate::options::{
     KeyCounts, KeyState, LeaseInfo, ListPage, ListQuery, PoolCounts, StateFilter,
 };
+use crate::rules::{self, SchemaFit};
 use crate::stats::Recorder;
 
 /// A batch's columns, as the batched statements take them (`unnest` of three arrays).
@@ -812,16 +813,15 @@ async fn migrate(
     allowed: bool,
     display: &str,
 ) -> Result<()> {
-    let s = sql::quote_ident(schema);
     let target = sql::current_version();
     let fail = |what: &str, e: tokio_postgres::Error| pool::classify(display, what, e).into_error();
     refuse_read_only(client, display)
         .await
         .map_err(|e| e.unwrap_or_else(|e| fail("server check", e)))?;
-    let current = installed_version(client, &s)
+    let (current, keeps) = installed_version(client, schema)
         .await
         .map_err(|e| fail("schema check", e))?;
-    if current >= target {
+    if !schema_behind(schema, current, keeps)? {
         return Ok(());
     }
     let behind = |remedy: &str| {
@@ -864,10 +864,11 @@ async fn migrate(
     tx.batch_execute(&sql::bootstrap(schema))
         .await
         .map_err(|e| fail("migration (creating the schema)", e))?;
-    // Another process may have migrated while we waited for the lock.
-    let current = installed_version(&tx, &s)
+    // Another process may have migrated while we waited for the lock (a newer one, even).
+    let (current, keeps) = installed_version(&tx, schema)
         .await
         .map_err(|e| fail("migration", e))?;
+    schema_behind(schema, current, keeps)?;
     for (i, step) in sql::migrations(schema).iter().enumerate() {
         let version = i32::try_from(i + 1).expect("few migrations");
         if version <= current {
@@ -879,11 +880,9 @@ async fn migrate(
                 .await
                 .map_err(|e| fail(&format!("migration to version {version}"), e))?;
         }
-        tx.batch_execute(&format!(
-            "INSERT INTO {s}.schema_migrations (version) VALUES ({version})"
-        ))
-        .await
-        .map_err(|e| fail("migration", e))?;
+        tx.batch_execute(&sql::record_version(schema, version))
+            .await
+            .map_err(|e| fail("migration", e))?;
     }
     tx.commit().await.map_err(|e| fail("migration commit", e))?;
     Ok(())
@@ -922,26 +921,49 @@ async fn refuse_read_only(
     )))
 }
 
+/// Whether the schema is behind this accord (`rules::schema_fit`); a schema too new for it is
+/// refused, one newer that keeps its clients is run on as it is.
+fn schema_behind(schema: &str, installed: i32, keeps: Option<i32>) -> Result<bool> {
+    let mine = sql::current_version();
+    match rules::schema_fit(mine, installed, keeps) {
+        SchemaFit::Behind => Ok(true),
+        SchemaFit::Current => Ok(false),
+        SchemaFit::NewerCompatible => {
+            tracing::info!(target: "accord", schema, installed, mine, "the schema is newer than this accord and keeps its clients working");
+            Ok(false)
+        }
+        SchemaFit::TooNew { compatible_from } => Err(rules::too_new_error(
+            &format!("schema {schema:?}"),
+            installed,
+            compatible_from,
+            mine,
+        )),
+    }
+}
+
+/// The newest applied version (0: none) and the oldest client version it keeps working.
 async fn installed_version(
     client: &impl tokio_postgres::GenericClient,
-    quoted_schema: &str,
-) -> Result<i32, tokio_postgres::Error> {
-    let query = format!("SELECT COALESCE(max(version), 0) FROM {quoted_schema}.schema_migrations");
-    match client.simple_query(&query).await {
+    schema: &str,
+) -> Result<(i32, Option<i32>), tokio_postgres::Error> {
+    match client.simple_query(&sql::installed_version(schema)).await {
         Ok(messages) => Ok(messages
             .iter()
             .find_map(|m| match m {
-                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0)?.parse().ok(),
+                tokio_postgres::SimpleQueryMessage::Row(row) => Some((
+                    row.get(0)?.parse().ok()?,
+                    row.get(1).and_then(|v| v.parse().ok()),
+                )),
                 _ => None,
             })
-            .unwrap_or(0)),
+            .unwrap_or((0, None))),
         Err(e) => match e.code() {
             // No schema or no version table yet: nothing is installed.
             Some(c)
                 if *c == tokio_postgres::error::SqlState::UNDEFINED_TABLE
                     || *c == tokio_postgres::error::SqlState::INVALID_SCHEMA_NAME =>
             {
-                Ok(0)
+                Ok((0, None))
             }
             _ => Err(e),
         },

@@ -3,6 +3,7 @@
 //! spliced in. Time is always `clock_timestamp()`: the coordinator's clock, never the client's.
 
 use super::secret::wake_tag_sql;
+use crate::rules;
 
 /// Quotes an identifier for SQL text (`"` doubled), so any name is safe to splice.
 pub(crate) fn quote_ident(name: &str) -> String {
@@ -1130,7 +1131,50 @@ pub(crate) fn migrations(schema: &str) -> Vec<Vec<String>> {
             "CREATE INDEX leases_owned ON {s}.leases (namespace, key)
               WHERE owner IS NOT NULL AND NOT done"
         )],
+        // Version 9: the compatibility record (`rules::schema_fit`): each version from here on
+        // records the oldest client version that may still run on it. And `holders`: who
+        // holds what, for psql, row for row what `list` with the state held returns (the
+        // key's row while an exclusive grant is live, `rules::key_state`; each live shared
+        // holder, a granted ticket, as `list_holders`). Keeps version 8's clients working.
+        vec![
+            format!("ALTER TABLE {s}.schema_migrations ADD COLUMN compatible_from integer"),
+            format!(
+                "CREATE VIEW {s}.holders AS
+                 SELECT namespace, key, false AS shared, owner, fence, granted_at, expires_at,
+                        metadata, updated_at
+                   FROM {s}.leases
+                  WHERE NOT done AND expires_at > clock_timestamp()
+                 UNION ALL
+                 SELECT namespace, key, true, owner, fence, granted_at, expires_at, metadata,
+                        updated_at
+                   FROM {s}.tickets
+                  WHERE granted AND expires_at > clock_timestamp()"
+            ),
+        ],
     ]
+}
+
+/// Records `version` as applied: from `rules::COMPATIBILITY_RECORDED_FROM` on, with the oldest
+/// client version it keeps working.
+pub(crate) fn record_version(schema: &str, version: i32) -> String {
+    let s = quote_ident(schema);
+    if version < rules::COMPATIBILITY_RECORDED_FROM {
+        return format!("INSERT INTO {s}.schema_migrations (version) VALUES ({version})");
+    }
+    format!(
+        "INSERT INTO {s}.schema_migrations (version, compatible_from) VALUES ({version}, {})",
+        rules::compatible_from(version)
+    )
+}
+
+/// The newest applied version and the clients it keeps (NULL before version 9: read through
+/// `to_jsonb`, so that the same statement reads a table without the column).
+pub(crate) fn installed_version(schema: &str) -> String {
+    format!(
+        "SELECT m.version, (to_jsonb(m) ->> 'compatible_from')::integer
+           FROM {}.schema_migrations m ORDER BY m.version DESC LIMIT 1",
+        quote_ident(schema)
+    )
 }
 
 /// The version this library needs.
@@ -1174,10 +1218,23 @@ pub fn migration_script(schema: &str) -> String {
         for stmt in m {
             body.push_str(&format!("    EXECUTE {};\n", quote_literal(stmt)));
         }
+        let version = i32::try_from(v).expect("few migrations");
         body.push_str(&format!(
-            "    INSERT INTO {s}.schema_migrations (version) VALUES ({v});\n  END IF;\nEND"
+            "    {};\n  END IF;\nEND",
+            record_version(schema, version)
         ));
-        out.push_str(&format!("-- version {v}\nDO {};\n", dollar_quote(&body)));
+        let keeps = if version < rules::COMPATIBILITY_RECORDED_FROM {
+            String::new()
+        } else {
+            format!(
+                " (keeps clients from schema {} on)",
+                rules::compatible_from(version)
+            )
+        };
+        out.push_str(&format!(
+            "-- version {v}{keeps}\nDO {};\n",
+            dollar_quote(&body)
+        ));
     }
     out.push_str("COMMIT;\n");
     out
@@ -1240,6 +1297,20 @@ mod tests {
             "$accord_2$a $accord$ b $accord_1$$accord_2$"
         );
         assert_eq!(dollar_quote("x $accord"), "$accord_1$x $accord$accord_1$");
+    }
+
+    #[test]
+    fn every_version_from_9_says_which_clients_it_keeps() {
+        for version in rules::COMPATIBILITY_RECORDED_FROM..=current_version() {
+            let from = rules::KEEPS_CLIENTS_FROM
+                .iter()
+                .find(|(v, _)| *v == version)
+                .map(|(_, from)| *from);
+            assert!(
+                from.is_some_and(|f| f <= version),
+                "version {version} must say which clients it keeps (rules::KEEPS_CLIENTS_FROM)"
+            );
+        }
     }
 
     #[test]

@@ -1791,7 +1791,7 @@ mod tests {
     #[test]
     fn waiters_are_grouped_per_key_and_bounded() {
         let mut conn = Connection::open_in_memory().unwrap();
-        store::migrate(&mut conn).unwrap();
+        store::migrate(&mut conn, "test").unwrap();
         let now = 1_000_000;
         let ticket = |key: &str, n: i64, shared: bool, granted: bool, expires: i64| {
             conn.execute(
@@ -1831,7 +1831,7 @@ mod tests {
     #[test]
     fn held_pages_search_the_owned_index() {
         let mut conn = Connection::open_in_memory().unwrap();
-        store::migrate(&mut conn).unwrap();
+        store::migrate(&mut conn, "test").unwrap();
         let plan = |state: KeyState| {
             let range = ListQuery::new().prefix("k/").state(state).range().unwrap();
             let sql = format!("EXPLAIN QUERY PLAN {}", keys_sql(&range));
@@ -1855,7 +1855,7 @@ mod tests {
     #[test]
     fn a_retried_exclusive_acquire_is_not_granted_beside_shared_holders() {
         let mut conn = Connection::open_in_memory().unwrap();
-        store::migrate(&mut conn).unwrap();
+        store::migrate(&mut conn, "test").unwrap();
         let item = ("ns", "k", "writer");
         let first = acquire_in(&conn, item, 42, 100, None, 1_000).unwrap();
         let AcquireOutcome::Granted(granted) = first else {

@@ -8,10 +8,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use tokio::sync::watch;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::rules::{self, SchemaFit};
 
 /// Writers wait this long for each other (across processes) before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -71,6 +72,15 @@ impl Location {
             ));
         }
         Ok(Location::File(PathBuf::from(path)))
+    }
+}
+
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Location::File(path) => write!(f, "{}", path.display()),
+            Location::Memory(name) => write!(f, "memory:{name}"),
+        }
     }
 }
 
@@ -189,7 +199,7 @@ impl Store {
     }
 
     fn new(location: Location, mut conn: Connection) -> Result<Store> {
-        migrate(&mut conn)?;
+        migrate(&mut conn, &location.to_string())?;
         let nudge = nudges()
             .lock()
             .unwrap()
@@ -218,8 +228,8 @@ impl Store {
 
 /// The versioned schema, applied in one IMMEDIATE transaction: concurrent processes starting
 /// at once serialize on SQLite's write lock, and the version is re-read under it.
-pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
-    let steps = [
+pub(super) fn migrate(conn: &mut Connection, store: &str) -> Result<()> {
+    let steps: [&str; MIGRATIONS] = [
         "CREATE TABLE leases (
              namespace     TEXT NOT NULL,
              key           TEXT NOT NULL,
@@ -306,6 +316,30 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
         // on PostgreSQL. 1,000,000 free keys, none held: a page of held keys took 1 s, 0.05 ms
         // through it. A renewal does not touch it (the owner stays); a grant and a release do.
         "CREATE INDEX leases_owned ON leases (namespace, key) WHERE owner IS NOT NULL AND NOT done;",
+        // Version 9: the compatibility record and the view `holders`, as on PostgreSQL (see
+        // there): row for row what `list` with the state held returns, times as ISO 8601 text
+        // (UTC) beside the stored milliseconds, and `now` as the store's clock in milliseconds.
+        "ALTER TABLE schema_migrations ADD COLUMN compatible_from INTEGER;
+         CREATE VIEW holders AS
+         SELECT namespace, key, 0 AS shared, owner, fence,
+                strftime('%Y-%m-%dT%H:%M:%fZ', granted_at_ms / 1000.0, 'unixepoch') AS granted_at,
+                strftime('%Y-%m-%dT%H:%M:%fZ', expires_at_ms / 1000.0, 'unixepoch') AS expires_at,
+                metadata,
+                strftime('%Y-%m-%dT%H:%M:%fZ', updated_at_ms / 1000.0, 'unixepoch') AS updated_at,
+                expires_at_ms
+           FROM leases
+          WHERE NOT done
+            AND expires_at_ms > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+         UNION ALL
+         SELECT namespace, key, 1, owner, fence,
+                strftime('%Y-%m-%dT%H:%M:%fZ', granted_at_ms / 1000.0, 'unixepoch'),
+                strftime('%Y-%m-%dT%H:%M:%fZ', expires_at_ms / 1000.0, 'unixepoch'),
+                metadata,
+                strftime('%Y-%m-%dT%H:%M:%fZ', updated_at_ms / 1000.0, 'unixepoch'),
+                expires_at_ms
+           FROM tickets
+          WHERE granted
+            AND expires_at_ms > CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER);",
     ];
     let tx = conn
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
@@ -315,32 +349,79 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
              version INTEGER PRIMARY KEY, applied_at_ms INTEGER NOT NULL)",
     )
     .map_err(|e| db_error("migration", e))?;
-    let current: i64 = tx
-        .query_row(
-            "SELECT COALESCE(max(version), 0) FROM schema_migrations",
-            [],
-            |r| r.get(0),
-        )
-        .map_err(|e| db_error("migration", e))?;
+    let (current, keeps) = installed_version(&tx).map_err(|e| db_error("migration", e))?;
+    let mine = MIGRATIONS as i32;
+    match rules::schema_fit(mine, current, keeps) {
+        SchemaFit::Behind => {}
+        SchemaFit::Current | SchemaFit::NewerCompatible => return Ok(()),
+        SchemaFit::TooNew { compatible_from } => {
+            return Err(rules::too_new_error(
+                &format!("the SQLite store {store}"),
+                current,
+                compatible_from,
+                mine,
+            ))
+        }
+    }
     for (i, step) in steps.iter().enumerate() {
-        let version = i as i64 + 1;
+        let version = i as i32 + 1;
         if version <= current {
             continue;
         }
         tx.execute_batch(step)
             .map_err(|e| db_error(&format!("migration to version {version}"), e))?;
-        tx.execute(
-            "INSERT INTO schema_migrations VALUES (?1, ?2)",
-            rusqlite::params![version, now_ms()],
-        )
-        .map_err(|e| db_error("migration", e))?;
+        // From version 9 on, with the oldest client version it keeps working.
+        let keeps = (version >= rules::COMPATIBILITY_RECORDED_FROM)
+            .then(|| rules::compatible_from(version));
+        let record = if keeps.is_some() {
+            tx.execute(
+                "INSERT INTO schema_migrations (version, applied_at_ms, compatible_from)
+                 VALUES (?1, ?2, ?3)",
+                rusqlite::params![version, now_ms(), keeps],
+            )
+        } else {
+            tx.execute(
+                "INSERT INTO schema_migrations (version, applied_at_ms) VALUES (?1, ?2)",
+                rusqlite::params![version, now_ms()],
+            )
+        };
+        record.map_err(|e| db_error("migration", e))?;
     }
     tx.commit().map_err(|e| db_error("migration", e))
+}
+
+/// The schema version this accord's store is written for.
+const MIGRATIONS: usize = 9;
+
+/// The newest applied version (0: none) and the oldest client version it keeps working
+/// (`None` before version 9, whose table has no such column).
+fn installed_version(conn: &Connection) -> rusqlite::Result<(i32, Option<i32>)> {
+    let mut newest =
+        conn.prepare("SELECT * FROM schema_migrations ORDER BY version DESC LIMIT 1")?;
+    let keeps_column = newest.column_index("compatible_from").ok();
+    let row = newest
+        .query_row([], |r| {
+            let keeps = match keeps_column {
+                Some(i) => r.get::<_, Option<i32>>(i)?,
+                None => None,
+            };
+            Ok((r.get::<_, i32>("version")?, keeps))
+        })
+        .optional()?;
+    Ok(row.unwrap_or((0, None)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn both_stores_number_their_schema_alike() {
+        assert_eq!(
+            MIGRATIONS as i32,
+            crate::backend::postgres::sql::current_version()
+        );
+    }
 
     #[test]
     fn urls() {
