@@ -28,6 +28,7 @@ async fn main() -> accord::Result<()> {
                 Some(FleetEvent::Revoked { shard, reason, .. }) => {
                     println!("shard {shard}: given up ({})", reason.as_str());
                 }
+                Some(_) => {} // FleetEvent may grow
                 None => break,
             },
         }
