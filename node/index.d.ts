@@ -699,7 +699,22 @@ export interface ClientOptions {
    * missing on the next, and another process's statement of the same name may be found.
    */
   prepareStatements?: boolean
+  /**
+   * Whether SIGTERM (what Docker and Kubernetes send) closes this client (default true):
+   * the first client connected with it on adds a `process.once('SIGTERM')` listener that
+   * closes every such client (`closeAll()`: leases released, fleets and memberships left),
+   * then ends the process with SIGTERM as Node's default does, unless the application
+   * listens for SIGTERM too (its listener then decides). `false` leaves this client out.
+   */
+  closeOnSigterm?: boolean
 }
+
+/**
+ * Closes every open client of this process (those connected with `closeOnSigterm: false`
+ * aside) as `client.close()` does, and resolves to how many: what the SIGTERM listener runs,
+ * for programs that handle the signal themselves.
+ */
+export declare function closeAll(): Promise<number>
 
 /**
  * Connects to the coordinator named by `url` (`postgres://user:password@host:port/db?sslmode=…`,

@@ -847,6 +847,7 @@ module.exports.Semaphore = nativeBinding.Semaphore
 module.exports.ShardLease = nativeBinding.ShardLease
 module.exports.StreamSubscription = nativeBinding.StreamSubscription
 module.exports.Subscription = nativeBinding.Subscription
+module.exports.closeAll = nativeBinding.closeAll
 module.exports.connect = nativeBinding.connect
 module.exports.ERROR_CODES = nativeBinding.ERROR_CODES
 module.exports.migrationSql = nativeBinding.migrationSql

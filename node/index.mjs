@@ -15,6 +15,7 @@ export const {
   ShardLease,
   StreamSubscription,
   Subscription,
+  closeAll,
   connect,
   migrationSql,
 } = accord

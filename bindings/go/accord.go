@@ -52,6 +52,16 @@
 //		}
 //	}
 //
+// A stopped container gets SIGTERM, which ends a Go program at once unless it is handled, and its
+// leases and shards then wait for their ttl. The package installs no handler: cancel the
+// program's context on the signal and close the client, which releases everything at once:
+//
+//	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+//	defer stop()
+//	client, err := accord.Connect(ctx, url, nil)
+//	defer client.Close() // runs when main returns: leases released, fleets handed back
+//	work(ctx)            // returns once ctx is done (every wait takes ctx)
+//
 // Durable streams keep what notifications cannot: Publish appends an event and returns its seq
 // (1, 2, 3, … per stream, in commit order); Subscribe delivers the stored events after its start,
 // then the live ones, each once, in order, across reconnects. A named consumer Acks what it has

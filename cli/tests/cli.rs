@@ -760,6 +760,81 @@ fn run_forwards_sigterm_to_the_command() {
     assert_eq!(env.state_of("fwd").as_deref(), Some("free"));
 }
 
+/// SIGTERM (what Docker and Kubernetes send to a container's first process) makes `acquire`,
+/// `run` and `work` give their keys back before they exit. Every ttl is 120 s and every wait is
+/// bounded well below it, so only a release passes, never an expiry.
+#[test]
+fn sigterm_releases_what_acquire_run_and_work_hold() {
+    const HANG: Duration = Duration::from_secs(60);
+    let env = Env::new("sigterm");
+    let mut holder = env
+        .cmd(&["acquire", "term/held", "--ttl", "120s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let notes = lines_of(holder.stderr.take().unwrap());
+    expect_line(&notes, "holding", HANG);
+    let mut runner = env
+        .cmd(&[
+            "run",
+            "term/run",
+            "--ttl",
+            "120s",
+            "--",
+            "sh",
+            "-c",
+            "echo started; exec sleep 300",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Kept open until the end: a closed pipe would end accord in its own way (EPIPE).
+    let runner_out = lines_of(runner.stdout.take().unwrap());
+    expect_line(&runner_out, "started", HANG);
+    // Two keys claimed at once: one runs, the other waits its turn in the batch.
+    env.offer("term/pool/", "term/pool/a\nterm/pool/b\nterm/pool/c");
+    let mut worker = env
+        .cmd(&[
+            "work",
+            "term/pool/",
+            "--ttl",
+            "120s",
+            "--batch",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            "echo started; exec sleep 300",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let worker_out = lines_of(worker.stdout.take().unwrap());
+    expect_line(&worker_out, "started", HANG);
+    assert_eq!(env.counts("term/pool/"), (1, 2, 0));
+
+    for child in [&holder, &runner, &worker] {
+        signal(child, libc::SIGTERM);
+    }
+    let out = wait_within(holder, HANG);
+    assert_eq!(code(&out), 0, "acquire: {}", stderr(&out));
+    assert_eq!(env.state_of("term/held").as_deref(), Some("free"));
+    let out = wait_within(runner, HANG);
+    assert_eq!(code(&out), 128 + libc::SIGTERM, "run: {}", stderr(&out));
+    assert_eq!(env.state_of("term/run").as_deref(), Some("free"));
+    let out = wait_within(worker, HANG);
+    assert_eq!(code(&out), 143, "work: {}", stderr(&out));
+    assert_eq!(
+        env.counts("term/pool/"),
+        (3, 0, 0),
+        "work: {}",
+        stderr(&out)
+    );
+}
+
 /// Starts `accord run KEY --ttl TTL -- sh -c 'echo $$ >PIDFILE; exec sleep 30'` and returns it
 /// with the pid of its command once that runs.
 #[allow(clippy::zombie_processes)] // returned to the caller, which waits for it

@@ -76,7 +76,7 @@ pub use options::{
     ListQuery, PoolCounts, StateFilter,
 };
 pub use semaphore::Semaphore;
-pub use session::{Event, LeaseStatus, LostReason, Message};
+pub use session::{close_all, Event, LeaseStatus, LostReason, Message};
 pub use snapshot::{
     ElectionSnapshot, FleetSnapshot, GroupSnapshot, KeyWaiters, NamespaceSnapshot, ReaderSnapshot,
     ShardSnapshot, SnapshotCut, StreamSnapshot, MAX_SNAPSHOT_KEYS, MAX_SNAPSHOT_RECIPE_ROWS,

@@ -27,6 +27,7 @@ pub struct ClientOptions {
     pub(crate) listen_url: Option<String>,
     pub(crate) prepare_statements: bool,
     pub(crate) record_stats: bool,
+    pub(crate) close_on_sigterm: bool,
 }
 
 impl Default for ClientOptions {
@@ -45,6 +46,7 @@ impl Default for ClientOptions {
             listen_url: None,
             prepare_statements: true,
             record_stats: true,
+            close_on_sigterm: true,
         }
     }
 }
@@ -131,6 +133,13 @@ impl ClientOptions {
     /// clock reads around calls remain. Leave it on: it costs a few relaxed atomic adds.
     pub fn record_stats(mut self, record: bool) -> Self {
         self.record_stats = record;
+        self
+    }
+    /// Whether [`crate::close_all`] closes this client (default true). The Python and Node
+    /// bindings call it when the process gets SIGTERM; Rust installs no handler (see
+    /// `core/examples/sigterm.rs`). Turn it off for a client the program closes itself.
+    pub fn close_on_sigterm(mut self, close: bool) -> Self {
+        self.close_on_sigterm = close;
         self
     }
     /// How long to wait for a connection to the coordinator (default 10 s).

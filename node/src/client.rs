@@ -35,6 +35,7 @@ pub(crate) const CLIENT_OPTIONS: &[&str] = &[
     "applicationName",
     "listenUrl",
     "prepareStatements",
+    "closeOnSigterm",
 ];
 pub(crate) const ACQUIRE_OPTIONS: &[&str] = &["ttl", "timeout", "metadata", "signal", "shared"];
 pub(crate) const TRY_ACQUIRE_OPTIONS: &[&str] = &["ttl", "metadata", "shared"];
@@ -80,6 +81,12 @@ pub struct ClientOptions {
     /// `max_prepared_statements = 0`), where a statement prepared on one server connection is
     /// missing on the next, and another process's statement of the same name may be found.
     pub prepare_statements: Option<bool>,
+    /// Whether SIGTERM (what Docker and Kubernetes send) closes this client (default true):
+    /// the first client connected with it on adds a `process.once('SIGTERM')` listener that
+    /// closes every such client (`closeAll()`: leases released, fleets and memberships left),
+    /// then ends the process with SIGTERM as Node's default does, unless the application
+    /// listens for SIGTERM too (its listener then decides). `false` leaves this client out.
+    pub close_on_sigterm: Option<bool>,
 }
 
 /// Options of `client.acquire()`. Durations are in milliseconds.
@@ -292,6 +299,9 @@ fn parse_connect(
             &property(&o, "prepareStatements")?,
         )? {
             parsed = parsed.prepare_statements(v);
+        }
+        if let Some(v) = opt_bool("options.closeOnSigterm", &property(&o, "closeOnSigterm")?)? {
+            parsed = parsed.close_on_sigterm(v);
         }
     }
     Ok((url, parsed))

@@ -35,6 +35,17 @@ pub use semaphore::Semaphore;
 pub use stream::StreamSubscription;
 pub use subscription::Subscription;
 
+/// Closes every open client of this process (those connected with `closeOnSigterm: false`
+/// aside) as `client.close()` does, and resolves to how many: what the SIGTERM listener runs,
+/// for programs that handle the signal themselves.
+#[napi(ts_return_type = "Promise<number>")]
+pub fn close_all(env: &Env) -> Result<PromiseRaw<'_, u32>> {
+    convert::settle_ok(env, async {
+        let closed = accord::close_all().await;
+        Ok(u32::try_from(closed).unwrap_or(u32::MAX))
+    })
+}
+
 /// The SQL that creates or upgrades accord's schema (default `"accord"`), for DBAs who apply
 /// it by hand; connect clients with `migrate: false` afterwards.
 #[napi(ts_args_type = "schema?: string")]

@@ -8,7 +8,7 @@ const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
 const { test } = require('node:test')
-const { accord, databaseUrl, PACKAGE_DIR, SEC } = require('./support')
+const { accord, databaseUrl, eventually, PACKAGE_DIR, SEC, within } = require('./support')
 
 const namespace = `process_${process.pid}`
 
@@ -247,4 +247,83 @@ test('worker threads terminated with calls in flight leave the process sound', a
   await client.close()
   say('DONE')`)
   await exitsSoonAfter(c, 'DONE')
+})
+
+// SIGTERM (what Docker and Kubernetes send) closes the clients, then ends the process. Every
+// lease has a ttl of 120 s and every wait is bounded well below it (60 s): only a release can
+// pass these tests, never an expiry.
+const TERM_TTL = 120 * SEC
+const HANG = 60 * SEC
+
+/** Whether `owner` holds `key` now, as a fresh client of the namespace reads it. */
+async function heldBy(owner, key) {
+  const inspector = await accord.connect(databaseUrl(), { namespace })
+  const page = await inspector.list({ prefix: key })
+  await inspector.close()
+  return page.items.some((i) => i.key === key && i.state === 'held' && i.owner === owner)
+}
+
+test('SIGTERM gives back a lease and every shard of a fleet, then ends the process by SIGTERM', async () => {
+  // The child holds a lease and every shard (alone at first), then reads no more events: it
+  // never agrees to a hand-off (its handoffTimeout is its ttl); only the SIGTERM listener can
+  // give anything back before the ttl.
+  const c = child(`
+  const client = await accord.connect(url, { namespace: ns, owner: 'term-child' })
+  await client.acquire('term/held', { ttl: ${TERM_TTL} })
+  const fleet = await client.fleet('term-f', { shards: 4, ttl: ${TERM_TTL}, period: 200 })
+  while (fleet.shards().length < 4) await fleet.next()
+  setInterval(() => {}, 1 << 30)
+  say('READY')`)
+  await c.printed('READY')
+  const other = await accord.connect(databaseUrl(), { namespace, owner: 'term-other', ttl: TERM_TTL })
+  try {
+    const fleet = await other.fleet('term-f', { shards: 4, ttl: TERM_TTL, period: 200 })
+    assert.equal(await heldBy('term-child', 'term/held'), true)
+    c.proc.kill('SIGTERM')
+    const exit = await within(HANG, c.exited, 'the child ending after SIGTERM')
+    assert.deepEqual([exit.code, exit.signal], [null, 'SIGTERM'], c.stderr())
+    assert.equal(await heldBy('term-child', 'term/held'), false, 'the lease was not released')
+    const back = await eventually(HANG, () => fleet.shards().length === 4)
+    assert.ok(back, `only ${fleet.shards()} came back`)
+  } finally {
+    await other.close()
+  }
+})
+
+test("an application's own SIGTERM listener decides the exit; closeOnSigterm: false is left out", async () => {
+  const c = child(`
+  // The documented pattern: close, then exit. accord's own listener closes the clients too,
+  // and leaves the exit to this one; closeAll returns only once every close under way is done.
+  process.on('SIGTERM', async () => {
+    await accord.closeAll()
+    say('MINE ' + client.closed + ' ' + kept.closed)
+    process.exit(7)
+  })
+  const client = await accord.connect(url, { namespace: ns, owner: 'term-app' })
+  const kept = await accord.connect(url, { namespace: ns, closeOnSigterm: false })
+  await client.acquire('term/app', { ttl: ${TERM_TTL} })
+  setInterval(() => {}, 1 << 30)
+  say('READY')`)
+  await c.printed('READY')
+  c.proc.kill('SIGTERM')
+  const exit = await within(HANG, c.exited, 'the child ending after SIGTERM')
+  assert.equal(exit.code, 7, c.stderr())
+  await c.printed('MINE true false')
+  assert.equal(await heldBy('term-app', 'term/app'), false, 'the lease was not released')
+})
+
+test('closeOnSigterm: false adds no listener; closeAll closes the others', async () => {
+  const c = child(`
+  const kept = await accord.connect(url, { namespace: ns, closeOnSigterm: false })
+  say('LISTENERS ' + process.listenerCount('SIGTERM'))
+  const closed = await accord.connect(url, { namespace: ns })
+  const again = await accord.connect(url, { namespace: ns })
+  say('LISTENERS ' + process.listenerCount('SIGTERM'))
+  say('CLOSED ' + (await accord.closeAll()) + ' ' + closed.closed + ' ' + again.closed + ' ' + kept.closed)
+  await kept.close()`)
+  await c.printed('LISTENERS 0')
+  await c.printed('LISTENERS 1')
+  await c.printed('CLOSED 2 true true false')
+  const exit = await within(HANG, c.exited, 'the child ending')
+  assert.equal(exit.code, 0, c.stderr())
 })

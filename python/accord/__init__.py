@@ -40,6 +40,10 @@ database: they take leases on named keys, mark units of work done, and notify ea
   ``Stats`` of what the client did since it connected: int counters (``acquires``, ``grants``,
   ``refusals``, ``releases``, ``statements``, …) and ``Histogram`` latencies (``count``,
   ``sum``, ``max``, ``p50``, ``p99``, in float seconds).
+- SIGTERM (Docker, Kubernetes) closes every client, so that a stopped process gives back its
+  leases and shards at once, then ends the process as the signal's default does: the first
+  ``connect`` in the main thread puts the handler in, unless the application has its own, which
+  then calls ``close_all()``. ``close_on_sigterm=False`` leaves a client out.
 - Errors are subclasses of ``AccordError``, one per kind (``ERROR_CODES`` lists their codes).
 
 Durations (``ttl``, ``timeout``) are in seconds.
@@ -108,6 +112,7 @@ from ._accord import (
     StreamSubscription,
     Subscription,
     __version__,
+    close_all,
     migration_sql,
 )
 from ._aio import Opening
@@ -212,5 +217,6 @@ __all__ = [
     "Trimmed",
     "Unsupported",
     "__version__",
+    "close_all",
     "migration_sql",
 ]

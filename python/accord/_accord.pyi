@@ -93,6 +93,7 @@ __all__ = [
     "Subscription",
     "__version__",
     "_error_for_code",
+    "close_all",
     "migration_sql",
 ]
 
@@ -108,6 +109,11 @@ still holds, or after this seq."""
 
 def migration_sql(schema: str = "accord") -> str:
     """The SQL that creates or upgrades accord's schema, for DBAs who apply it by hand."""
+
+def close_all() -> int:
+    """Closes every open client of this process (those connected with
+    ``close_on_sigterm=False`` aside) as ``close()`` does, and returns how many: what the
+    SIGTERM handler runs, for programs that handle the signal themselves."""
 
 def _error_for_code(code: str, message: str) -> BaseException:
     """The exception the module raises for a core error of the kind ``code`` (for tests)."""
@@ -996,6 +1002,7 @@ class Client:
         application_name: Optional[str] = None,
         listen_url: Optional[str] = None,
         prepare_statements: bool = True,
+        close_on_sigterm: bool = True,
     ) -> Client: ...
     @property
     def owner(self) -> str: ...
@@ -1123,6 +1130,7 @@ class AsyncClient:
         application_name: Optional[str] = None,
         listen_url: Optional[str] = None,
         prepare_statements: bool = True,
+        close_on_sigterm: bool = True,
     ) -> Opening[AsyncClient]: ...
     @property
     def owner(self) -> str: ...

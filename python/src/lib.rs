@@ -74,6 +74,7 @@ fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stream::StreamSubscription>()?;
     m.add_class::<stream::AsyncStreamSubscription>()?;
     m.add_function(wrap_pyfunction!(migration_sql, m)?)?;
+    m.add_function(wrap_pyfunction!(client::close_all, m)?)?;
     m.add_function(wrap_pyfunction!(errors::_error_for_code, m)?)?;
     m.add("ERROR_CODES", errors::codes(m.py())?)?;
     let at_exit = wrap_pyfunction!(runtime::_at_exit, m)?;

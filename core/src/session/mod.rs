@@ -10,6 +10,7 @@ mod batched;
 mod dispatch;
 mod grant;
 mod keepalive;
+mod open_clients;
 mod pool;
 mod publisher;
 mod rounds;
@@ -31,6 +32,7 @@ pub use self::dispatch::{Event, Message};
 pub(crate) use self::grant::Grant;
 pub use self::grant::{LeaseStatus, LostReason};
 use self::keepalive::Keepalive;
+pub use self::open_clients::close_all;
 pub(crate) use self::publisher::{trim as trim_stream, Outgoing, Publisher};
 pub(crate) use self::scope::Scope;
 use crate::backend;
@@ -46,6 +48,10 @@ pub(crate) struct Session {
     /// The process that opened the session (G12).
     pid: u32,
     pub closed: CancellationToken,
+    /// Cancelled when `close` has given back what it could: a second `close` (another task's,
+    /// or `close_all` beside the application's own) waits for it, so that whichever returns
+    /// last, nothing is still being released.
+    closing_done: CancellationToken,
     pub keepalive: Arc<Keepalive>,
     pub dispatch: Arc<Dispatch>,
 }
@@ -114,9 +120,13 @@ impl Session {
             ttl: options.ttl,
             pid: std::process::id(),
             closed: CancellationToken::new(),
+            closing_done: CancellationToken::new(),
             keepalive: Arc::new(Keepalive::default()),
             dispatch,
         });
+        if options.close_on_sigterm {
+            open_clients::register(&session);
+        }
         tokio::spawn(keepalive::run(
             session.scope.clone(),
             session.keepalive.clone(),
@@ -221,11 +231,14 @@ impl Session {
     }
 
     /// Closes the session: held grants are released (their lost signals fire), waits and
-    /// subscriptions end with `Closed`, connections close. Idempotent.
+    /// subscriptions end with `Closed`, connections close. Idempotent; a close called while
+    /// another is under way returns when that one is done.
     pub async fn close(&self) {
         if self.is_closed() {
+            self.closing_done.cancelled().await;
             return;
         }
+        let _done = self.closing_done.clone().drop_guard();
         if self.is_forked() {
             // The connections and leases are the parent's: leave them alone, end this copy.
             self.closed.cancel();
