@@ -24,38 +24,47 @@ static int fail(const char *what, accord_error *err) {
   exit(1);
 }
 
-/* Every BATCH completions, one worker (whoever gets the batch's key first) notifies. */
-static void announce(accord_client *client, const char *name, char *announced) {
+/* Every BATCH completions, one worker notifies: the announcements are a work pool too. Whoever
+ * sees a batch complete offers its key to the pool `batch/` (idempotent: others may offer it
+ * too); whoever claims it announces it and marks it done, so each is announced once. A worker
+ * killed holding one loses it at its ttl, and the next claim takes it. Returns the batches
+ * offered so far. */
+static uint64_t announce(accord_client *client, const char *name, uint64_t offered) {
   accord_error *err = NULL;
-  accord_list_query *query = accord_list_query_new();
-  accord_list_query_set_prefix(query, "task/", NULL);
-  accord_list_query_set_state(query, ACCORD_KEY_DONE, NULL);
-  accord_list_query_set_limit(query, 1000, NULL);
-  accord_list_page *page = NULL;
-  if (accord_client_list(client, query, &page, &err)) fail("list", err);
-  accord_list_query_free(query);
-  uintptr_t done = 0;
-  accord_list_page_items(page, &done);
-  accord_list_page_free(page);
-  for (uintptr_t batch = 1; batch <= done / BATCH && batch < MAX_TASKS; batch++) {
-    if (announced[batch]) continue;
-    char key[32], message[128];
-    snprintf(key, sizeof key, "batch/%lu", (unsigned long)batch);
-    accord_lease *lease = NULL;
-    accord_status status = accord_client_try_acquire(client, key, NULL, &lease, &err);
-    if (status == ACCORD_DONE) { accord_error_free(err); err = NULL; announced[batch] = 1; continue; }
-    if (status == ACCORD_HELD) { accord_error_free(err); err = NULL; continue; }
-    if (status) fail("try_acquire", err);
-    snprintf(message, sizeof message, "batch %lu finished by %s", (unsigned long)batch, name);
-    if (accord_client_notify(client, "demo", message, &err)) fail("notify", err);
-    char result[128];
-    snprintf(result, sizeof result, "{\"worker\": \"%s\"}", name);
-    if (accord_lease_done(lease, result, &err)) fail("done", err);
-    accord_lease_free(lease);
-    printf("{\"ev\": \"notify\", \"worker\": \"%s\", \"batch\": %lu}\n", name, (unsigned long)batch);
-    fflush(stdout);
-    announced[batch] = 1;
+  accord_pool_counts counts;
+  if (accord_client_counts(client, "task/", &counts, &err)) fail("counts", err);
+  uint64_t ready = counts.done / BATCH;
+  if (ready > offered) {
+    char names[MAX_TASKS / BATCH][32];
+    const char *keys[MAX_TASKS / BATCH];
+    size_t n = 0;
+    for (uint64_t b = offered + 1; b <= ready && n < MAX_TASKS / BATCH; b++, n++) {
+      snprintf(names[n], sizeof names[n], "batch/%llu", (unsigned long long)b);
+      keys[n] = names[n];
+    }
+    if (accord_client_offer(client, "batch/", keys, n, NULL, NULL, &err)) fail("offer", err);
   }
+  if (ready == 0) return ready;
+  accord_claim_options *claim = accord_claim_options_new();
+  accord_claim_options_set_limit(claim, (int64_t)ready, NULL);
+  accord_claim_options_set_ttl_ms(claim, TTL_MS, NULL);
+  accord_lease **leases = NULL;
+  size_t n = 0;
+  if (accord_client_claim(client, "batch/", claim, &leases, &n, &err)) fail("claim", err);
+  accord_claim_options_free(claim);
+  for (size_t i = 0; i < n; i++) {
+    unsigned long batch = strtoul(accord_lease_key(leases[i]) + strlen("batch/"), NULL, 10);
+    char message[128], result[128];
+    snprintf(message, sizeof message, "batch %lu finished by %s", batch, name);
+    if (accord_client_notify(client, "demo", message, &err)) fail("notify", err);
+    snprintf(result, sizeof result, "{\"worker\": \"%s\"}", name);
+    if (accord_lease_done(leases[i], result, &err)) fail("done", err);
+    printf("{\"ev\": \"notify\", \"worker\": \"%s\", \"batch\": %lu}\n", name, batch);
+    fflush(stdout);
+    accord_lease_free(leases[i]);
+  }
+  accord_lease_array_free(leases, n);
+  return ready;
 }
 
 int main(int argc, char **argv) {
@@ -64,7 +73,7 @@ int main(int argc, char **argv) {
   int tasks = atoi(argv[4]);
   if (tasks <= 0 || tasks > MAX_TASKS) { fprintf(stderr, "TASKS: 1..%d\n", MAX_TASKS); return 2; }
   srand((unsigned)time(NULL) ^ (unsigned)getpid());
-  char announced[MAX_TASKS] = {0};
+  uint64_t offered = 0; /* batches this worker offered so far */
   int completed = 0;
 
   accord_error *err = NULL;
@@ -127,7 +136,7 @@ int main(int argc, char **argv) {
       printf("{\"ev\": \"done\", \"worker\": \"%s\", \"key\": \"%s\", \"fence\": %lld}\n", name, key, fence);
       fflush(stdout);
       completed++;
-      announce(client, name, announced);
+      offered = announce(client, name, offered);
     }
     for (size_t i = 0; i < n; i++) accord_lease_free(leases[i]);
     accord_lease_array_free(leases, n);

@@ -9,30 +9,32 @@ const CLAIM_WAIT = 500 // ms a claim waits for a task to come free when none is
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 const say = (event) => process.stdout.write(JSON.stringify(event) + '\n')
 
-async function announce(client, name, announced) {
+// Every BATCH completions, one worker notifies: the announcements are a work pool too. Whoever
+// sees a batch complete offers its key to the pool `batch/` (idempotent: others may offer it
+// too); whoever claims it announces it and marks it done, so each is announced once. A worker
+// killed holding one loses it at its ttl, and the next claim takes it. Returns the batches
+// offered so far.
+async function announce(client, name, offered) {
   const { done } = await client.counts('task/')
-  for (let batch = 1; batch <= Math.floor(done / BATCH); batch++) {
-    if (announced.has(batch)) continue
-    let lease
-    try {
-      lease = await client.tryAcquire(`batch/${batch}`)
-    } catch (e) {
-      if (e.code !== 'ACCORD_DONE') throw e
-      announced.add(batch)
-      continue
-    }
-    if (!lease) continue
+  const ready = Math.floor(done / BATCH)
+  if (ready > offered) {
+    const keys = Array.from({ length: ready - offered }, (_, i) => `batch/${offered + i + 1}`)
+    await client.offer('batch/', keys)
+  }
+  if (ready === 0) return ready
+  for (const lease of await client.claim('batch/', { limit: ready, ttl: TTL })) {
+    const batch = Number(lease.key.slice('batch/'.length))
     await client.notify('demo', `batch ${batch} finished by ${name}`)
     await lease.done({ worker: name })
     say({ ev: 'notify', worker: name, batch })
-    announced.add(batch)
   }
+  return ready
 }
 
 async function main() {
   const [url, namespace, name, count] = process.argv.slice(2)
   const tasks = Array.from({ length: Number(count) }, (_, i) => `task/${String(i).padStart(3, '0')}`)
-  const announced = new Set()
+  let offered = 0 // batches this worker offered so far
   let completed = 0
   const client = await connect(url, { namespace, owner: name, ttl: TTL })
   say({ ev: 'start', worker: name, lang: 'node' })
@@ -65,7 +67,7 @@ async function main() {
       }
       say({ ev: 'done', worker: name, key, fence })
       completed++
-      await announce(client, name, announced)
+      offered = await announce(client, name, offered)
     }
   }
   say({ ev: 'exit', worker: name, completed })

@@ -21,7 +21,7 @@ def say(**event: object) -> None:
 
 def main() -> None:
     url, namespace, name, tasks = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    announced: set[int] = set()
+    offered = 0  # batches this worker offered so far
     completed = 0
     with accord.Client.connect(url, namespace=namespace, owner=name, ttl=TTL) as client:
         say(ev="start", worker=name, lang="python")
@@ -48,27 +48,29 @@ def main() -> None:
                     continue
                 say(ev="done", worker=name, key=key, fence=lease.fence)
                 completed += 1
-                announce(client, name, announced)
+                offered = announce(client, name, offered)
         say(ev="exit", worker=name, completed=completed)
 
 
-def announce(client: accord.Client, name: str, announced: set[int]) -> None:
-    """Every BATCH completions, one worker (whoever gets the batch's key first) notifies."""
-    done = client.counts("task/").done
-    for batch in range(1, done // BATCH + 1):
-        if batch in announced:
-            continue
-        try:
-            lease = client.try_acquire(f"batch/{batch}")
-        except accord.Done:
-            announced.add(batch)
-            continue
-        if lease is None:
-            continue
+def announce(client: accord.Client, name: str, offered: int) -> int:
+    """Every BATCH completions, one worker notifies: the announcements are a work pool too.
+
+    Whoever sees a batch complete offers its key to the pool `batch/` (idempotent: others may
+    offer it too); whoever claims it announces it and marks it done, so each is announced once.
+    A worker killed holding one loses it at its ttl, and the next claim takes it. Returns the
+    batches offered so far.
+    """
+    ready = client.counts("task/").done // BATCH
+    if ready > offered:
+        client.offer("batch/", [f"batch/{b}" for b in range(offered + 1, ready + 1)])
+    if ready == 0:
+        return ready
+    for lease in client.claim("batch/", limit=ready, ttl=TTL):
+        batch = int(lease.key.removeprefix("batch/"))
         client.notify("demo", f"batch {batch} finished by {name}")
         lease.done({"worker": name})
         say(ev="notify", worker=name, batch=batch)
-        announced.add(batch)
+    return ready
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
-//! `accord top --prometheus ADDR`: serves `GET /metrics` in Prometheus' text format (0.0.4).
-//! Each scrape reads one `list` page (one round trip, as `accord top` refreshes) for the gauges
-//! of keys by state, and this process's own `Client::stats()` for the counters.
+//! `accord top --prometheus ADDR`: serves `GET /metrics` in Prometheus' text format (0.0.4),
+//! and at `/` a short page that links to it. Each scrape reads one snapshot (one round trip,
+//! as `accord top` refreshes) for the gauges: keys by state under the prefix, and the
+//! namespace's groups, fleets, elections and streams; then the exporter's own client's
+//! counters, prefixed `accord_exporter_` since they count its reads, not the namespace.
 //!
 //! The HTTP side is a small HTTP/1.1 responder on a tokio listener: one request per
 //! connection, answered and closed. Prometheus needs no more, and the command stays free of an
@@ -10,7 +12,7 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use accord::{Client, Histogram};
+use accord::Client;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -22,6 +24,8 @@ const READ_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_HEAD: usize = 16 * 1024;
 /// Connections answered at once; further ones wait in the listen backlog.
 const MAX_CONNECTIONS: usize = 16;
+/// `GET /`: a link to the metrics, as exporters conventionally answer there.
+const INDEX: &str = "<!DOCTYPE html>\n<html><head><title>accord exporter</title></head>\n<body><h1>accord exporter</h1><p><a href=\"/metrics\">Metrics</a></p></body></html>\n";
 
 pub async fn serve(client: &Client, prefix: String, addr: SocketAddr) -> Outcome {
     let (mut int, mut term) = signals()?;
@@ -127,12 +131,13 @@ async fn respond(mut stream: TcpStream, client: &Client, prefix: &str) -> std::i
             )
             .await
         }
+        // What a person who opens the address in a browser needs: where the metrics are.
         "/" => {
             reply(
                 &mut stream,
                 "200 OK",
-                "text/plain",
-                "accord: metrics at /metrics\n",
+                "text/html; charset=utf-8",
+                INDEX,
                 body_wanted,
             )
             .await
@@ -168,13 +173,13 @@ async fn reply(
     stream.shutdown().await
 }
 
-/// The exposition: the keys' gauges (read now), then this client's counters and summaries.
+/// The exposition: the namespace's gauges (read now), then this exporter's own client.
 pub async fn exposition(client: &Client, prefix: &str) -> String {
     let read = top::read(client, prefix).await;
     if let Err(e) = &read {
-        tracing_warn(&format!("reading the keys failed: {}", e.message()));
+        tracing_warn(&format!("reading the namespace failed: {}", e.message()));
     }
-    // Read after the list, so that its statement is counted.
+    // Read after the snapshot, so that its statements are counted.
     let stats = client.stats();
     render(client.namespace(), prefix, read.as_ref().ok(), &stats)
 }
@@ -189,130 +194,205 @@ fn render(namespace: &str, prefix: &str, snap: Option<&Snapshot>, stats: &accord
     gauge_head(
         &mut o,
         "accord_up",
-        "1 if this scrape read the namespace's keys, 0 if the read failed.",
+        "1 if this scrape read the namespace, 0 if the read failed (then only the exporter's own counters follow).",
     );
     let _ = writeln!(o, "accord_up{{{labels}}} {}", u8::from(snap.is_some()));
     if let Some(s) = snap {
-        gauge_head(
+        keys(&mut o, &labels, s);
+        sections(
             &mut o,
-            "accord_keys",
-            "Keys under the prefix by state, read at this scrape (a key held shared counts once).",
-        );
-        for (state, n) in [
-            ("held", s.counts.held),
-            ("free", s.counts.free),
-            ("done", s.counts.done),
-        ] {
-            let _ = writeln!(o, "accord_keys{{{labels},state=\"{state}\"}} {n}");
-        }
-        gauge_head(
-            &mut o,
-            "accord_shared_holders",
-            "Shared holders of the keys held shared, read at this scrape.",
-        );
-        let _ = writeln!(
-            o,
-            "accord_shared_holders{{{labels}}} {}",
-            s.counts.shared_holders
-        );
-        gauge_head(
-            &mut o,
-            "accord_waiters",
-            "Acquires waiting in line for the keys under the prefix, read at this scrape.",
-        );
-        let _ = writeln!(o, "accord_waiters{{{labels}}} {}", s.counts.waiting);
-        gauge_head(
-            &mut o,
-            "accord_keys_truncated",
-            &format!(
-                "1 if more keys lie under the prefix than top's table shows (the first {}); accord_keys counts every key regardless.",
-                top::PAGE
-            ),
-        );
-        let _ = writeln!(
-            o,
-            "accord_keys_truncated{{{labels}}} {}",
-            u8::from(s.truncated)
+            &format!("namespace=\"{}\"", escape(namespace)),
+            &s.sections,
         );
     }
-    let counters: [(&str, u64, &str); 11] = [
-        (
-            "accord_acquires_total",
-            stats.acquires,
-            "Calls to acquire, try_acquire, claim and semaphore acquires.",
+    exporter_client(&mut o, stats);
+    o
+}
+
+/// The keys under the prefix: the counts `top`'s header shows.
+fn keys(o: &mut String, labels: &str, s: &Snapshot) {
+    gauge_head(
+        o,
+        "accord_keys",
+        "Keys under the prefix by state, read at this scrape (a key held shared counts once).",
+    );
+    for (state, n) in [
+        ("held", s.counts.held),
+        ("free", s.counts.free),
+        ("done", s.counts.done),
+    ] {
+        let _ = writeln!(o, "accord_keys{{{labels},state=\"{state}\"}} {n}");
+    }
+    gauge_head(
+        o,
+        "accord_shared_holders",
+        "Shared holders of the keys held shared, read at this scrape.",
+    );
+    let _ = writeln!(
+        o,
+        "accord_shared_holders{{{labels}}} {}",
+        s.counts.shared_holders
+    );
+    gauge_head(
+        o,
+        "accord_waiters",
+        "Acquires waiting in line for the keys under the prefix, read at this scrape.",
+    );
+    let _ = writeln!(o, "accord_waiters{{{labels}}} {}", s.counts.waiting);
+    gauge_head(
+        o,
+        "accord_keys_truncated",
+        &format!(
+            "1 if more keys lie under the prefix than top's table shows (the first {}); accord_keys counts every key regardless.",
+            top::PAGE
         ),
-        ("accord_grants_total", stats.grants, "Leases granted."),
+    );
+    let _ = writeln!(
+        o,
+        "accord_keys_truncated{{{labels}}} {}",
+        u8::from(s.truncated)
+    );
+}
+
+/// The recipes and streams of the whole namespace (the prefix does not narrow them): what one
+/// alerts on. A series per group, fleet, election and stream consumer, as far as the
+/// snapshot's read bounds reach (`accord_snapshot_truncated` says where they cut).
+fn sections(o: &mut String, ns: &str, s: &accord::NamespaceSnapshot) {
+    gauge_head(
+        o,
+        "accord_group_members",
+        "Live members of each group, read at this scrape.",
+    );
+    for g in &s.groups {
+        let _ = writeln!(
+            o,
+            "accord_group_members{{{ns},group=\"{}\"}} {}",
+            escape(&g.group),
+            g.members.len()
+        );
+    }
+    gauge_head(
+        o,
+        "accord_fleet_members",
+        "Live members of each fleet, read at this scrape.",
+    );
+    for f in &s.fleets {
+        let _ = writeln!(
+            o,
+            "accord_fleet_members{{{ns},fleet=\"{}\"}} {}",
+            escape(&f.fleet),
+            f.members.len()
+        );
+    }
+    gauge_head(
+        o,
+        "accord_fleet_shards",
+        "Shards of each fleet, owned (held by a live lease) or unowned, read at this scrape.",
+    );
+    for f in &s.fleets {
+        let unowned = f.unowned().len();
+        let fleet = escape(&f.fleet);
+        for (state, n) in [("owned", f.shards.len() - unowned), ("unowned", unowned)] {
+            let _ = writeln!(
+                o,
+                "accord_fleet_shards{{{ns},fleet=\"{fleet}\",state=\"{state}\"}} {n}"
+            );
+        }
+    }
+    gauge_head(
+        o,
+        "accord_election_has_leader",
+        "1 if the election has a leader now, 0 if it is vacant (its leader resigned or expired), read at this scrape.",
+    );
+    for e in &s.elections {
+        let _ = writeln!(
+            o,
+            "accord_election_has_leader{{{ns},election=\"{}\"}} {}",
+            escape(&e.election),
+            u8::from(e.leader.is_some())
+        );
+    }
+    gauge_head(
+        o,
+        "accord_stream_events",
+        "Events stored in each stream, read at this scrape.",
+    );
+    for st in &s.streams {
+        let _ = writeln!(
+            o,
+            "accord_stream_events{{{ns},stream=\"{}\"}} {}",
+            escape(&st.stream),
+            st.length()
+        );
+    }
+    gauge_head(
+        o,
+        "accord_stream_consumer_lag_events",
+        "Events published to the stream after the named consumer's last acknowledged one, read at this scrape.",
+    );
+    for st in &s.streams {
+        for r in &st.readers {
+            let _ = writeln!(
+                o,
+                "accord_stream_consumer_lag_events{{{ns},stream=\"{}\",consumer=\"{}\"}} {}",
+                escape(&st.stream),
+                escape(&r.consumer),
+                r.lag
+            );
+        }
+    }
+    gauge_head(
+        o,
+        "accord_snapshot_truncated",
+        "1 if a read bound cut this section short (its first rows only have series), read at this scrape.",
+    );
+    for (section, cut) in [
+        ("elections", s.cut.elections),
+        ("fleets", s.cut.fleets),
+        ("groups", s.cut.groups),
+        ("streams", s.cut.streams),
+        ("waiters", s.cut.waiters),
+    ] {
+        let _ = writeln!(
+            o,
+            "accord_snapshot_truncated{{{ns},section=\"{section}\"}} {}",
+            u8::from(cut)
+        );
+    }
+}
+
+/// The exporter's own client: its scrapes' statements and reconnects, never the namespace's
+/// activity (which other processes' `Client::stats()` count). Hence the `accord_exporter_`
+/// prefix, and none of the counters that an exporter, which only reads, would keep at 0.
+fn exporter_client(o: &mut String, stats: &accord::Stats) {
+    let why = "Counted by this exporter's own client, not the namespace's activity.";
+    for (name, value, help) in [
         (
-            "accord_refusals_total",
-            stats.refusals,
-            "Tries that found the key held, claims that found nothing.",
-        ),
-        (
-            "accord_timeouts_total",
-            stats.timeouts,
-            "Waiting acquires and claims that timed out.",
-        ),
-        (
-            "accord_cancellations_total",
-            stats.cancellations,
-            "Waiting acquires and claims cancelled.",
-        ),
-        ("accord_lost_total", stats.lost, "Leases lost."),
-        ("accord_releases_total", stats.releases, "Leases released."),
-        ("accord_done_total", stats.done, "Leases marked done."),
-        (
-            "accord_notifications_total",
-            stats.notifications,
-            "Notifications delivered to this client's subscriptions.",
-        ),
-        (
-            "accord_reconnects_total",
-            stats.reconnects,
-            "Connections to the coordinator opened again after one broke.",
-        ),
-        (
-            "accord_statements_total",
+            "accord_exporter_statements_total",
             stats.statements,
-            "Statements this client sent to the coordinator.",
+            "Statements the exporter sent to the coordinator (its scrapes' reads).",
         ),
-    ];
-    for (name, value, help) in counters {
-        let _ = writeln!(o, "# HELP {name} {help} Counted by this accord process.");
+        (
+            "accord_exporter_reconnects_total",
+            stats.reconnects,
+            "Connections of the exporter to the coordinator opened again after one broke.",
+        ),
+    ] {
+        let _ = writeln!(o, "# HELP {name} {help} {why}");
         let _ = writeln!(o, "# TYPE {name} counter");
         let _ = writeln!(o, "{name} {value}");
     }
-    let summaries: [(&str, &Histogram, &str); 4] = [
-        (
-            "accord_acquire_wait_seconds",
-            &stats.acquire_wait,
-            "From an acquire's call to its grant.",
-        ),
-        (
-            "accord_hold_seconds",
-            &stats.hold_time,
-            "From a grant to its release, done or loss.",
-        ),
-        (
-            "accord_statement_seconds",
-            &stats.statement_time,
-            "One statement's round trip.",
-        ),
-        (
-            "accord_keepalive_tick_seconds",
-            &stats.keepalive_tick,
-            "One keepalive tick's renew statement.",
-        ),
-    ];
-    for (name, h, help) in summaries {
-        let _ = writeln!(o, "# HELP {name} {help} Counted by this accord process.");
-        let _ = writeln!(o, "# TYPE {name} summary");
-        for (q, v) in [("0.5", h.p50), ("0.99", h.p99)] {
-            let _ = writeln!(o, "{name}{{quantile=\"{q}\"}} {}", v.as_secs_f64());
-        }
-        let _ = writeln!(o, "{name}_sum {}", h.sum.as_secs_f64());
-        let _ = writeln!(o, "{name}_count {}", h.count);
+    let (name, h) = ("accord_exporter_statement_seconds", &stats.statement_time);
+    let _ = writeln!(
+        o,
+        "# HELP {name} One statement's round trip, as the exporter saw it. {why}"
+    );
+    let _ = writeln!(o, "# TYPE {name} summary");
+    for (q, v) in [("0.5", h.p50), ("0.99", h.p99)] {
+        let _ = writeln!(o, "{name}{{quantile=\"{q}\"}} {}", v.as_secs_f64());
     }
-    o
+    let _ = writeln!(o, "{name}_sum {}", h.sum.as_secs_f64());
+    let _ = writeln!(o, "{name}_count {}", h.count);
 }
 
 fn gauge_head(o: &mut String, name: &str, help: &str) {
@@ -372,9 +452,12 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("accord_keys{"), "{text}");
-        assert!(text.contains("accord_statements_total 7\n"), "{text}");
         assert!(
-            text.contains("# TYPE accord_statement_seconds summary\n"),
+            text.contains("accord_exporter_statements_total 7\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE accord_exporter_statement_seconds summary\n"),
             "{text}"
         );
     }

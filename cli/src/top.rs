@@ -459,7 +459,8 @@ pub fn render_sections(snap: &Snapshot, channels: Option<&Channels>) -> String {
         .map(|e| {
             vec![
                 name(&e.election),
-                name(&e.leader),
+                // A vacant election (its leader resigned or expired): the alert's case.
+                e.leader.as_deref().map_or_else(|| "(vacant)".into(), name),
                 e.fence.to_string(),
                 left_until(e.expires_at, now),
             ]

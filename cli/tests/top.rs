@@ -5,106 +5,24 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use support::{expect_line, lines_of};
-
-const BIN: &str = env!("CARGO_BIN_EXE_accord");
-
-struct Env {
-    url: String,
-    namespace: String,
-}
-
-impl Env {
-    fn new(test: &str) -> Env {
-        let url = std::env::var("ACCORD_TEST_DATABASE_URL").expect(
-            "ACCORD_TEST_DATABASE_URL is not set: run the tests with `make test` \
-             (or scripts/with-postgres.sh cargo test -p accord-coord-cli)",
-        );
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        Env {
-            url,
-            namespace: format!("cli-top-{test}-{}-{nanos}", std::process::id()),
-        }
-    }
-
-    /// The same on an embedded SQLite file of this test's own (processes share it).
-    fn sqlite(test: &str) -> Env {
-        let mut env = Env::new(test);
-        env.url = format!(
-            "sqlite://{}/{}.db",
-            std::env::temp_dir().display(),
-            env.namespace
-        );
-        env
-    }
-
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(BIN);
-        c.args(args)
-            .env("ACCORD_URL", &self.url)
-            .env("ACCORD_NAMESPACE", &self.namespace)
-            .env_remove("ACCORD_OWNER")
-            .env_remove("ACCORD_SCHEMA");
-        c
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.cmd(args).output().expect("run accord")
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "accord {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).expect("UTF-8 output")
-    }
-}
-
-/// Kills the child when dropped (a failed assertion must not leave a holder running).
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use support::{http_get, sample, Env, Guard, BIN, BOUND};
 
 /// A namespace with `jobs/held` (held by alice, ttl 30s, metadata who=test), `jobs/free`,
 /// `jobs/done` and `other/x` (free). Returns the holder and the held key's fence.
 fn three_states(env: &Env) -> (Guard, i64) {
-    let mut holder = env
-        .cmd(&[
-            "--owner",
-            "alice",
-            "acquire",
-            "jobs/held",
-            "--ttl",
-            "30s",
-            "--metadata",
-            r#"{"who":"test"}"#,
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let lines = lines_of(holder.stdout.take().unwrap());
-    let holder = Guard(holder);
-    let fence: i64 = expect_line(&lines, "", Duration::from_secs(30))
-        .trim()
-        .parse()
-        .expect("acquire prints the fence");
+    let (holder, line) = env.until_first_line(&[
+        "--owner",
+        "alice",
+        "acquire",
+        "jobs/held",
+        "--ttl",
+        "30s",
+        "--metadata",
+        r#"{"who":"test"}"#,
+    ]);
+    let fence: i64 = line.trim().parse().expect("acquire prints the fence");
     env.ok(&["run", "jobs/free", "--", "true"]);
     env.ok(&["--owner", "bob", "run", "--done", "jobs/done", "--", "true"]);
     env.ok(&["run", "other/x", "--", "true"]);
@@ -277,39 +195,23 @@ fn once_shows_the_waiters_in_line_per_key() {
 
 /// A shared holder of `key` as `owner`, running until dropped.
 fn hold_shared(env: &Env, owner: &str, key: &str) -> Guard {
-    let mut child = env
-        .cmd(&["--owner", owner, "acquire", key, "--ttl", "30s", "--shared"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let lines = lines_of(child.stdout.take().unwrap());
-    let guard = Guard(child);
-    expect_line(&lines, "", Duration::from_secs(30));
-    guard
+    env.until_first_line(&["--owner", owner, "acquire", key, "--ttl", "30s", "--shared"])
+        .0
 }
 
 /// Holds `key` as `owner` with `metadata` (an `accord acquire` that stays up) until dropped.
 fn hold(env: &Env, owner: &str, key: &str, metadata: &str) -> Guard {
-    let mut child = env
-        .cmd(&[
-            "--owner",
-            owner,
-            "acquire",
-            key,
-            "--ttl",
-            "30s",
-            "--metadata",
-            metadata,
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let lines = lines_of(child.stdout.take().unwrap());
-    let guard = Guard(child);
-    expect_line(&lines, "", Duration::from_secs(30));
-    guard
+    env.until_first_line(&[
+        "--owner",
+        owner,
+        "acquire",
+        key,
+        "--ttl",
+        "30s",
+        "--metadata",
+        metadata,
+    ])
+    .0
 }
 
 #[test]
@@ -340,26 +242,7 @@ fn once_filters_by_prefix() {
 fn counts_are_exact_beyond_a_page() {
     let env = Env::new("full");
     let keys: String = (0..1001).map(|i| format!("many/{i:05}\n")).collect();
-    let mut offer = env
-        .cmd(&["offer", "many/"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    offer
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(keys.as_bytes())
-        .unwrap();
-    let out = offer.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    offer(&env, "many/", &keys);
 
     let text = env.ok(&["top", "--once", "many/"]);
     let mut lines = text.lines();
@@ -398,64 +281,11 @@ fn live_view_needs_a_terminal() {
     );
 }
 
-/// One HTTP/1.1 GET: the status line and the body.
-fn http_get(addr: &str, path: &str) -> (String, String) {
-    let mut stream = TcpStream::connect(addr).expect("connect to the metrics address");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/plain\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("a response");
-    let (head, body) = response.split_once("\r\n\r\n").expect("a head and a body");
-    let status = head.lines().next().unwrap_or("").to_string();
-    if head.to_ascii_lowercase().contains("content-length") {
-        let len: usize = head
-            .lines()
-            .find_map(|l| {
-                l.to_ascii_lowercase()
-                    .strip_prefix("content-length:")
-                    .map(|v| v.trim().parse().unwrap())
-            })
-            .unwrap();
-        assert_eq!(len, body.len(), "Content-Length matches the body");
-    }
-    (status, body.to_string())
-}
-
-/// The value of the sample line that starts with `series ` (name and labels).
-fn sample(body: &str, series: &str) -> f64 {
-    body.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
-        .unwrap_or_else(|| panic!("no sample {series} in:\n{body}"))
-        .parse()
-        .unwrap()
-}
-
 #[test]
 fn prometheus_serves_key_gauges_and_client_counters() {
     let env = Env::new("prom");
-    let (_holder, _) = three_states(&env);
-
-    let mut server = env
-        .cmd(&["top", "--prometheus", "127.0.0.1:0", "jobs/"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let err = lines_of(server.stderr.take().unwrap());
-    let mut server = Guard(server);
-    let line = expect_line(&err, "serving http://", Duration::from_secs(30));
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|r| r.strip_suffix("/metrics"))
-        .expect("the address")
-        .to_string();
+    let (mut holder, _) = three_states(&env);
+    let (mut server, addr) = env.metrics_server("jobs/");
 
     let (status, body) = http_get(&addr, "/metrics");
     assert_eq!(status, "HTTP/1.1 200 OK");
@@ -475,22 +305,45 @@ fn prometheus_serves_key_gauges_and_client_counters() {
     );
     assert!(body.contains("# TYPE accord_waiters gauge\n"), "{body}");
     assert_eq!(sample(&body, &format!("accord_waiters{{{labels}}}")), 0.0);
+    // The exporter's own client, named so: its reads, not the namespace's activity (a holder
+    // is granted and renews beside it, and no exporter counter says so).
     assert!(
-        body.contains("# TYPE accord_statements_total counter\n"),
+        body.contains("# TYPE accord_exporter_statements_total counter\n"),
         "{body}"
     );
-    let first = sample(&body, "accord_statements_total");
-    assert!(first >= 1.0, "the scrape's own list is counted: {body}");
-    assert_eq!(sample(&body, "accord_grants_total"), 0.0);
-    assert!(sample(&body, "accord_statement_seconds_count") >= 1.0);
+    let first = sample(&body, "accord_exporter_statements_total");
+    assert!(first >= 1.0, "the scrape's own read is counted: {body}");
+    assert_eq!(sample(&body, "accord_exporter_reconnects_total"), 0.0);
+    assert!(sample(&body, "accord_exporter_statement_seconds_count") >= 1.0);
+    for unprefixed in ["accord_grants_total", "accord_statements_total"] {
+        assert!(
+            !body.contains(&format!("\n{unprefixed} ")),
+            "{unprefixed} would pass for the namespace's: {body}"
+        );
+    }
+    // Every series has its HELP and TYPE, counters end in _total.
+    for line in body.lines().filter(|l| !l.starts_with('#')) {
+        let name = line.split(['{', ' ']).next().unwrap();
+        let family = ["_sum", "_count"]
+            .iter()
+            .find_map(|s| {
+                name.strip_suffix(s)
+                    .filter(|f| body.contains(&format!("# TYPE {f} summary")))
+            })
+            .unwrap_or(name);
+        assert!(
+            body.contains(&format!("# HELP {family} ")),
+            "{line}: {body}"
+        );
+        let kind = body
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("# TYPE {family} ")))
+            .unwrap_or_else(|| panic!("no TYPE for {line}"));
+        assert_eq!(kind == "counter", family.ends_with("_total"), "{line}");
+    }
 
     // Each scrape reads again: the released key shows up free, the statement count grows.
-    let mut holder = _holder;
-    // SAFETY: kill(2) on a child we have not reaped: SIGINT makes `acquire` release.
-    assert_eq!(
-        unsafe { libc::kill(holder.0.id() as libc::pid_t, libc::SIGINT) },
-        0
-    );
+    holder.signal(libc::SIGINT); // `acquire` releases on SIGINT
     let _ = holder.0.wait();
     let (_, body) = http_get(&addr, "/metrics");
     assert_eq!(
@@ -503,29 +356,132 @@ fn prometheus_serves_key_gauges_and_client_counters() {
         2.0,
         "{body}"
     );
-    assert!(sample(&body, "accord_statements_total") > first, "{body}");
+    assert!(
+        sample(&body, "accord_exporter_statements_total") > first,
+        "{body}"
+    );
 
+    // `/` points at the metrics (as the README says); anything else is not found.
+    let (status, body) = http_get(&addr, "/");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(body.contains("href=\"/metrics\""), "{body}");
     let (status, _) = http_get(&addr, "/nothing");
     assert_eq!(status, "HTTP/1.1 404 Not Found");
 
-    // SIGTERM ends it with 0.
-    // SAFETY: kill(2) on a child we have not reaped.
-    assert_eq!(
-        unsafe { libc::kill(server.0.id() as libc::pid_t, libc::SIGTERM) },
-        0
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = server.0.try_wait().unwrap() {
-            break s;
+    server.signal(libc::SIGTERM);
+    assert_eq!(server.exit_within(BOUND).code(), Some(0), "SIGTERM ends it");
+}
+
+/// What one alerts on, for a namespace set up here: members per group and fleet, a fleet's
+/// unowned shards, an election with a leader and one without, a stream consumer's lag, each
+/// with its name escaped as a label value; the waiters in line under the prefix.
+#[test]
+fn prometheus_gauges_read_the_recipes_and_streams() {
+    let env = Env::new("promgauges");
+    let recipes = recipes(&env);
+    // Two elections: `chief` led by alice, `deputy` vacant (its leader resigned). A third,
+    // with a quote, a backslash and a line feed in its name, is led.
+    let leadership = recipes.runtime.block_on(async {
+        let alice = &recipes.clients[0];
+        let campaign = |name: &str| {
+            let election = alice.election(name).unwrap();
+            async move {
+                election
+                    .campaign("v", accord::CampaignOptions::new())
+                    .await
+                    .unwrap()
+            }
+        };
+        let chief = campaign("chief").await;
+        campaign("deputy").await.resign().await.unwrap();
+        let odd = campaign("odd \"x\"\\\n").await;
+        (chief, odd)
+    });
+    let (_holder, _) = three_states(&env);
+    let _waiter = wait_on(&env, "bob", "jobs/held", false);
+    let (_server, addr) = env.metrics_server("jobs/");
+
+    let ns = format!("namespace=\"{}\"", env.namespace);
+    // Polled: the waiter takes its place in line in its own process.
+    let started = Instant::now();
+    let body = loop {
+        let (_, body) = http_get(&addr, "/metrics");
+        let labels = format!("{ns},prefix=\"jobs/\"");
+        if sample(&body, &format!("accord_waiters{{{labels}}}")) == 1.0 {
+            break body;
         }
         assert!(
-            Instant::now() < deadline,
-            "--prometheus did not stop on SIGTERM"
+            started.elapsed() < BOUND,
+            "no waiter within {BOUND:?}: {body}"
         );
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(50));
     };
-    assert_eq!(status.code(), Some(0));
+    let gauge = |series: &str| sample(&body, series);
+    assert_eq!(
+        gauge(&format!("accord_group_members{{{ns},group=\"workers\"}}")),
+        1.0
+    );
+    assert_eq!(
+        gauge(&format!("accord_fleet_members{{{ns},fleet=\"orders\"}}")),
+        1.0
+    );
+    for (state, n) in [("owned", 2.0), ("unowned", 2.0)] {
+        assert_eq!(
+            gauge(&format!(
+                "accord_fleet_shards{{{ns},fleet=\"orders\",state=\"{state}\"}}"
+            )),
+            n,
+            "{state}: {body}"
+        );
+    }
+    assert_eq!(
+        gauge(&format!(
+            "accord_election_has_leader{{{ns},election=\"chief\"}}"
+        )),
+        1.0
+    );
+    assert_eq!(
+        gauge(&format!(
+            "accord_election_has_leader{{{ns},election=\"deputy\"}}"
+        )),
+        0.0,
+        "{body}"
+    );
+    // The name as accord prints it (the line feed as \n), then the text format's escapes.
+    assert_eq!(
+        gauge(&format!(
+            "accord_election_has_leader{{{ns},election=\"odd \\\"x\\\"\\\\\\\\\\\\n\"}}"
+        )),
+        1.0,
+        "{body}"
+    );
+    assert_eq!(
+        gauge(&format!("accord_stream_events{{{ns},stream=\"events\"}}")),
+        3.0
+    );
+    assert_eq!(
+        gauge(&format!(
+            "accord_stream_consumer_lag_events{{{ns},stream=\"events\",consumer=\"billing\"}}"
+        )),
+        1.0
+    );
+    for section in ["elections", "fleets", "groups", "streams", "waiters"] {
+        assert_eq!(
+            gauge(&format!(
+                "accord_snapshot_truncated{{{ns},section=\"{section}\"}}"
+            )),
+            0.0
+        );
+    }
+    // The exporter's client has waited for nothing and been granted nothing: no such series.
+    assert!(!body.contains("grants"), "{body}");
+    // `--once` shows the vacancy too.
+    let text = env.ok(&["top", "--once", "nothing/"]);
+    let elections = section(&text, "ELECTION ");
+    let deputy = elections.iter().find(|r| r[0] == "deputy").expect(&text);
+    assert_eq!(deputy[1], "(vacant)", "{text}");
+    drop(leadership);
+    drop(recipes);
 }
 
 /// The recipes of [`recipes`], alive until dropped: the clients, the member and the fleet, on
@@ -620,20 +576,7 @@ fn recipes(env: &Env) -> Recipes {
     recipes.clients = clients;
     recipes.member = Some(member);
     recipes.fleet = Some(fleet);
-    let mut publish = env
-        .cmd(&["publish", "events"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    publish
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"a\nb\nc\n")
-        .unwrap();
-    assert!(publish.wait().unwrap().success());
+    env.ok_with_stdin(&["publish", "events"], "a\nb\nc\n");
     env.ok(&[
         "subscribe",
         "events",
@@ -723,8 +666,9 @@ fn once_on_sqlite_shows_the_same_sections() {
 #[test]
 fn once_counts_notifications_on_the_channels_named() {
     let env = Env::new("channels");
-    let mut top = env
-        .cmd(&[
+    // Listening from this line on: what is sent now is counted.
+    let mut top = env.until_noted(
+        &[
             "top",
             "--once",
             "--channel",
@@ -733,26 +677,15 @@ fn once_counts_notifications_on_the_channels_named() {
             "quiet",
             "--interval",
             "5s",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let err = lines_of(top.stderr.take().unwrap());
-    let out = lines_of(top.stdout.take().unwrap());
-    let mut top = Guard(top);
-    // Listening from this line on: what is sent now is counted.
-    expect_line(
-        &err,
+        ],
         "listening on jobs-done, quiet",
-        Duration::from_secs(30),
     );
     for i in 0..3 {
         env.ok(&["notify", "jobs-done", &format!("job {i}\tdone")]);
     }
-    let status = top.0.wait().unwrap();
+    let status = top.child.0.wait().unwrap();
     assert_eq!(status.code(), Some(0));
-    let text: String = out.iter().map(|l| l + "\n").collect();
+    let text: String = top.stdout.iter().map(|l| l + "\n").collect();
     let channels = section(&text, "CHANNEL ");
     assert_eq!(channels.len(), 2, "{text}");
     assert_eq!(channels[0][0], "jobs-done");
@@ -935,26 +868,7 @@ fn live_view_shows_sections_and_the_notification_rate() {
 
 /// Offers `keys` (one a line) to the pool `prefix`.
 fn offer(env: &Env, prefix: &str, keys: &str) {
-    let mut offer = env
-        .cmd(&["offer", prefix])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    offer
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(keys.as_bytes())
-        .unwrap();
-    let out = offer.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    env.ok_with_stdin(&["offer", prefix], keys);
 }
 
 /// A fleet of 10,001 shards is more than the snapshot reads of the recipes' rows

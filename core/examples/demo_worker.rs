@@ -7,14 +7,15 @@
 //! Offers the keys `task/000`… to the work pool `task/` (idempotent: every worker does, whoever
 //! comes first adds them), then claims a few at a time, "works" 20–60 ms on each, marks each done
 //! with `{"worker", "lang", "fence"}` (refused with LeaseLost if the lease was lost), and
-//! announces every 50th completion on the channel `demo`. Stops when a claim finds nothing and the
-//! pool's counts say no task is free or held. Prints one JSON line per event.
+//! announces every 50th completion on the channel `demo` (the announcements are the work pool
+//! `batch/`: offered by whoever sees a batch complete, claimed and announced once). Stops when
+//! a claim finds nothing and the pool's counts say no task is free or held. Prints one JSON
+//! line per event.
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use accord::serde_json::{json, Value};
-use accord::{AcquireOptions, ClaimOptions, Client, ClientOptions, ErrorKind, KeyState, ListQuery};
+use accord::{ClaimOptions, Client, ClientOptions, ErrorKind};
 use rand::Rng;
 
 const TTL: Duration = Duration::from_secs(2);
@@ -45,7 +46,7 @@ async fn main() -> accord::Result<()> {
     };
     let tasks: usize = tasks.parse().expect("TASKS is a number");
     let all: Vec<String> = (0..tasks).map(|i| format!("task/{i:03}")).collect();
-    let mut announced = HashSet::new();
+    let mut offered = 0; // batches this worker offered so far
     let mut completed = 0;
     let client = Client::connect(
         url,
@@ -94,7 +95,7 @@ async fn main() -> accord::Result<()> {
             }
             say(json!({"ev": "done", "worker": name, "key": key, "fence": fence}));
             completed += 1;
-            announce(&client, name, &mut announced).await?;
+            offered = announce(&client, name, offered).await?;
         }
     }
     say(json!({"ev": "exit", "worker": name, "completed": completed}));
@@ -102,39 +103,30 @@ async fn main() -> accord::Result<()> {
     Ok(())
 }
 
-/// Every BATCH completions, one worker (whoever gets the batch's key first) notifies.
-async fn announce(
-    client: &Client,
-    name: &str,
-    announced: &mut HashSet<usize>,
-) -> accord::Result<()> {
-    let query = ListQuery::new()
-        .prefix("task/")
-        .state(KeyState::Done)
-        .limit(1000);
-    let done = client.list(query).await?.items.len();
-    for batch in 1..=done / BATCH {
-        if announced.contains(&batch) {
-            continue;
-        }
-        let lease = match client
-            .try_acquire(&format!("batch/{batch}"), AcquireOptions::new())
-            .await
-        {
-            Ok(Some(lease)) => lease,
-            Ok(None) => continue,
-            Err(e) if e.kind() == ErrorKind::Done => {
-                announced.insert(batch);
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
+/// Every BATCH completions, one worker notifies: the announcements are a work pool too. Whoever
+/// sees a batch complete offers its key to the pool `batch/` (idempotent: others may offer it
+/// too); whoever claims it announces it and marks it done, so each is announced once. A worker
+/// killed holding one loses it at its ttl, and the next claim takes it. Returns the batches
+/// offered so far.
+async fn announce(client: &Client, name: &str, offered: usize) -> accord::Result<usize> {
+    let ready = client.counts(POOL).await?.done as usize / BATCH;
+    if ready > offered {
+        let keys = (offered + 1..=ready).map(|b| format!("batch/{b}"));
+        client.offer("batch/", keys, None).await?;
+    }
+    if ready == 0 {
+        return Ok(ready);
+    }
+    let claim = ClaimOptions::new().limit(ready).ttl(TTL);
+    for lease in client.claim("batch/", claim).await? {
+        let batch: usize = lease.key()["batch/".len()..]
+            .parse()
+            .expect("a batch number");
         client
             .notify("demo", &format!("batch {batch} finished by {name}"))
             .await?;
         lease.done(Some(metadata(json!({"worker": name})))).await?;
         say(json!({"ev": "notify", "worker": name, "batch": batch}));
-        announced.insert(batch);
     }
-    Ok(())
+    Ok(ready)
 }

@@ -46,7 +46,8 @@ pub struct NamespaceSnapshot {
     pub groups: Vec<GroupSnapshot>,
     /// Each fleet with members or shards, by name.
     pub fleets: Vec<FleetSnapshot>,
-    /// Each election with a leader now, by name.
+    /// Each election that has had a leader, by name: its leader now, or none (vacant: the
+    /// leader resigned or its lease expired, and no campaigner took over yet).
     pub elections: Vec<ElectionSnapshot>,
     /// Each stream, by name.
     pub streams: Vec<StreamSnapshot>,
@@ -149,16 +150,16 @@ pub struct ShardSnapshot {
     pub expires_at: Option<DateTime<Utc>>,
 }
 
-/// An election's leader.
+/// An election and its leader, if it has one now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ElectionSnapshot {
     /// The election's name.
     pub election: String,
-    /// The leader's owner.
-    pub leader: String,
-    /// The fence of its leadership.
+    /// The leader's owner; `None` while the election is vacant.
+    pub leader: Option<String>,
+    /// The fence of its leadership (while vacant: of the last one).
     pub fence: i64,
-    /// When its leadership expires unless renewed.
+    /// While led: when the leadership expires unless renewed.
     pub expires_at: Option<DateTime<Utc>>,
 }
 
@@ -271,14 +272,15 @@ fn assemble(rows: SnapshotRows) -> NamespaceSnapshot {
                     .push(shard);
             }
         } else if let Some(name) = row.key.strip_prefix("accord.election/") {
-            if let (true, Some(leader)) = (held, row.owner.clone()) {
-                elections.push(ElectionSnapshot {
-                    election: unescape(name),
-                    leader,
-                    fence: row.fence,
-                    expires_at: row.expires_at,
-                });
-            }
+            // The key outlives its leaders: free (released or expired) is a vacant election,
+            // which is what an alert on leaderless elections needs to see.
+            let leader = if held { row.owner.clone() } else { None };
+            elections.push(ElectionSnapshot {
+                election: unescape(name),
+                expires_at: leader.as_ref().and(row.expires_at),
+                leader,
+                fence: row.fence,
+            });
         }
     }
     let mut fleets: Vec<FleetSnapshot> = fleets.into_values().collect();

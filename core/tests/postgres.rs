@@ -1639,3 +1639,31 @@ async fn a_listener_lost_during_its_probe_is_not_called_deaf() {
         sender.close().await;
     }
 }
+
+/// A command connection that broke is counted as a reconnect when a new one opens, even when
+/// attempts failed in between (the server still down): what `accord top --prometheus` showed as
+/// `reconnects` 0 after a restart with a scrape during the outage.
+#[tokio::test]
+async fn reconnects_are_counted_after_failed_attempts() {
+    let h = Harness::postgres("reconnects").await;
+    let (proxy, url) = h.proxy().await;
+    let client = Client::connect(&url, h.options("o1")).await.unwrap();
+    client.counts("jobs/").await.unwrap();
+    assert_eq!(client.stats().reconnects, 0);
+
+    // Every connection closed and new ones refused: each statement fails, so does each
+    // attempt to open a connection again.
+    proxy.set(support::Mode::Cut);
+    for _ in 0..2 {
+        let e = client.counts("jobs/").await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Connection, "{e}");
+    }
+    proxy.set(support::Mode::Pass);
+    client.counts("jobs/").await.unwrap();
+    assert!(
+        client.stats().reconnects >= 1,
+        "a broken connection was replaced: {:?}",
+        client.stats()
+    );
+    client.close().await;
+}

@@ -9,6 +9,7 @@ import (
 	"math/rand"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	accord "github.com/accord/accord/bindings/go"
@@ -45,7 +46,7 @@ func main() {
 
 func run(url, namespace, name string, tasks int) error {
 	ctx := context.Background()
-	announced := map[int]bool{}
+	offered := 0 // batches this worker offered so far
 	completed := 0
 	client, err := accord.Connect(ctx, url, &accord.ClientOptions{Namespace: namespace, Owner: name, TTL: ttl})
 	if err != nil {
@@ -95,7 +96,7 @@ func run(url, namespace, name string, tasks int) error {
 			}
 			say(map[string]any{"ev": "done", "worker": name, "key": key, "fence": fence})
 			completed++
-			if err := announce(ctx, client, name, announced); err != nil {
+			if offered, err = announce(ctx, client, name, offered); err != nil {
 				return err
 			}
 		}
@@ -104,35 +105,45 @@ func run(url, namespace, name string, tasks int) error {
 	return nil
 }
 
-// announce: every `batch` completions, one worker (whoever gets the batch's key first) notifies.
-func announce(ctx context.Context, client *accord.Client, name string, announced map[int]bool) error {
-	page, err := client.List(ctx, &accord.ListQuery{Prefix: "task/", State: accord.StateDone, Limit: 1000})
+// announce: every `batch` completions, one worker notifies: the announcements are a work pool
+// too. Whoever sees a batch complete offers its key to the pool `batch/` (idempotent: others
+// may offer it too); whoever claims it announces it and marks it done, so each is announced
+// once. A worker killed holding one loses it at its ttl, and the next claim takes it. Returns
+// the batches offered so far.
+func announce(ctx context.Context, client *accord.Client, name string, offered int) (int, error) {
+	counts, err := client.Counts(ctx, "task/")
 	if err != nil {
-		return err
+		return offered, err
 	}
-	for b := 1; b <= len(page.Items)/batch; b++ {
-		if announced[b] {
-			continue
+	ready := int(counts.Done) / batch
+	if ready > offered {
+		keys := make([]string, 0, ready-offered)
+		for b := offered + 1; b <= ready; b++ {
+			keys = append(keys, fmt.Sprintf("batch/%d", b))
 		}
-		lease, err := client.TryAcquire(ctx, fmt.Sprintf("batch/%d", b), nil)
-		if errors.Is(err, accord.ErrDone) {
-			announced[b] = true
-			continue
+		if _, err := client.Offer(ctx, "batch/", keys, nil); err != nil {
+			return offered, err
 		}
-		if errors.Is(err, accord.ErrHeld) {
-			continue
-		}
+	}
+	if ready == 0 {
+		return ready, nil
+	}
+	leases, err := client.Claim(ctx, "batch/", &accord.ClaimOptions{Limit: ready, TTL: ttl})
+	if err != nil {
+		return ready, err
+	}
+	for _, lease := range leases {
+		b, err := strconv.Atoi(strings.TrimPrefix(lease.Key(), "batch/"))
 		if err != nil {
-			return err
+			return ready, err
 		}
 		if err := client.Notify(ctx, "demo", fmt.Sprintf("batch %d finished by %s", b, name)); err != nil {
-			return err
+			return ready, err
 		}
 		if err := lease.Done(ctx, map[string]any{"worker": name}); err != nil {
-			return err
+			return ready, err
 		}
 		say(map[string]any{"ev": "notify", "worker": name, "batch": b})
-		announced[b] = true
 	}
-	return nil
+	return ready, nil
 }

@@ -120,7 +120,7 @@ pub async fn t1_snapshot_shows_every_section(h: &Harness) {
 
     assert_eq!(snap.elections.len(), 1, "{:?}", snap.elections);
     assert_eq!(snap.elections[0].election, "chief");
-    assert_eq!(snap.elections[0].leader, b.owner());
+    assert_eq!(snap.elections[0].leader.as_deref(), Some(b.owner()));
 
     let streams: Vec<&str> = snap.streams.iter().map(|s| s.stream.as_str()).collect();
     assert_eq!(streams, ["events", "quiet"]);
@@ -140,8 +140,24 @@ pub async fn t1_snapshot_shows_every_section(h: &Harness) {
     assert!(f.members.is_empty(), "{f:?}");
     assert_eq!(f.unowned(), ["0", "1", "2"]);
 
-    reader.close().await;
+    // The leader resigned: the election stays, vacant (what an alert on leaderless elections
+    // reads), with the last leadership's fence.
+    let fence = leadership.fence();
     leadership.resign().await.unwrap();
+    let snap = a.snapshot(ListQuery::new().limit(1)).await.unwrap();
+    assert_eq!(snap.elections.len(), 1, "{:?}", snap.elections);
+    let e = &snap.elections[0];
+    assert_eq!(
+        (
+            e.election.as_str(),
+            e.leader.as_deref(),
+            e.fence,
+            e.expires_at
+        ),
+        ("chief", None, fence, None)
+    );
+
+    reader.close().await;
     ma.leave().await.unwrap();
     mb.leave().await.unwrap();
     held.release().await.unwrap();

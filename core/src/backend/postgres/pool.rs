@@ -341,7 +341,10 @@ impl Pool {
         if let Some(c) = slot.conn.lock().unwrap().as_ref().filter(|c| c.usable()) {
             return Ok(c.clone());
         }
-        let had_one = slot.conn.lock().unwrap().take().is_some();
+        // The broken connection stays in its slot until a new one is open: a failed attempt
+        // (the server still down) must not make the next, successful one look like a first
+        // connection, or a restart with a read during the outage counts no reconnect.
+        let had_one = slot.conn.lock().unwrap().is_some();
         let conn = self.open().await?;
         if had_one {
             self.stats.add(Counter::Reconnects, 1);
