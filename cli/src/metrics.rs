@@ -172,7 +172,10 @@ async fn reply(
 pub async fn exposition(client: &Client, prefix: &str) -> String {
     let read = top::read(client, prefix).await;
     if let Err(e) = &read {
-        tracing_warn(&format!("reading the keys failed: {}", e.message()));
+        tracing_warn(&format!(
+            "reading the keys failed: {}",
+            crate::output::said(&e)
+        ));
     }
     // Read after the list, so that its statement is counted.
     let stats = client.stats();
