@@ -301,7 +301,8 @@ pub fn integer_number(field: &str, value: f64) -> Result<i64> {
     } else if value.is_infinite() {
         if value > 0.0 { "Infinity" } else { "-Infinity" }.to_string()
     } else if value.fract() == 0.0 && value.abs() < 1e21 {
-        format!("{value}")
+        // Exactly, as JavaScript does (2**60 is 1152921504606846976, not …847000).
+        (value as i128).to_string()
     } else {
         number(value)
     };
