@@ -174,7 +174,7 @@ pub async fn exposition(client: &Client, prefix: &str) -> String {
     if let Err(e) = &read {
         tracing_warn(&format!(
             "reading the keys failed: {}",
-            crate::output::said(&e)
+            crate::output::said(e)
         ));
     }
     // Read after the list, so that its statement is counted.
