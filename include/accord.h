@@ -237,6 +237,22 @@ typedef enum {
 } accord_event_kind;
 
 /**
+ * The words an error's message is written in (accord_error_message_in).
+ */
+typedef enum {
+  /**
+   * C's: durations in milliseconds (as the `_ms` setters take them), fields as the
+   * setters name them (`handoff_timeout`); what accord_error_message returns.
+   */
+  ACCORD_WORDS_C = 0,
+  /**
+   * Go's, for the Go package built on this library: durations as `time.Duration` prints
+   * them (`1m30s`, `300ms`), fields as the Go options name them (`HandoffTimeout`, `TTL`).
+   */
+  ACCORD_WORDS_GO = 1,
+} accord_words;
+
+/**
  * Options of an acquire. Defaults: the client's ttl, no metadata, no timeout, no cancel token,
  * exclusive.
  */
@@ -1047,6 +1063,13 @@ accord_status accord_error_code(const accord_error *error);
  * The message of an error, NUL-terminated, owned by the error ("" for NULL).
  */
 const char *accord_error_message(const accord_error *error);
+
+/**
+ * The message of an error in the words of `words` (an accord_words value; C's for another
+ * value), NUL-terminated, owned by the error ("" for NULL). For language bindings built on
+ * this library, so that their messages read in their own units and names.
+ */
+const char *accord_error_message_in(const accord_error *error, int32_t words);
 
 /**
  * Frees an error. NULL is accepted.

@@ -295,7 +295,7 @@ func TestElectionBadInput(t *testing.T) {
 		}
 	}
 	e := must(c.Election("e"))
-	if _, err := e.Campaign(ctx, "x", CampaignOptions{TTL: 50 * time.Millisecond}); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "ttl") {
+	if _, err := e.Campaign(ctx, "x", CampaignOptions{TTL: 50 * time.Millisecond}); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "TTL") {
 		t.Fatalf("campaign with a 50 ms ttl: %v", err)
 	}
 	if c.QueuedCount() != 0 || c.WaiterWakeups() != 0 {

@@ -59,7 +59,8 @@ func takeError(status C.accord_status, cerr *C.accord_error) error {
 	if status == C.ACCORD_OK {
 		return nil
 	}
-	return errorOf(int(status), C.GoString(C.accord_error_message(cerr)))
+	// The message in Go's words: durations as time.Duration prints them, the options' names.
+	return errorOf(int(status), C.GoString(C.accord_error_message_in(cerr, C.ACCORD_WORDS_GO)))
 }
 
 // errorOf is the error of a (failure) status with libaccord's message: its kind is the status's

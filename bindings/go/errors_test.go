@@ -173,3 +173,66 @@ func TestEveryErrorKindIsProvoked(t *testing.T) {
 		})
 	}
 }
+
+// Issue 32: messages read in Go's words. Durations as time.Duration prints them (a 25 h TTL
+// said "90000000 ms", a period "1m" said "60000 ms"), the options' fields by their Go names
+// (TTL, HandoffTimeout, PageSize), and a wait's time without float noise.
+func TestErrorsReadInGoWords(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	c := connect(t, ns, "o1")
+	refusals := []struct {
+		want string
+		call func() error
+	}{
+		{"invalid TTL: 25h0m0s is outside the allowed range 100ms..=24h0m0s", func() error {
+			_, err := c.Acquire(ctx, "k", &AcquireOptions{TTL: 25 * time.Hour})
+			return err
+		}},
+		{"invalid period: 1m0s is outside 10ms..=TTL (5s)", func() error {
+			_, err := c.Fleet(ctx, "f", FleetOptions{Shards: 2, TTL: 5 * time.Second, Period: time.Minute})
+			return err
+		}},
+		{"invalid HandoffTimeout: -1.5s is negative", func() error {
+			_, err := c.Fleet(ctx, "f", FleetOptions{Shards: 2, HandoffTimeout: -1500 * time.Millisecond})
+			return err
+		}},
+		{"invalid MaxAge: 50ms is shorter than the least, 100ms", func() error {
+			_, err := c.SetStreamRetention(ctx, "s", StreamRetention{MaxAge: 50 * time.Millisecond})
+			return err
+		}},
+		{"invalid PageSize: 1001 is outside 1..=1000", func() error {
+			_, err := c.Subscribe(ctx, "s", SubscribeOptions{PageSize: 1001})
+			return err
+		}},
+		{"invalid key: is not valid UTF-8", func() error {
+			_, err := c.TryAcquire(ctx, "k\xff", nil)
+			return err
+		}},
+	}
+	for _, r := range refusals {
+		if err := r.call(); !errors.Is(err, ErrInvalidArgument) || err.Error() != r.want {
+			t.Errorf("got %v, want %q", err, r.want)
+		}
+	}
+	held, err := c.Acquire(ctx, "k", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	_, err = connect(t, ns, "o2").Acquire(ctx, "k", &AcquireOptions{Timeout: 200 * time.Millisecond})
+	waited, found := strings.CutPrefix(fmt.Sprint(err), "timed out after ")
+	waited, _, _ = strings.Cut(waited, " waiting")
+	if !errors.Is(err, ErrTimeout) || !found {
+		t.Fatalf("a wait that timed out: %v", err)
+	}
+	digits := 0
+	for _, r := range waited {
+		if r >= '0' && r <= '9' {
+			digits++
+		}
+	}
+	if _, parse := time.ParseDuration(waited); parse != nil || digits > 4 {
+		t.Errorf("the time waited %q is no short Go duration: %v", waited, err)
+	}
+}

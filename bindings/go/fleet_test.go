@@ -323,13 +323,13 @@ func TestFleetBadInput(t *testing.T) {
 		{"keys", "f", FleetOptions{Keys: []string{"x", ""}}},
 		{"keys", "f", with(func(o *FleetOptions) { o.Keys = []string{"x"} })},
 		{"name", "", ok},
-		{"ttl", "f", with(func(o *FleetOptions) { o.TTL = 50 * time.Millisecond })},
-		{"ttl", "f", with(func(o *FleetOptions) { o.TTL = -time.Second })},
+		{"TTL", "f", with(func(o *FleetOptions) { o.TTL = 50 * time.Millisecond })},
+		{"TTL", "f", with(func(o *FleetOptions) { o.TTL = -time.Second })},
 		{"period", "f", with(func(o *FleetOptions) { o.Period = 5 * time.Millisecond })},
 		{"period", "f", with(func(o *FleetOptions) { o.Period = 2 * time.Second })},
-		{"max_handoffs_per_period", "f", with(func(o *FleetOptions) { o.MaxHandoffsPerPeriod = -1 })},
-		{"max_handoffs_per_period", "f", with(func(o *FleetOptions) { o.MaxHandoffsPerPeriod = 1001 })},
-		{"handoff_timeout", "f", with(func(o *FleetOptions) { o.HandoffTimeout = -time.Second })},
+		{"MaxHandoffsPerPeriod", "f", with(func(o *FleetOptions) { o.MaxHandoffsPerPeriod = -1 })},
+		{"MaxHandoffsPerPeriod", "f", with(func(o *FleetOptions) { o.MaxHandoffsPerPeriod = 1001 })},
+		{"HandoffTimeout", "f", with(func(o *FleetOptions) { o.HandoffTimeout = -time.Second })},
 		{"metadata", "f", with(func(o *FleetOptions) { o.Metadata = map[string]any{"bad": func() {}} })},
 	}
 	for _, tc := range cases {
@@ -344,8 +344,8 @@ func TestFleetBadInput(t *testing.T) {
 		opts  *JoinOptions
 	}{
 		{"group", "", nil},
-		{"ttl", "g", &JoinOptions{TTL: 50 * time.Millisecond}},
-		{"ttl", "g", &JoinOptions{TTL: -time.Second}},
+		{"TTL", "g", &JoinOptions{TTL: 50 * time.Millisecond}},
+		{"TTL", "g", &JoinOptions{TTL: -time.Second}},
 		{"metadata", "g", &JoinOptions{Metadata: map[string]any{"bad": make(chan int)}}},
 	}
 	for _, tc := range joins {

@@ -19,8 +19,8 @@ import (
 func TestClientOptionsRefuseNegativeTimeouts(t *testing.T) {
 	ctx := context.Background()
 	for field, opts := range map[string]*ClientOptions{
-		"statement_timeout": {StatementTimeout: -time.Second},
-		"connect_timeout":   {ConnectTimeout: -time.Second},
+		"StatementTimeout": {StatementTimeout: -time.Second},
+		"ConnectTimeout":   {ConnectTimeout: -time.Second},
 	} {
 		if _, err := Connect(ctx, databaseURL(t), opts); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), field) {
 			t.Errorf("negative %s: %v", field, err)

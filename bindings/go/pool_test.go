@@ -237,7 +237,7 @@ func TestPoolBadInput(t *testing.T) {
 	_, err = c.Claim(ctx, "", nil)
 	invalid("empty prefix", "prefix", err)
 	_, err = c.Claim(ctx, "jobs/", &ClaimOptions{TTL: time.Millisecond})
-	invalid("ttl 1ms", "ttl", err)
+	invalid("ttl 1ms", "TTL", err)
 	_, err = c.Counts(ctx, "")
 	invalid("empty prefix", "prefix", err)
 	for _, limit := range []int{0, -1, 10001} {

@@ -207,11 +207,11 @@ func TestStreamBadInput(t *testing.T) {
 			_, err := c.Subscribe(ctx, "s", SubscribeOptions{Consumer: strings.Repeat("c", 513)})
 			return err
 		}},
-		"page size 1001": {"page_size", func() error {
+		"page size 1001": {"PageSize", func() error {
 			_, err := c.Subscribe(ctx, "s", SubscribeOptions{PageSize: 1001})
 			return err
 		}},
-		"negative page size": {"page_size", func() error {
+		"negative page size": {"PageSize", func() error {
 			_, err := c.Subscribe(ctx, "s", SubscribeOptions{PageSize: -1})
 			return err
 		}},
@@ -223,15 +223,15 @@ func TestStreamBadInput(t *testing.T) {
 			_, err := c.Subscribe(ctx, "s", SubscribeOptions{Start: StreamStart(9)})
 			return err
 		}},
-		"short max age": {"max_age", func() error {
+		"short max age": {"MaxAge", func() error {
 			_, err := c.SetStreamRetention(ctx, "s", StreamRetention{MaxAge: 50 * time.Millisecond})
 			return err
 		}},
-		"sub-ms max age": {"max_age", func() error {
+		"sub-ms max age": {"MaxAge", func() error {
 			_, err := c.SetStreamRetention(ctx, "s", StreamRetention{MaxAge: time.Microsecond})
 			return err
 		}},
-		"negative max len": {"max_len", func() error {
+		"negative max len": {"MaxLen", func() error {
 			_, err := c.SetStreamRetention(ctx, "s", StreamRetention{MaxLen: -1})
 			return err
 		}},

@@ -446,7 +446,7 @@ fn parse_claim_limit(s: &str) -> Result<usize, String> {
         .trim()
         .parse()
         .map_err(|e| format!("expected a whole number: {e}"))?;
-    accord::limits::claim_limit(n).map_err(|e| e.message().to_string())
+    accord::limits::claim_limit(n).map_err(|e| output::said(&e))
 }
 
 fn non_empty(s: &str) -> Result<String, String> {
@@ -488,7 +488,7 @@ impl Failure {
 
 impl From<accord::Error> for Failure {
     fn from(e: accord::Error) -> Self {
-        Failure::new(code_of(e.kind()), e.message().to_string())
+        Failure::new(code_of(e.kind()), output::said(&e))
     }
 }
 
@@ -1136,7 +1136,7 @@ async fn run(client: &Client, args: RunArgs) -> Outcome {
             };
             note!(
                 "accord: warning: the command exited with {code}, but {what} (fence {fence}) failed: {}; {}the lease lapses within its ttl ({})",
-                e.message(),
+                output::said(&e),
                 if mark_done { "the key may not be marked done, and " } else { "" },
                 humantime::format_duration(args.ttl),
             );

@@ -177,7 +177,10 @@ async fn reply(
 pub async fn exposition(client: &Client, prefix: &str) -> String {
     let read = top::read(client, prefix).await;
     if let Err(e) = &read {
-        tracing_warn(&format!("reading the namespace failed: {}", e.message()));
+        tracing_warn(&format!(
+            "reading the namespace failed: {}",
+            crate::output::said(e)
+        ));
     }
     // Read after the snapshot, so that its statements are counted.
     let stats = client.stats();

@@ -20,6 +20,18 @@ use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
 
 use crate::Failure;
 
+/// How the CLI's messages write durations (humantime, as its flags take them: `--ttl 25h`
+/// is refused as "25h", not "90000s") and fields (as its flags: `max-age`).
+const STYLE: accord::Style = accord::Style {
+    durations: accord::Durations::Humantime,
+    fields: accord::Fields::Kebab,
+};
+
+/// An error's message in the CLI's words: every accord error it prints goes through here.
+pub(crate) fn said(e: &accord::Error) -> String {
+    e.message_in(&STYLE)
+}
+
 /// Whether `c` is never written as it is: it could move the cursor, retitle or clear a terminal,
 /// reorder what is shown (bidirectional overrides), hide text (zero-width characters), or end a
 /// line for some reader.

@@ -333,7 +333,7 @@ async fn release_quietly(lease: &Lease) {
             note!(
                 "accord: warning: releasing {:?} failed: {}; it lapses within its ttl",
                 lease.key(),
-                e.message()
+                crate::output::said(&e)
             );
         }
     }
@@ -456,7 +456,7 @@ async fn run_one(client: &Client, args: &WorkArgs, shared: &Shared, lease: &Leas
             note!(
                 "accord: warning: {} {key:?} (fence {fence}) failed: {}; the lease lapses within its ttl",
                 if code == 0 { "marking done" } else { "releasing" },
-                e.message()
+                crate::output::said(&e)
             );
             if code == 0 {
                 tally.unrecorded += 1;

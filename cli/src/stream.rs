@@ -9,7 +9,7 @@ use crate::{exit, output, signals, Failure, Outcome};
 
 /// Where `accord subscribe` starts: `earliest`, `latest`, or a seq to read after.
 pub fn parse_start(s: &str) -> Result<StreamStart, String> {
-    StreamStart::parse("--from", s).map_err(|e| e.message().to_string())
+    StreamStart::parse("--from", s).map_err(|e| crate::output::said(&e))
 }
 
 /// One payload from the arguments, or one per stdin line, published in batches of 1,000 (one

@@ -1151,7 +1151,7 @@ pub async fn live(
                         view.error = None;
                         view.updated = Some(chrono::Local::now());
                     }
-                    Err(e) => view.error = Some(e.message().to_string()),
+                    Err(e) => view.error = Some(crate::output::said(&e)),
                 }
                 tick.reset();
             }

@@ -242,6 +242,26 @@ fn bad_input_is_a_usage_error() {
     assert!(stderr(&out).contains("--ttl"), "{}", stderr(&out));
 }
 
+/// A duration the core refuses reads as the user typed it (issue 32: `--ttl 25h` said
+/// "90000s"), and the field as the flag.
+#[test]
+fn refused_durations_read_in_the_flags_words() {
+    let env = Env::sqlite("durations-words");
+    let out = env.run(&["acquire", "k", "--ttl", "25h"]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("invalid ttl: 25h is outside the allowed range 100ms..=24h"),
+        "{}",
+        stderr(&out)
+    );
+    let out = env.run(&["acquire", "k", "--ttl", "90ms"]);
+    assert!(
+        stderr(&out).contains("invalid ttl: 90ms is outside the allowed range 100ms..=24h"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 #[test]
 fn missing_url_is_a_usage_error() {
     let out = Command::new(BIN)

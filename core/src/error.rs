@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use crate::wording::{Part, Style, Why};
+
 /// What went wrong: one of the error kinds of docs/semantics.md. Bindings map each kind one
 /// to one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -80,12 +82,17 @@ impl fmt::Display for ErrorKind {
 
 /// An accord error: a [`ErrorKind`] and a message meant for humans.
 ///
-/// Messages name the key or field concerned and never contain a password from the URL.
+/// Messages name the key or field concerned and never contain a password from the URL. A
+/// message keeps its field names and durations apart from its text, so that each binding
+/// writes them in its own words ([`Error::message_in`]); `Display` and [`Error::message`] use
+/// Rust's.
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct Error {
     kind: ErrorKind,
+    /// The message in Rust's style, rendered once from `parts`.
     message: String,
+    parts: Vec<Part>,
     #[source]
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
 }
@@ -96,9 +103,15 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// A new error of `kind` with `message`.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error::worded(kind, Why::new().text(message))
+    }
+
+    /// A new error of `kind` whose message holds field names and durations (see [`Why`]).
+    pub fn worded(kind: ErrorKind, why: Why) -> Self {
         Error {
             kind,
-            message: message.into(),
+            message: Style::RUST.render(&why.0),
+            parts: why.0,
             source: None,
         }
     }
@@ -114,7 +127,7 @@ impl Error {
     /// The same kind and message, for one more caller of a statement that many callers
     /// shared (the source stays with the first).
     pub(crate) fn copy_for_another_caller(&self) -> Self {
-        Error::new(self.kind, self.message.clone())
+        Error::worded(self.kind, Why(self.parts.clone()))
     }
 
     /// The kind of failure.
@@ -122,18 +135,24 @@ impl Error {
         self.kind
     }
 
-    /// The human-readable message (the same text `Display` prints).
+    /// The human-readable message (the same text `Display` prints), in Rust's words.
     pub fn message(&self) -> &str {
         &self.message
     }
 
+    /// The message in a caller's words: its field names and durations written as `style`
+    /// writes them (each binding declares one).
+    pub fn message_in(&self, style: &Style) -> String {
+        style.render(&self.parts)
+    }
+
     /// `InvalidArgument` naming `field`: how every binding reports an argument it cannot
     /// convert, so that the message reads the same as the core's own checks.
-    pub fn invalid(field: &str, why: impl fmt::Display) -> Self {
-        Error::new(
-            ErrorKind::InvalidArgument,
-            format!("invalid {field}: {why}"),
-        )
+    pub fn invalid(field: &str, why: impl Into<Why>) -> Self {
+        let mut parts = vec![Part::Text("invalid ".into()), Part::Field(field.into())];
+        parts.push(Part::Text(": ".into()));
+        parts.extend(why.into().0);
+        Error::worded(ErrorKind::InvalidArgument, Why(parts))
     }
 
     /// `Held`: what callers report that treat a held key as an error (`Client::try_acquire`
@@ -200,6 +219,7 @@ impl Error {
             }
         };
         self.message.push_str(hint);
+        self.parts.push(Part::Text(hint.into()));
         self
     }
 

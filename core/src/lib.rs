@@ -57,6 +57,7 @@ mod stats;
 mod stream;
 mod subscription;
 mod validate;
+mod wording;
 
 pub use client::Client;
 pub use election::{CampaignOptions, Election, Leader, Leadership, Observer};
@@ -92,18 +93,20 @@ pub use validate::{
     MAX_CHANNEL_BYTES, MAX_LIST_LIMIT, MAX_METADATA_BYTES, MAX_NAME_BYTES, MAX_POOL_SIZE, MAX_TTL,
     MIN_TTL,
 };
+pub use wording::{Durations, Fields, Style, Why};
 
 /// The limits of docs/semantics.md (G11) and the conversions bindings use to check their own
 /// numbers against them, so that no binding restates a range or its message; and the core's
 /// words for what a binding cannot translate (an unpaired surrogate, a value JSON cannot hold).
 pub mod limits {
     pub use crate::validate::{
-        claim_limit, handoffs_per_period, list_limit, not_json, page_size, permits, pool_size,
-        publish_events, shards, stream_max_len, ttl_millis, ttl_number, unpaired_surrogate,
-        TimeUnit, MAX_CHANNEL_BYTES, MAX_CLAIM_LIMIT, MAX_EVENT_BYTES, MAX_HANDOFFS_PER_PERIOD,
+        beyond_64_bits, claim_limit, duration_millis, duration_number, handoffs_per_period,
+        integer_number, list_limit, not_json, page_size, permits, pool_size, publish_events,
+        shards, stream_max_len, ttl_millis, ttl_number, unpaired_surrogate, TimeUnit,
+        MAX_CHANNEL_BYTES, MAX_CLAIM_LIMIT, MAX_EVENT_BYTES, MAX_HANDOFFS_PER_PERIOD,
         MAX_LIST_LIMIT, MAX_METADATA_BYTES, MAX_NAME_BYTES, MAX_OFFER_KEYS, MAX_PAGE_SIZE,
-        MAX_PERMITS, MAX_POOL_SIZE, MAX_PUBLISH_EVENTS, MAX_SHARDS, MAX_TTL, MIN_TTL, OFFER_BATCH,
-        RESERVED_CHANNEL_PREFIX,
+        MAX_PERMITS, MAX_POOL_SIZE, MAX_PUBLISH_EVENTS, MAX_SAFE_INTEGER, MAX_SHARDS, MAX_TTL,
+        MIN_TTL, OFFER_BATCH, RESERVED_CHANNEL_PREFIX,
     };
 }
 

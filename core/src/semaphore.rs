@@ -12,6 +12,7 @@ use crate::lease::Lease;
 use crate::options::{AcquireOptions, ClaimOptions, KeyState, ListQuery};
 use crate::session::{Grant, Session};
 use crate::validate::{self, MAX_NAME_BYTES, MAX_PERMITS};
+use crate::wording::Why;
 
 /// Permit keys are `<name>#<index>`, the index zero-padded to this many digits, so that
 /// "below the limit" is a comparison of keys.
@@ -85,13 +86,15 @@ impl Semaphore {
         let started = std::time::Instant::now();
         match self.claim(options, Some(timeout)).await? {
             Some(lease) => Ok(lease),
-            None => Err(Error::new(
+            None => Err(Error::worded(
                 ErrorKind::Timeout,
-                format!(
-                    "timed out after {:?} waiting for a permit of semaphore {:?}",
-                    started.elapsed(),
-                    self.name
-                ),
+                Why::new()
+                    .text("timed out after ")
+                    .duration(started.elapsed())
+                    .text(format!(
+                        " waiting for a permit of semaphore {:?}",
+                        self.name
+                    )),
             )),
         }
     }

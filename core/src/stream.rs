@@ -25,6 +25,7 @@ use crate::naming::channel_for;
 use crate::session::{self, Event, Outgoing, Publisher, Session};
 use crate::subscription::Subscription;
 use crate::validate;
+use crate::wording::Why;
 
 /// Events read at once unless the subscriber says otherwise.
 pub const DEFAULT_PAGE_SIZE: usize = 100;
@@ -288,7 +289,10 @@ pub(crate) async fn set_retention(
         if age < validate::MIN_TTL {
             return Err(Error::invalid(
                 "max_age",
-                format!("{age:?} is shorter than the least, 100ms"),
+                Why::new()
+                    .duration(age)
+                    .text(" is shorter than the least, ")
+                    .duration(validate::MIN_TTL),
             ));
         }
     }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::metadata::Metadata;
+use crate::wording::Why;
 
 /// Keys, namespaces and owners: non-empty UTF-8 without NUL, at most this many bytes.
 pub const MAX_NAME_BYTES: usize = 512;
@@ -226,59 +227,100 @@ fn number(value: f64) -> String {
 /// A ttl a binding received as a whole number of milliseconds (C, Go): `InvalidArgument`
 /// naming `field` and the value as given when it is negative or outside [`MIN_TTL`]..=[`MAX_TTL`].
 pub fn ttl_millis(field: &str, ms: i64) -> Result<Duration> {
-    if ms < 0 {
-        return Err(Error::invalid(field, format!("{ms} ms is negative")));
-    }
-    ttl_in_range(
-        field,
-        Duration::from_millis(ms as u64),
-        || format!("{ms} ms"),
-        TimeUnit::Millis,
-    )
+    let value = duration_millis(field, ms)?;
+    ttl(field, value)?;
+    Ok(value)
+}
+
+/// A duration a binding received as a whole number of milliseconds (C, Go) that has no
+/// "without limit": `InvalidArgument` naming `field` and the value given when negative.
+pub fn duration_millis(field: &str, ms: i64) -> Result<Duration> {
+    u64::try_from(ms)
+        .map(Duration::from_millis)
+        .map_err(|_| Error::invalid(field, Why::new().millis(ms).text(" is negative")))
 }
 
 /// A ttl a binding received as a number of `unit`s (Python's seconds, Node's milliseconds):
 /// `InvalidArgument` naming `field` and the value as given when it is not a number, negative,
 /// or outside [`MIN_TTL`]..=[`MAX_TTL`] (never a converted or clamped value).
 pub fn ttl_number(field: &str, value: f64, unit: TimeUnit) -> Result<Duration> {
-    let given = || format!("{} {}", number(value), unit.symbol());
     if value.is_nan() {
         return Err(Error::invalid(field, "NaN is not a duration"));
     }
+    let given = format!("{} {}", number(value), unit.symbol());
+    if value < 0.0 {
+        return Err(Error::invalid(field, format!("{given} is negative")));
+    }
+    match Duration::try_from_secs_f64(value / unit.per_second()) {
+        Ok(ttl) if (MIN_TTL..=MAX_TTL).contains(&ttl) => Ok(ttl),
+        _ => Err(out_of_ttl_range(field, Why::new().text(given))),
+    }
+}
+
+/// The one wording of the ttl range, after the value (as given, or a duration).
+fn out_of_ttl_range(field: &str, value: Why) -> Error {
+    Error::invalid(
+        field,
+        value
+            .text(" is outside the allowed range ")
+            .duration(MIN_TTL)
+            .text("..=")
+            .duration(MAX_TTL),
+    )
+}
+
+/// A duration a binding received as a number of `unit`s (a fleet's period, a stream's
+/// max_age): `InvalidArgument` naming `field` and the value as given when it is NaN, negative
+/// or too large for a duration; its range is the core's to check where it is used.
+pub fn duration_number(field: &str, value: f64, unit: TimeUnit) -> Result<Duration> {
+    if value.is_nan() {
+        return Err(Error::invalid(field, "NaN is not a duration"));
+    }
+    let given = || format!("{} {}", number(value), unit.symbol());
     if value < 0.0 {
         return Err(Error::invalid(field, format!("{} is negative", given())));
     }
-    match Duration::try_from_secs_f64(value / unit.per_second()) {
-        Ok(ttl) => ttl_in_range(field, ttl, given, unit),
-        Err(_) => Err(out_of_ttl_range(field, &given(), unit)),
-    }
+    Duration::try_from_secs_f64(value / unit.per_second())
+        .map_err(|_| Error::invalid(field, format!("{} is too long for a duration", given())))
 }
 
-fn ttl_in_range(
-    field: &str,
-    ttl: Duration,
-    given: impl FnOnce() -> String,
-    unit: TimeUnit,
-) -> Result<Duration> {
-    if ttl < MIN_TTL || ttl > MAX_TTL {
-        return Err(out_of_ttl_range(field, &given(), unit));
+/// The largest magnitude of an integer a double (a JavaScript number) holds exactly: 2^53-1.
+pub const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
+
+/// An integer a binding received as a double (a JavaScript number): `InvalidArgument` naming
+/// `field` when it is NaN, infinite, has a fraction, or lies beyond ±[`MAX_SAFE_INTEGER`]
+/// (where neighbouring integers are the same double). Its range is the core's to check where
+/// it is used.
+pub fn integer_number(field: &str, value: f64) -> Result<i64> {
+    if value.fract() == 0.0 && value.abs() <= MAX_SAFE_INTEGER as f64 {
+        return Ok(value as i64);
     }
-    Ok(ttl)
+    // As JavaScript prints numbers: integers in full below 1e21.
+    let given = if value.is_nan() {
+        "NaN".to_string()
+    } else if value.is_infinite() {
+        if value > 0.0 { "Infinity" } else { "-Infinity" }.to_string()
+    } else if value.fract() == 0.0 && value.abs() < 1e21 {
+        // Exactly, as JavaScript does (2**60 is 1152921504606846976, not …847000).
+        (value as i128).to_string()
+    } else {
+        number(value)
+    };
+    let why = if value.is_finite() && value.fract() == 0.0 {
+        format!("{given} is beyond the integers a number holds exactly (±{MAX_SAFE_INTEGER})")
+    } else {
+        format!("{given} is not an integer")
+    };
+    Err(Error::invalid(field, why))
 }
 
-fn out_of_ttl_range(field: &str, given: &str, unit: TimeUnit) -> Error {
-    let (min, max) = (
-        MIN_TTL.as_secs_f64() * unit.per_second(),
-        MAX_TTL.as_secs_f64() * unit.per_second(),
-    );
+/// What a binding reports for an integer beyond 64 bits (a Python int): `InvalidArgument`
+/// naming `field` and the value as given, `given` in decimal. Every count and seq of accord
+/// fits in 64 bits with room to spare.
+pub fn beyond_64_bits(field: &str, given: &str) -> Error {
     Error::invalid(
         field,
-        format!(
-            "{given} is outside the allowed range {}..={} {} (100ms..=24h)",
-            number(min),
-            number(max),
-            unit.symbol()
-        ),
+        format!("{given} is outside the 64-bit integer range (accord's counts and seqs are far smaller)"),
     )
 }
 
@@ -305,10 +347,7 @@ pub fn not_json(field: &str, at: &str, what: &str) -> Error {
 
 pub(crate) fn ttl(field: &str, ttl: Duration) -> Result<()> {
     if ttl < MIN_TTL || ttl > MAX_TTL {
-        return Err(Error::invalid(
-            field,
-            format!("{ttl:?} is outside the allowed range 100ms..=24h"),
-        ));
+        return Err(out_of_ttl_range(field, Why::new().duration(ttl)));
     }
     Ok(())
 }
@@ -409,6 +448,7 @@ pub(crate) fn schema(value: &str) -> Result<()> {
 mod tests {
     use super::*;
     use crate::error::ErrorKind;
+    use crate::wording::{Durations, Fields, Style};
 
     #[test]
     fn names_are_bounded_and_clean() {
@@ -434,6 +474,79 @@ mod tests {
         assert!(unreserved("key", "accord.elections").is_ok());
         assert!(unreserved("key", "jobs/accord.fleet/x").is_ok());
         assert!(unreserved("key", "accord").is_ok());
+    }
+
+    #[test]
+    fn numbers_of_bindings_by_the_cores_rules() {
+        let node = Style {
+            durations: Durations::Millis,
+            fields: Fields::Camel,
+        };
+        let refused = |r: Result<i64>| r.unwrap_err().message_in(&node);
+        assert_eq!(integer_number("limit", 7.0).unwrap(), 7);
+        assert_eq!(integer_number("limit", -1.0).unwrap(), -1);
+        assert_eq!(
+            integer_number("limit", MAX_SAFE_INTEGER as f64).unwrap(),
+            MAX_SAFE_INTEGER
+        );
+        assert_eq!(
+            refused(integer_number("limit", f64::NAN)),
+            "invalid limit: NaN is not an integer"
+        );
+        assert_eq!(
+            refused(integer_number("limit", f64::NEG_INFINITY)),
+            "invalid limit: -Infinity is not an integer"
+        );
+        assert_eq!(
+            refused(integer_number("page_size", 1.5)),
+            "invalid pageSize: 1.5 is not an integer"
+        );
+        assert_eq!(
+            refused(integer_number("limit", 2f64.powi(53))),
+            "invalid limit: 9007199254740992 is beyond the integers a number holds exactly \
+             (±9007199254740991)"
+        );
+        let duration = |v| {
+            duration_number("max_age", v, TimeUnit::Millis)
+                .unwrap_err()
+                .message_in(&node)
+        };
+        assert_eq!(duration(f64::NAN), "invalid maxAge: NaN is not a duration");
+        assert_eq!(duration(-5.0), "invalid maxAge: -5 ms is negative");
+        assert_eq!(
+            duration(1e300),
+            "invalid maxAge: 1e300 ms is too long for a duration"
+        );
+        assert_eq!(
+            duration_number("period", 1.5, TimeUnit::Seconds).unwrap(),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(
+            beyond_64_bits("limit", "9223372036854775808").message(),
+            "invalid limit: 9223372036854775808 is outside the 64-bit integer range (accord's \
+             counts and seqs are far smaller)"
+        );
+    }
+
+    #[test]
+    fn a_ttl_reads_in_the_callers_unit() {
+        let cli = Style {
+            durations: Durations::Humantime,
+            fields: Fields::Kebab,
+        };
+        let python = Style {
+            durations: Durations::Seconds,
+            fields: Fields::Snake,
+        };
+        let refused = ttl("ttl", Duration::from_secs(25 * 3600)).unwrap_err();
+        assert_eq!(
+            refused.message_in(&cli),
+            "invalid ttl: 25h is outside the allowed range 100ms..=24h"
+        );
+        assert_eq!(
+            refused.message_in(&python),
+            "invalid ttl: 90000 s is outside the allowed range 0.1 s..=86400 s"
+        );
     }
 
     #[test]
@@ -500,42 +613,54 @@ mod tests {
     fn ttls_from_bindings_name_the_value_given() {
         assert_eq!(ttl_millis("ttl", 100).unwrap(), MIN_TTL);
         assert_eq!(ttl_millis("ttl", 86_400_000).unwrap(), MAX_TTL);
+        let c = Style {
+            durations: Durations::Millis,
+            fields: Fields::Snake,
+        };
         assert_eq!(
-            ttl_millis("ttl", -5).unwrap_err().message(),
+            ttl_millis("ttl", -5).unwrap_err().message_in(&c),
             "invalid ttl: -5 ms is negative"
         );
         assert_eq!(
-            ttl_millis("ttl", 0).unwrap_err().message(),
-            "invalid ttl: 0 ms is outside the allowed range 100..=86400000 ms (100ms..=24h)"
+            ttl_millis("ttl", 0).unwrap_err().message_in(&c),
+            "invalid ttl: 0 ms is outside the allowed range 100 ms..=86400000 ms"
         );
         assert_eq!(
-            ttl_millis("ttl", i64::MAX).unwrap_err().message(),
+            ttl_millis("ttl", i64::MAX).unwrap_err().message_in(&c),
             format!(
-                "invalid ttl: {} ms is outside the allowed range 100..=86400000 ms (100ms..=24h)",
+                "invalid ttl: {} ms is outside the allowed range 100 ms..=86400000 ms",
                 i64::MAX
             )
+        );
+        assert_eq!(
+            ttl_millis("ttl", 0).unwrap_err().message(),
+            "invalid ttl: 0s is outside the allowed range 100ms..=86400s"
         );
         assert_eq!(
             ttl_number("ttl", 1.5, TimeUnit::Seconds).unwrap(),
             Duration::from_millis(1500)
         );
+        let python = Style {
+            durations: Durations::Seconds,
+            fields: Fields::Snake,
+        };
         assert_eq!(
             ttl_number("ttl", 1e300, TimeUnit::Seconds)
                 .unwrap_err()
-                .message(),
-            "invalid ttl: 1e300 s is outside the allowed range 0.1..=86400 s (100ms..=24h)"
+                .message_in(&python),
+            "invalid ttl: 1e300 s is outside the allowed range 0.1 s..=86400 s"
         );
         assert_eq!(
             ttl_number("ttl", 86401.0, TimeUnit::Seconds)
                 .unwrap_err()
-                .message(),
-            "invalid ttl: 86401 s is outside the allowed range 0.1..=86400 s (100ms..=24h)"
+                .message_in(&python),
+            "invalid ttl: 86401 s is outside the allowed range 0.1 s..=86400 s"
         );
         assert_eq!(
             ttl_number("ttl", f64::INFINITY, TimeUnit::Seconds)
                 .unwrap_err()
-                .message(),
-            "invalid ttl: inf s is outside the allowed range 0.1..=86400 s (100ms..=24h)"
+                .message_in(&python),
+            "invalid ttl: inf s is outside the allowed range 0.1 s..=86400 s"
         );
         assert_eq!(
             ttl_number("options.ttl", -5.0, TimeUnit::Millis)

@@ -101,31 +101,22 @@ pub(crate) fn opt_bool(field: &str, value: &Unknown) -> Outcome<Option<bool>> {
     }
 }
 
+/// An optional number, NaN and ±Infinity included: what each is judged by is the core's.
 fn opt_number(field: &str, value: &Unknown) -> Outcome<Option<f64>> {
     match kind(value)? {
         t if is_nullish(t) => Ok(None),
-        ValueType::Number => {
-            let n = unsafe { value.cast::<f64>() }?;
-            if n.is_nan() {
-                return Err(Failure::invalid(
-                    field,
-                    "NaN is not a number of milliseconds",
-                ));
-            }
-            Ok(Some(n))
-        }
+        ValueType::Number => Ok(Some(unsafe { value.cast::<f64>() }?)),
         other => Err(Failure::wrong_type(field, "a number", other)),
     }
 }
 
-/// An optional integer (a safe one: exactly representable). Ranges are the core's to check
-/// (`accord::limits`).
+/// An optional integer: a number that is one exactly, by the core's rule
+/// (`accord::limits::integer_number`: not NaN, ±Infinity, a fraction, or beyond 2^53). Ranges
+/// are the core's to check (`accord::limits`).
 pub(crate) fn opt_integer(field: &str, value: &Unknown) -> Outcome<Option<i64>> {
-    const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
     match opt_number(field, value)? {
         None => Ok(None),
-        Some(n) if n.fract() == 0.0 && n.abs() <= MAX_SAFE_INTEGER => Ok(Some(n as i64)),
-        Some(n) => Err(Failure::invalid(field, format!("{n} is not an integer"))),
+        Some(n) => Ok(Some(accord::limits::integer_number(field, n)?)),
     }
 }
 
@@ -182,10 +173,11 @@ pub(crate) fn opt_millis(
     match opt_number(field, value)? {
         None => Ok(None),
         Some(n) if n == f64::INFINITY && infinite_is_none => Ok(None),
-        Some(n) if n < 0.0 => Err(Failure::invalid(field, format!("{n} ms is negative"))),
-        Some(n) => Duration::try_from_secs_f64(n / 1000.0)
-            .map(Some)
-            .map_err(|_| Failure::invalid(field, format!("{n} ms is out of range"))),
+        Some(n) => Ok(Some(accord::limits::duration_number(
+            field,
+            n,
+            accord::limits::TimeUnit::Millis,
+        )?)),
     }
 }
 

@@ -58,12 +58,19 @@ impl Failure {
     }
 }
 
+/// How Node's errors write durations (milliseconds, as every duration option is given) and
+/// fields (camelCase, as the options are named): the core renders each message so.
+const STYLE: accord::Style = accord::Style {
+    durations: accord::Durations::Millis,
+    fields: accord::Fields::Camel,
+};
+
 /// The one way a core error becomes a JavaScript one: its kind's code and its message.
 impl From<accord::Error> for Failure {
     fn from(e: accord::Error) -> Self {
         Failure {
             code: e.kind().code(),
-            message: e.message().to_string(),
+            message: e.message_in(&STYLE),
             type_error: false,
         }
     }

@@ -84,9 +84,9 @@ test('connect refuses bad URLs and options with clear errors', async () => {
   await bad([url, { ttl: 5 }], 'ACCORD_INVALID_ARGUMENT', /ttl/)
   await bad([url, { ttl: -1 }], 'ACCORD_INVALID_ARGUMENT', /options\.ttl: -1 ms is negative/)
   await bad([url, { ttl: NaN }], 'ACCORD_INVALID_ARGUMENT', /options\.ttl/)
-  await bad([url, { poolSize: 0 }], 'ACCORD_INVALID_ARGUMENT', /pool_size/)
+  await bad([url, { poolSize: 0 }], 'ACCORD_INVALID_ARGUMENT', /poolSize/)
   // Ranges are the core's (accord::limits), and so are their messages.
-  await bad([url, { poolSize: -1 }], 'ACCORD_INVALID_ARGUMENT', /^invalid pool_size: -1 is outside 1\.\.=64$/)
+  await bad([url, { poolSize: -1 }], 'ACCORD_INVALID_ARGUMENT', /^invalid poolSize: -1 is outside 1\.\.=64$/)
   await bad([url, { poolSize: 1.5 }], 'ACCORD_INVALID_ARGUMENT', /invalid options\.poolSize: 1\.5 is not an integer/)
   await bad([url, { migrate: 'yes' }], 'ACCORD_INVALID_ARGUMENT', /options\.migrate: expected a boolean/)
   await bad(
@@ -169,6 +169,34 @@ scenario('strings holding an unpaired surrogate are refused, naming the field', 
   await real.release()
   await pair.release()
   assert.equal((await c.list({ state: 'held' })).items.length, 0, 'nothing left held')
+})
+
+// Issue 32: errors read in Node's words, milliseconds and camelCase (the core renders them in
+// the style the addon declares), and a number that is no integer is judged as one: NaN said
+// "NaN is not a number of milliseconds" for a semaphore's limit, 2 ** 53 "is not an integer",
+// the fields were `handoff_timeout`, `max_age`, `page_size`, the period "0ns".
+scenario('errors read in milliseconds and camelCase; numbers that are no integers are named so', async (h) => {
+  const c = await h.client('o1')
+  const bad = (promise, pattern) => rejectsWith(promise, 'ACCORD_INVALID_ARGUMENT', pattern)
+  await bad(c.fleet('f', { shards: 2, ttl: 5000, period: 0 }), /^invalid period: 0 ms is outside 10 ms\.\.=ttl \(5000 ms\)$/)
+  await bad(c.fleet('f', { shards: 2, handoffTimeout: 0 }), /^invalid handoffTimeout: 0 ms is outside \(0 ms, 86400000 ms\]$/)
+  await bad(c.fleet('f', { shards: 2, maxHandoffsPerPeriod: 0 }), /^invalid maxHandoffsPerPeriod: 0 is outside 1\.\.=1000$/)
+  await bad(c.fleet('f', { shards: 2, period: NaN }), /^invalid options\.period: NaN is not a duration$/)
+  await bad(c.setStreamRetention('s', { maxAge: 50 }), /^invalid maxAge: 50 ms is shorter than the least, 100 ms$/)
+  await bad(c.subscribe('s', { pageSize: 0 }), /^invalid pageSize: 0 is outside 1\.\.=1000$/)
+  await bad(c.semaphore('s', NaN), /^invalid limit: NaN is not an integer$/)
+  await bad(c.semaphore('s', Infinity), /^invalid limit: Infinity is not an integer$/)
+  await bad(c.semaphore('s', 2 ** 53), /^invalid limit: 9007199254740992 is beyond the integers a number holds exactly/)
+  await bad(c.semaphore('s', -1), /^invalid limit: -1 is outside 1\.\.=10000$/)
+  await bad(c.claim('p/', { limit: -Infinity }), /^invalid options\.limit: -Infinity is not an integer$/)
+  await bad(c.list({ limit: 2 ** 60 }), /^invalid query\.limit: 1152921504606846976 is beyond/)
+  await bad(c.subscribe('s', { pageSize: 0.5 }), /^invalid options\.pageSize: 0\.5 is not an integer$/)
+  // A timeout says how long it waited, without float noise (not "200.804233ms").
+  await c.acquire('k', { ttl: 60000 })
+  const other = await h.client('o2')
+  const e = await rejectsWith(other.acquire('k', { timeout: 200 }), 'ACCORD_TIMEOUT', /^timed out after [\d.]+ ms waiting to acquire "k"$/)
+  const waited = e.message.match(/after ([\d.]+) ms/)[1]
+  assert.ok(waited.replace('.', '').length <= 4, e.message)
 })
 
 // Metadata is JSON: what JSON.stringify would change silently (NaN → null, a Map → {}) is

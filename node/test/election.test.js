@@ -200,7 +200,7 @@ scenario('election calls refuse bad arguments naming the field', async (h) => {
     )
   await bad(e.campaign(), /^invalid value: expected a string, got undefined/, TypeError)
   await bad(e.campaign('v', 'x'), /^invalid options: expected an object, got a string/, TypeError)
-  await bad(e.campaign('v', { ttl: 5 }), /^invalid options\.ttl: 5 ms is outside the allowed range 100\.\.=86400000 ms/)
+  await bad(e.campaign('v', { ttl: 5 }), /^invalid options\.ttl: 5 ms is outside the allowed range 100 ms\.\.=86400000 ms/)
   await bad(e.campaign('v', { timeout: -1 }), /^invalid options\.timeout: -1 ms is negative/)
   await bad(e.campaign('v', { signal: {} }), /^invalid options\.signal: expected an AbortSignal/)
 

@@ -317,9 +317,9 @@ scenario('membership and fleet calls refuse bad arguments naming the field', asy
   await bad(c.fleet('f', { shards: 2, ttl: TTL, period: 5 }), /^invalid period/)
   await bad(c.fleet('f', { shards: 2, ttl: TTL, period: 3 * SEC }), /^invalid period/)
   await bad(c.fleet('f', { shards: 2, period: -1 }), /^invalid options\.period: -1 ms is negative/)
-  await bad(c.fleet('f', { shards: 2, maxHandoffsPerPeriod: 0 }), /^invalid max_handoffs_per_period/)
-  await bad(c.fleet('f', { shards: 2, maxHandoffsPerPeriod: -3 }), /^invalid max_handoffs_per_period: -3/)
-  await bad(c.fleet('f', { shards: 2, handoffTimeout: 0 }), /^invalid handoff_timeout/)
+  await bad(c.fleet('f', { shards: 2, maxHandoffsPerPeriod: 0 }), /^invalid maxHandoffsPerPeriod/)
+  await bad(c.fleet('f', { shards: 2, maxHandoffsPerPeriod: -3 }), /^invalid maxHandoffsPerPeriod: -3/)
+  await bad(c.fleet('f', { shards: 2, handoffTimeout: 0 }), /^invalid handoffTimeout/)
   await bad(c.fleet('f', { shards: 2, handoffTimeout: Infinity }), /^invalid options\.handoffTimeout/)
   await bad(c.fleet('f', { shards: 2, metadata: 'x' }), /^invalid options\.metadata: expected an object/, TypeError)
   // Nothing was offered, joined or held by the refused calls.

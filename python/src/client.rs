@@ -132,17 +132,17 @@ impl Client {
     #[allow(clippy::too_many_arguments)]
     fn connect(
         py: Python<'_>,
-        url: &str,
+        #[pyo3(from_py_with = convert::url)] url: String,
         #[pyo3(from_py_with = convert::namespace)] namespace: Option<String>,
-        owner: Option<String>,
+        #[pyo3(from_py_with = convert::owner)] owner: Option<String>,
         ttl: Option<f64>,
-        schema: Option<String>,
-        pool_size: Option<i64>,
+        #[pyo3(from_py_with = convert::opt_schema)] schema: Option<String>,
+        #[pyo3(from_py_with = convert::pool_size)] pool_size: Option<i64>,
         connect_timeout: Option<f64>,
         statement_timeout: Option<f64>,
         migrate: bool,
-        application_name: Option<String>,
-        listen_url: Option<String>,
+        #[pyo3(from_py_with = convert::application_name)] application_name: Option<String>,
+        #[pyo3(from_py_with = convert::listen_url)] listen_url: Option<String>,
         prepare_statements: bool,
         close_on_sigterm: bool,
     ) -> PyResult<Client> {
@@ -163,7 +163,7 @@ impl Client {
         if close_on_sigterm {
             install_sigterm_handler(py)?;
         }
-        let inner = block_on(py, accord::Client::connect(url, options))?.py()?;
+        let inner = block_on(py, accord::Client::connect(&url, options))?.py()?;
         Ok(Client { inner })
     }
 
@@ -211,8 +211,8 @@ impl Client {
 
     /// The election `name`: `campaign` to lead it, `leader` to read it, `observe` to follow it.
     /// Raises `InvalidArgument` for a bad name.
-    fn election(&self, name: &str) -> PyResult<Election> {
-        Ok(Election::new(self.inner.election(name).py()?))
+    fn election(&self, #[pyo3(from_py_with = convert::name)] name: String) -> PyResult<Election> {
+        Ok(Election::new(self.inner.election(&name).py()?))
     }
 
     /// Waits until `key` is granted and returns its lease. Raises `Done` if the key is done,
@@ -265,13 +265,13 @@ impl Client {
     fn offer(
         &self,
         py: Python<'_>,
-        prefix: &str,
+        #[pyo3(from_py_with = convert::prefix)] prefix: String,
         keys: &Bound<'_, PyAny>,
         metadata: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<u64> {
         let keys = pool::keys(keys)?;
         let metadata = convert::metadata("metadata", metadata)?;
-        block_on(py, self.inner.offer(prefix, keys, metadata))?.py()
+        block_on(py, self.inner.offer(&prefix, keys, metadata))?.py()
     }
 
     /// Claims up to `limit` (1 ..= `MAX_CLAIM_LIMIT`) free keys of the work pool `prefix`,
@@ -283,28 +283,37 @@ impl Client {
     fn claim(
         &self,
         py: Python<'_>,
-        prefix: &str,
-        limit: i64,
+        #[pyo3(from_py_with = convert::prefix)] prefix: String,
+        #[pyo3(from_py_with = convert::limit)] limit: i64,
         ttl: Option<f64>,
         metadata: Option<&Bound<'_, PyAny>>,
         timeout: Option<f64>,
     ) -> PyResult<Vec<Lease>> {
         let cancel = CancellationToken::new();
         let options = pool::claim_options(limit, ttl, timeout, metadata)?.cancel(cancel.clone());
-        let leases = pool::block_on_grants(py, &cancel, self.inner.claim(prefix, options))?;
+        let leases = pool::block_on_grants(py, &cancel, self.inner.claim(&prefix, options))?;
         Ok(leases.into_iter().map(Lease::new).collect())
     }
 
     /// How many keys of the work pool `prefix` are free, held and done.
-    fn counts(&self, py: Python<'_>, prefix: &str) -> PyResult<PoolCounts> {
-        Ok(block_on(py, self.inner.counts(prefix))?.py()?.into())
+    fn counts(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = convert::prefix)] prefix: String,
+    ) -> PyResult<PoolCounts> {
+        Ok(block_on(py, self.inner.counts(&prefix))?.py()?.into())
     }
 
     /// Opens the semaphore `name` with `limit` permits (1 ..= `MAX_PERMITS`), offering the
     /// permits it needs. Open every handle of a name with the same limit.
-    fn semaphore(&self, py: Python<'_>, name: &str, limit: i64) -> PyResult<Semaphore> {
+    fn semaphore(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = convert::name)] name: String,
+        #[pyo3(from_py_with = convert::limit)] limit: i64,
+    ) -> PyResult<Semaphore> {
         let limit = accord::limits::permits(limit).py()?;
-        let semaphore = block_on(py, self.inner.semaphore(name, limit))?.py()?;
+        let semaphore = block_on(py, self.inner.semaphore(&name, limit))?.py()?;
         Ok(Semaphore::new(semaphore))
     }
 
@@ -316,26 +325,34 @@ impl Client {
     fn join(
         &self,
         py: Python<'_>,
-        group: &str,
+        #[pyo3(from_py_with = convert::group)] group: String,
         metadata: Option<&Bound<'_, PyAny>>,
         ttl: Option<f64>,
     ) -> PyResult<Member> {
         let options = membership::join_options(metadata, ttl)?;
-        let member = block_on(py, self.inner.join(group, options))?.py()?;
+        let member = block_on(py, self.inner.join(&group, options))?.py()?;
         Ok(Member::new(member))
     }
 
     /// The live members of `group`, oldest first, in one read.
-    fn members(&self, py: Python<'_>, group: &str) -> PyResult<Vec<MemberInfo>> {
+    fn members(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = convert::group)] group: String,
+    ) -> PyResult<Vec<MemberInfo>> {
         Ok(membership::infos(
-            block_on(py, self.inner.members(group))?.py()?,
+            block_on(py, self.inner.members(&group))?.py()?,
         ))
     }
 
     /// Watches `group`: iterate it for `Members` (the members now), then `Joined` and `Left`
     /// in order.
-    fn watch(&self, py: Python<'_>, group: &str) -> PyResult<MemberWatch> {
-        let watch = block_on(py, self.inner.watch(group))?.py()?;
+    fn watch(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = convert::group)] group: String,
+    ) -> PyResult<MemberWatch> {
+        let watch = block_on(py, self.inner.watch(&group))?.py()?;
         Ok(MemberWatch::new(watch))
     }
 
@@ -351,12 +368,14 @@ impl Client {
     fn fleet(
         &self,
         py: Python<'_>,
-        name: &str,
-        shards: Option<i64>,
+        #[pyo3(from_py_with = convert::name)] name: String,
+        #[pyo3(from_py_with = convert::shards)] shards: Option<i64>,
         keys: Option<&Bound<'_, PyAny>>,
         ttl: Option<f64>,
         period: Option<f64>,
-        max_handoffs_per_period: Option<i64>,
+        #[pyo3(from_py_with = convert::max_handoffs_per_period)] max_handoffs_per_period: Option<
+            i64,
+        >,
         handoff_timeout: Option<f64>,
         metadata: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Fleet> {
@@ -369,7 +388,7 @@ impl Client {
             handoff_timeout,
             metadata,
         )?;
-        let fleet = block_on(py, self.inner.fleet(name, options))?.py()?;
+        let fleet = block_on(py, self.inner.fleet(&name, options))?.py()?;
         Ok(Fleet::new(fleet))
     }
 
@@ -390,21 +409,26 @@ impl Client {
     fn list(
         &self,
         py: Python<'_>,
-        prefix: Option<String>,
-        state: Option<&str>,
+        #[pyo3(from_py_with = convert::opt_prefix)] prefix: Option<String>,
+        #[pyo3(from_py_with = convert::state)] state: Option<String>,
         metadata: Option<&Bound<'_, PyAny>>,
-        limit: i64,
-        cursor: Option<String>,
+        #[pyo3(from_py_with = convert::limit)] limit: i64,
+        #[pyo3(from_py_with = convert::cursor)] cursor: Option<String>,
     ) -> PyResult<ListPage> {
-        let query = types::list_query(prefix, state, metadata, limit, cursor)?;
+        let query = types::list_query(prefix, state.as_deref(), metadata, limit, cursor)?;
         let page = block_on(py, self.inner.list(query))?.py()?;
         Ok(page.into())
     }
 
     /// Sends `payload` on `channel` to every listener (PostgreSQL NOTIFY).
-    #[pyo3(signature = (channel, payload=""))]
-    fn notify(&self, py: Python<'_>, channel: &str, payload: &str) -> PyResult<()> {
-        block_on(py, self.inner.notify(channel, payload))?.py()
+    #[pyo3(signature = (channel, payload=String::new()), text_signature = "($self, channel, payload='')")]
+    fn notify(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = convert::channel)] channel: String,
+        #[pyo3(from_py_with = convert::payload)] payload: String,
+    ) -> PyResult<()> {
+        block_on(py, self.inner.notify(&channel, &payload))?.py()
     }
 
     /// Starts receiving notifications on `channels`; returns once every notification sent
@@ -419,8 +443,13 @@ impl Client {
     /// Appends `payload` (any str, NUL included, up to 64 KiB as UTF-8) to `stream` and
     /// returns its seq: 1 for the stream's first event, one more for each after it, in commit
     /// order. On a `Connection` error the event may or may not have been stored.
-    fn publish(&self, py: Python<'_>, stream: &str, payload: &str) -> PyResult<i64> {
-        block_on(py, self.inner.publish(stream, payload))?.py()
+    fn publish(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = convert::stream)] stream: String,
+        #[pyo3(from_py_with = convert::payload)] payload: String,
+    ) -> PyResult<i64> {
+        block_on(py, self.inner.publish(&stream, &payload))?.py()
     }
 
     /// Appends `payloads` (any iterable of str, at most 10,000) to `stream` in this order and
@@ -428,11 +457,11 @@ impl Client {
     fn publish_many(
         &self,
         py: Python<'_>,
-        stream: &str,
+        #[pyo3(from_py_with = convert::stream)] stream: String,
         payloads: &Bound<'_, PyAny>,
     ) -> PyResult<Vec<i64>> {
         let payloads = convert::strings("payloads", "payload", payloads)?;
-        block_on(py, self.inner.publish_many(stream, payloads))?.py()
+        block_on(py, self.inner.publish_many(&stream, payloads))?.py()
     }
 
     /// Reads `stream`: the stored events from `after` ("latest": only events published from
@@ -447,19 +476,23 @@ impl Client {
     fn subscribe(
         &self,
         py: Python<'_>,
-        stream: &str,
+        #[pyo3(from_py_with = convert::stream)] stream: String,
         after: After,
-        consumer: Option<String>,
-        page_size: i64,
+        #[pyo3(from_py_with = convert::consumer)] consumer: Option<String>,
+        #[pyo3(from_py_with = convert::page_size)] page_size: i64,
     ) -> PyResult<StreamSubscription> {
         let options = stream::subscribe_options(after, consumer, page_size)?;
-        let subscription = block_on(py, self.inner.subscribe(stream, options))?.py()?;
+        let subscription = block_on(py, self.inner.subscribe(&stream, options))?.py()?;
         Ok(StreamSubscription::new(subscription))
     }
 
     /// The stream's first and last stored seq and its retention rule.
-    fn stream_info(&self, py: Python<'_>, stream: &str) -> PyResult<StreamInfo> {
-        Ok(block_on(py, self.inner.stream_info(stream))?.py()?.into())
+    fn stream_info(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = convert::stream)] stream: String,
+    ) -> PyResult<StreamInfo> {
+        Ok(block_on(py, self.inner.stream_info(&stream))?.py()?.into())
     }
 
     /// Sets how long `stream` keeps its events, replacing its rule: at most `max_len` of the
@@ -469,12 +502,12 @@ impl Client {
     fn set_stream_retention(
         &self,
         py: Python<'_>,
-        stream: &str,
-        max_len: Option<i64>,
+        #[pyo3(from_py_with = convert::stream)] stream: String,
+        #[pyo3(from_py_with = convert::max_len)] max_len: Option<i64>,
         max_age: Option<f64>,
     ) -> PyResult<u64> {
         let retention = stream::retention(max_len, max_age)?;
-        block_on(py, self.inner.set_stream_retention(stream, retention))?.py()
+        block_on(py, self.inner.set_stream_retention(&stream, retention))?.py()
     }
 
     /// The channels the listening connection has LISTENed, as the server reports them (for
@@ -533,17 +566,17 @@ impl AsyncClient {
     #[allow(clippy::too_many_arguments)]
     fn connect<'py>(
         py: Python<'py>,
-        url: String,
+        #[pyo3(from_py_with = convert::url)] url: String,
         #[pyo3(from_py_with = convert::namespace)] namespace: Option<String>,
-        owner: Option<String>,
+        #[pyo3(from_py_with = convert::owner)] owner: Option<String>,
         ttl: Option<f64>,
-        schema: Option<String>,
-        pool_size: Option<i64>,
+        #[pyo3(from_py_with = convert::opt_schema)] schema: Option<String>,
+        #[pyo3(from_py_with = convert::pool_size)] pool_size: Option<i64>,
         connect_timeout: Option<f64>,
         statement_timeout: Option<f64>,
         migrate: bool,
-        application_name: Option<String>,
-        listen_url: Option<String>,
+        #[pyo3(from_py_with = convert::application_name)] application_name: Option<String>,
+        #[pyo3(from_py_with = convert::listen_url)] listen_url: Option<String>,
         prepare_statements: bool,
         close_on_sigterm: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
@@ -618,8 +651,11 @@ impl AsyncClient {
 
     /// The election `name` (returned at once: opening one does no I/O); see
     /// `Client.election`. Raises `InvalidArgument` for a bad name.
-    fn election(&self, name: &str) -> PyResult<AsyncElection> {
-        Ok(AsyncElection::new(self.inner.election(name).py()?))
+    fn election(
+        &self,
+        #[pyo3(from_py_with = convert::name)] name: String,
+    ) -> PyResult<AsyncElection> {
+        Ok(AsyncElection::new(self.inner.election(&name).py()?))
     }
 
     /// Waits until `key` is granted and returns its lease: await it, or use it with
@@ -681,7 +717,7 @@ impl AsyncClient {
     fn offer<'py>(
         &self,
         py: Python<'py>,
-        prefix: String,
+        #[pyo3(from_py_with = convert::prefix)] prefix: String,
         keys: &Bound<'py, PyAny>,
         metadata: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
@@ -700,8 +736,8 @@ impl AsyncClient {
     fn claim<'py>(
         &self,
         py: Python<'py>,
-        prefix: String,
-        limit: i64,
+        #[pyo3(from_py_with = convert::prefix)] prefix: String,
+        #[pyo3(from_py_with = convert::limit)] limit: i64,
         ttl: Option<f64>,
         metadata: Option<&Bound<'py, PyAny>>,
         timeout: Option<f64>,
@@ -725,7 +761,11 @@ impl AsyncClient {
     }
 
     /// How many keys of the work pool `prefix` are free, held and done.
-    fn counts<'py>(&self, py: Python<'py>, prefix: String) -> PyResult<Bound<'py, PyAny>> {
+    fn counts<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = convert::prefix)] prefix: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let client = self.inner.clone();
         runtime::future_into_py(py, async move {
             Ok(PoolCounts::from(client.counts(&prefix).await.py()?))
@@ -736,8 +776,8 @@ impl AsyncClient {
     fn semaphore<'py>(
         &self,
         py: Python<'py>,
-        name: String,
-        limit: i64,
+        #[pyo3(from_py_with = convert::name)] name: String,
+        #[pyo3(from_py_with = convert::limit)] limit: i64,
     ) -> PyResult<Bound<'py, PyAny>> {
         let limit = accord::limits::permits(limit).py()?;
         let client = self.inner.clone();
@@ -754,7 +794,7 @@ impl AsyncClient {
     fn join<'py>(
         &self,
         py: Python<'py>,
-        group: String,
+        #[pyo3(from_py_with = convert::group)] group: String,
         metadata: Option<&Bound<'py, PyAny>>,
         ttl: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
@@ -771,7 +811,11 @@ impl AsyncClient {
     }
 
     /// The live members of `group`, oldest first, in one read.
-    fn members<'py>(&self, py: Python<'py>, group: String) -> PyResult<Bound<'py, PyAny>> {
+    fn members<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = convert::group)] group: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let client = self.inner.clone();
         runtime::future_into_py(py, async move {
             Ok(membership::infos(client.members(&group).await.py()?))
@@ -780,7 +824,11 @@ impl AsyncClient {
 
     /// Watches `group`; see `Client.watch`. Await it, or use it with `async with` to close the
     /// watch at the end of the block.
-    fn watch<'py>(&self, py: Python<'py>, group: String) -> PyResult<Bound<'py, PyAny>> {
+    fn watch<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = convert::group)] group: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let client = self.inner.clone();
         opening(py, move |py| {
             let (client, group) = (client.clone(), group.clone());
@@ -800,12 +848,14 @@ impl AsyncClient {
     fn fleet<'py>(
         &self,
         py: Python<'py>,
-        name: String,
-        shards: Option<i64>,
+        #[pyo3(from_py_with = convert::name)] name: String,
+        #[pyo3(from_py_with = convert::shards)] shards: Option<i64>,
         keys: Option<&Bound<'py, PyAny>>,
         ttl: Option<f64>,
         period: Option<f64>,
-        max_handoffs_per_period: Option<i64>,
+        #[pyo3(from_py_with = convert::max_handoffs_per_period)] max_handoffs_per_period: Option<
+            i64,
+        >,
         handoff_timeout: Option<f64>,
         metadata: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
@@ -845,13 +895,13 @@ impl AsyncClient {
     fn list<'py>(
         &self,
         py: Python<'py>,
-        prefix: Option<String>,
-        state: Option<&str>,
+        #[pyo3(from_py_with = convert::opt_prefix)] prefix: Option<String>,
+        #[pyo3(from_py_with = convert::state)] state: Option<String>,
         metadata: Option<&Bound<'py, PyAny>>,
-        limit: i64,
-        cursor: Option<String>,
+        #[pyo3(from_py_with = convert::limit)] limit: i64,
+        #[pyo3(from_py_with = convert::cursor)] cursor: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let query = types::list_query(prefix, state, metadata, limit, cursor)?;
+        let query = types::list_query(prefix, state.as_deref(), metadata, limit, cursor)?;
         let client = self.inner.clone();
         runtime::future_into_py(py, async move {
             Ok(ListPage::from(client.list(query).await.py()?))
@@ -859,14 +909,13 @@ impl AsyncClient {
     }
 
     /// Sends `payload` on `channel` to every listener (PostgreSQL NOTIFY).
-    #[pyo3(signature = (channel, payload=""))]
+    #[pyo3(signature = (channel, payload=String::new()), text_signature = "($self, channel, payload='')")]
     fn notify<'py>(
         &self,
         py: Python<'py>,
-        channel: String,
-        payload: &str,
+        #[pyo3(from_py_with = convert::channel)] channel: String,
+        #[pyo3(from_py_with = convert::payload)] payload: String,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let payload = payload.to_owned();
         let client = self.inner.clone();
         runtime::future_into_py(
             py,
@@ -899,10 +948,9 @@ impl AsyncClient {
     fn publish<'py>(
         &self,
         py: Python<'py>,
-        stream: String,
-        payload: &str,
+        #[pyo3(from_py_with = convert::stream)] stream: String,
+        #[pyo3(from_py_with = convert::payload)] payload: String,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let payload = payload.to_owned();
         let client = self.inner.clone();
         runtime::future_into_py(
             py,
@@ -915,7 +963,7 @@ impl AsyncClient {
     fn publish_many<'py>(
         &self,
         py: Python<'py>,
-        stream: String,
+        #[pyo3(from_py_with = convert::stream)] stream: String,
         payloads: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let payloads = convert::strings("payloads", "payload", payloads)?;
@@ -933,10 +981,10 @@ impl AsyncClient {
     fn subscribe<'py>(
         &self,
         py: Python<'py>,
-        stream: String,
+        #[pyo3(from_py_with = convert::stream)] stream: String,
         after: After,
-        consumer: Option<String>,
-        page_size: i64,
+        #[pyo3(from_py_with = convert::consumer)] consumer: Option<String>,
+        #[pyo3(from_py_with = convert::page_size)] page_size: i64,
     ) -> PyResult<Bound<'py, PyAny>> {
         let options = stream::subscribe_options(after, consumer, page_size)?;
         let client = self.inner.clone();
@@ -951,7 +999,11 @@ impl AsyncClient {
     }
 
     /// The stream's first and last stored seq and its retention rule.
-    fn stream_info<'py>(&self, py: Python<'py>, stream: String) -> PyResult<Bound<'py, PyAny>> {
+    fn stream_info<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = convert::stream)] stream: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let client = self.inner.clone();
         runtime::future_into_py(py, async move {
             Ok(StreamInfo::from(client.stream_info(&stream).await.py()?))
@@ -964,8 +1016,8 @@ impl AsyncClient {
     fn set_stream_retention<'py>(
         &self,
         py: Python<'py>,
-        stream: String,
-        max_len: Option<i64>,
+        #[pyo3(from_py_with = convert::stream)] stream: String,
+        #[pyo3(from_py_with = convert::max_len)] max_len: Option<i64>,
         max_age: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let retention = stream::retention(max_len, max_age)?;

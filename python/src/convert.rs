@@ -23,20 +23,12 @@ pub fn ttl(field: &str, seconds: Option<f64>) -> PyResult<Option<Duration>> {
 }
 
 /// Another duration in seconds (a fleet's period or hand-off timeout, a stream's max_age):
-/// finite and not negative; ranges are the core's.
+/// a duration by the core's rule (`accord::limits::duration_number`); ranges are the core's.
 pub fn duration(field: &str, seconds: Option<f64>) -> PyResult<Option<Duration>> {
-    let Some(seconds) = seconds else {
-        return Ok(None);
-    };
-    if !seconds.is_finite() || seconds < 0.0 {
-        return Err(invalid(
-            field,
-            format!("{seconds} is not a finite number of seconds >= 0"),
-        ));
-    }
-    Duration::try_from_secs_f64(seconds)
-        .map(Some)
-        .map_err(|_| invalid(field, format!("{seconds:e} s is too large")))
+    seconds
+        .map(|s| accord::limits::duration_number(field, s, accord::limits::TimeUnit::Seconds))
+        .transpose()
+        .py()
 }
 
 /// A timeout in seconds: `None` or infinity wait without a limit.
@@ -67,7 +59,7 @@ pub fn text(field: &str, s: &Bound<'_, PyString>) -> PyResult<String> {
 }
 
 /// A str argument named `field` (see [`text`]); anything else is a TypeError, as pyo3's own.
-fn text_arg(field: &str, v: &Bound<'_, PyAny>) -> PyResult<String> {
+pub fn text_arg(field: &str, v: &Bound<'_, PyAny>) -> PyResult<String> {
     let Ok(s) = v.cast::<PyString>() else {
         return Err(PyTypeError::new_err(format!(
             "{field} must be str, not {}",
@@ -77,18 +69,47 @@ fn text_arg(field: &str, v: &Bound<'_, PyAny>) -> PyResult<String> {
     text(field, s)
 }
 
-/// `#[pyo3(from_py_with = convert::key)]`: the `key` argument.
-pub fn key(v: &Bound<'_, PyAny>) -> PyResult<String> {
-    text_arg("key", v)
+/// An int argument named `field` as 64 bits: pyo3's conversion would raise OverflowError
+/// naming no argument for one beyond them (`2**63`), so it is refused in the core's words
+/// (`accord::limits::beyond_64_bits`); another type is pyo3's TypeError. Ranges are the core's.
+pub fn integer(field: &str, v: &Bound<'_, PyAny>) -> PyResult<i64> {
+    match v.extract::<i64>() {
+        Ok(n) => Ok(n),
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(v.py()) => Err(
+            errors::to_py(accord::limits::beyond_64_bits(field, &v.str()?.to_cow()?)),
+        ),
+        Err(e) => Err(e),
+    }
 }
 
-/// `#[pyo3(from_py_with = convert::namespace)]`: the `namespace` option (None: the default).
-pub fn namespace(v: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
-    if v.is_none() {
-        return Ok(None);
-    }
-    text_arg("namespace", v).map(Some)
+/// `#[pyo3(from_py_with = convert::NAME)]` for every str and int argument, named as its field
+/// (`convert::stream` reads the `stream` argument): each is read by [`text_arg`] or
+/// [`integer`], so that none reaches pyo3's own conversion, whose errors name no argument.
+/// `opt_…`: None (the default) or a value.
+macro_rules! arguments {
+    (@field $name:ident $field:literal) => { $field };
+    (@field $name:ident) => { stringify!($name) };
+    (optional $read:ident -> $ty:ty: $($name:ident $(= $field:literal)?),* $(,)?) => {$(
+        pub fn $name(v: &Bound<'_, PyAny>) -> PyResult<Option<$ty>> {
+            if v.is_none() {
+                return Ok(None);
+            }
+            $read(arguments!(@field $name $($field)?), v).map(Some)
+        }
+    )*};
+    ($read:ident -> $ty:ty: $($name:ident $(= $field:literal)?),* $(,)?) => {$(
+        pub fn $name(v: &Bound<'_, PyAny>) -> PyResult<$ty> {
+            $read(arguments!(@field $name $($field)?), v)
+        }
+    )*};
 }
+
+arguments!(text_arg -> String: key, url, name, prefix, group, channel, stream, value, schema, payload);
+arguments!(optional text_arg -> String:
+    namespace, owner, application_name, listen_url, consumer, cursor, state,
+    opt_prefix = "prefix", opt_schema = "schema");
+arguments!(integer -> i64: limit, page_size, seq);
+arguments!(optional integer -> i64: pool_size, shards, max_handoffs_per_period, max_len);
 
 /// An iterable of str (but not a str itself, which would be taken character by character):
 /// the keys of an `offer`, the payloads of a `publish_many`. `field` and `one` (what one item

@@ -278,7 +278,7 @@ leadership_class! {
 
     /// Changes the value observers see, without a new election (the fence stays). Raises
     /// `LeaseLost` once the leadership was lost or resigned.
-    fn proclaim(&self, py: Python<'_>, value: &str) -> PyResult<()> {
+    fn proclaim(&self, py: Python<'_>, #[pyo3(from_py_with = convert::value)] value: String) -> PyResult<()> {
         block_on(py, self.leading.proclaiming(value.to_string()))?.py()
     }
 
@@ -347,7 +347,7 @@ leadership_class! {
 
     /// Changes the value observers see, without a new election (the fence stays). Raises
     /// `LeaseLost` once the leadership was lost or resigned.
-    fn proclaim<'py>(&self, py: Python<'py>, value: String) -> PyResult<Bound<'py, PyAny>> {
+    fn proclaim<'py>(&self, py: Python<'py>, #[pyo3(from_py_with = convert::value)] value: String) -> PyResult<Bound<'py, PyAny>> {
         let proclaiming = self.leading.proclaiming(value);
         runtime::future_into_py(py, async move { proclaiming.await.py() })
     }
@@ -409,13 +409,13 @@ impl Election {
     fn campaign(
         &self,
         py: Python<'_>,
-        value: &str,
+        #[pyo3(from_py_with = convert::value)] value: String,
         ttl: Option<f64>,
         timeout: Option<f64>,
     ) -> PyResult<Leadership> {
         let cancel = CancellationToken::new();
         let options = campaign_options(ttl, timeout)?.cancel(cancel.clone());
-        let leadership = block_on_grants(py, &cancel, self.inner.campaign(value, options))?;
+        let leadership = block_on_grants(py, &cancel, self.inner.campaign(&value, options))?;
         Ok(Leadership::new(leadership))
     }
 
@@ -467,7 +467,7 @@ impl AsyncElection {
     fn campaign<'py>(
         &self,
         py: Python<'py>,
-        value: String,
+        #[pyo3(from_py_with = convert::value)] value: String,
         ttl: Option<f64>,
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {

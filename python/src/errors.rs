@@ -21,9 +21,16 @@ pyo3::import_exception!(accord._errors, Unsupported);
 pyo3::import_exception!(accord._errors, Internal);
 pyo3::import_exception!(accord._errors, Trimmed);
 
+/// How Python's errors write durations (seconds, as every duration argument is given) and
+/// fields (snake_case, as the keyword arguments are named): the core renders each message so.
+const STYLE: accord::Style = accord::Style {
+    durations: accord::Durations::Seconds,
+    fields: accord::Fields::Snake,
+};
+
 /// The exception for a core error. Built lazily: no GIL is needed here.
 pub fn to_py(e: accord::Error) -> PyErr {
-    let message = e.message().to_string();
+    let message = e.message_in(&STYLE);
     match e.kind() {
         ErrorKind::InvalidArgument => InvalidArgument::new_err(message),
         ErrorKind::Held => Held::new_err(message),

@@ -24,9 +24,9 @@ use pyo3::prelude::*;
 /// The SQL that creates or upgrades accord's schema, for DBAs who apply it by hand (connect
 /// with `migrate=False` afterwards).
 #[pyfunction]
-#[pyo3(signature = (schema="accord"))]
-fn migration_sql(schema: &str) -> PyResult<String> {
-    errors::IntoPyResult::py(accord::migration_sql(schema))
+#[pyo3(signature = (schema=String::from("accord")), text_signature = "(schema='accord')")]
+fn migration_sql(#[pyo3(from_py_with = convert::schema)] schema: String) -> PyResult<String> {
+    errors::IntoPyResult::py(accord::migration_sql(&schema))
 }
 
 #[pymodule]

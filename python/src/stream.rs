@@ -35,12 +35,14 @@ impl<'a, 'py> FromPyObject<'a, 'py> for After {
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         if let Ok(s) = obj.cast::<PyString>() {
-            return Ok(After(StreamStart::parse("after", &s.to_cow()?).py()?));
+            return Ok(After(
+                StreamStart::parse("after", &convert::text("after", &s)?).py()?,
+            ));
         }
         // A bool is an int to Python, but True is no seq.
         if obj.is_instance_of::<PyInt>() && !obj.is_instance_of::<PyBool>() {
             return Ok(After(
-                StreamStart::after("after", obj.extract::<i64>()?).py()?,
+                StreamStart::after("after", convert::integer("after", &obj)?).py()?,
             ));
         }
         Err(PyTypeError::new_err(format!(
@@ -110,7 +112,12 @@ impl From<accord::StreamEvent> for StreamEvent {
 #[pymethods]
 impl StreamEvent {
     #[new]
-    fn new(stream: String, seq: i64, payload: String, published_at: DateTime<Utc>) -> Self {
+    fn new(
+        #[pyo3(from_py_with = convert::stream)] stream: String,
+        #[pyo3(from_py_with = convert::seq)] seq: i64,
+        payload: String,
+        published_at: DateTime<Utc>,
+    ) -> Self {
         StreamEvent {
             stream,
             seq,
@@ -278,7 +285,7 @@ impl StreamSubscription {
     /// Stores the named consumer's position: a later subscription of the consumer (in any
     /// process and language) starts after `seq`. Positions only move forward. Raises
     /// `InvalidArgument` without a consumer, or for a seq this subscription has not delivered.
-    fn ack(&self, py: Python<'_>, seq: i64) -> PyResult<()> {
+    fn ack(&self, py: Python<'_>, #[pyo3(from_py_with = convert::seq)] seq: i64) -> PyResult<()> {
         block_on(py, self.inner.ack(seq))?.py()
     }
 
@@ -400,7 +407,11 @@ impl AsyncStreamSubscription {
     }
 
     /// Stores the named consumer's position; see `StreamSubscription.ack`.
-    fn ack<'py>(&self, py: Python<'py>, seq: i64) -> PyResult<Bound<'py, PyAny>> {
+    fn ack<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = convert::seq)] seq: i64,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let sub = self.inner.clone();
         runtime::future_into_py(py, async move { sub.ack(seq).await.py() })
     }

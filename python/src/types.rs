@@ -229,5 +229,7 @@ pub fn py_str_repr(s: &str) -> String {
 
 /// `*channels`: str arguments.
 pub fn channels(args: &Bound<'_, PyTuple>) -> PyResult<Vec<String>> {
-    args.iter().map(|c| c.extract::<String>()).collect()
+    args.iter()
+        .map(|c| convert::text_arg("channels", &c))
+        .collect()
 }

@@ -5,6 +5,8 @@ map the core's error kinds."""
 from __future__ import annotations
 
 import pickle
+import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -132,11 +134,11 @@ def test_bad_ttls(clients: Clients, ttl: Any, error: type[Exception]) -> None:
 @pytest.mark.parametrize(
     ("ttl", "message"),
     [
-        (1e300, "invalid ttl: 1e300 s is outside the allowed range 0.1..=86400 s"),
-        (86401, "invalid ttl: 86401 s is outside the allowed range 0.1..=86400 s"),
-        (0.05, "invalid ttl: 0.05 s is outside the allowed range 0.1..=86400 s"),
+        (1e300, "invalid ttl: 1e300 s is outside the allowed range 0.1 s..=86400 s"),
+        (86401, "invalid ttl: 86401 s is outside the allowed range 0.1 s..=86400 s"),
+        (0.05, "invalid ttl: 0.05 s is outside the allowed range 0.1 s..=86400 s"),
         (-5, "invalid ttl: -5 s is negative"),
-        (float("inf"), "invalid ttl: inf s is outside the allowed range 0.1..=86400 s"),
+        (float("inf"), "invalid ttl: inf s is outside the allowed range 0.1 s..=86400 s"),
     ],
 )
 def test_bad_ttls_are_reported_as_given(
@@ -333,3 +335,135 @@ def test_bad_list_state(clients: Clients) -> None:
     with pytest.raises(accord.InvalidArgument, match=r'invalid state: "busy" is not one of'):
         c.list(state="busy")  # type: ignore[arg-type]
     assert len(c.list(state="all")) == 0
+
+
+def test_errors_read_in_seconds_and_python_names(clients: Clients) -> None:
+    """Issue 32: durations in a message are in seconds, as Python gives them (the period was
+    "0ns"), and a wait's time without float noise (not "0.300804233s")."""
+    c = clients("o1")
+    with pytest.raises(accord.InvalidArgument) as e:
+        c.fleet("f", 2, ttl=5, period=0)
+    assert str(e.value) == "invalid period: 0 s is outside 0.01 s..=ttl (5 s)"
+    with pytest.raises(accord.InvalidArgument) as e:
+        c.fleet("f", 2, handoff_timeout=0)
+    assert str(e.value) == "invalid handoff_timeout: 0 s is outside (0 s, 86400 s]"
+    with pytest.raises(accord.InvalidArgument) as e:
+        c.set_stream_retention("s", max_age=0.05)
+    assert str(e.value) == "invalid max_age: 0.05 s is shorter than the least, 0.1 s"
+    with pytest.raises(accord.InvalidArgument) as e:
+        c.fleet("f", 2, period=float("nan"))
+    assert str(e.value) == "invalid period: NaN is not a duration"
+    held = c.try_acquire("k")
+    assert held is not None
+    with pytest.raises(accord.Timeout) as t:
+        clients("o2").acquire("k", timeout=0.2)
+    waited = re.fullmatch(r'timed out after ([\d.]+) s waiting to acquire "k"', str(t.value))
+    assert waited is not None, str(t.value)
+    assert len(waited[1].lstrip("0.").replace(".", "")) <= 4, str(t.value)
+    held.release()
+
+
+BEYOND = (2**63, -(2**63) - 1, 10**30)  # no int of these fits in 64 bits
+
+
+def _count_calls(c: accord.Client, url: str, n: int) -> dict[str, list[Callable[[], object]]]:
+    """A call for every int argument, by field, each given ``n``."""
+    return {
+        "limit": [
+            lambda: c.semaphore("s", n),
+            lambda: c.claim("p/", limit=n),
+            lambda: c.claim("p/", n),
+            lambda: c.list(limit=n),
+        ],
+        "after": [lambda: c.subscribe("s", after=n)],
+        "page_size": [lambda: c.subscribe("s", page_size=n)],
+        "shards": [lambda: c.fleet("f", n)],
+        "max_handoffs_per_period": [lambda: c.fleet("f", 2, max_handoffs_per_period=n)],
+        "max_len": [lambda: c.set_stream_retention("s", max_len=n)],
+        "pool_size": [lambda: accord.Client.connect(url, pool_size=n)],
+    }
+
+
+def test_ints_beyond_64_bits_are_invalid_arguments_naming_the_field(
+    clients: Clients, sc: Scenario
+) -> None:
+    """Not pyo3's OverflowError naming no argument: the core's InvalidArgument, every count
+    and seq argument."""
+    c = clients("o1")
+    for n in BEYOND:
+        for field, fields_calls in _count_calls(c, sc.url, n).items():
+            for call in fields_calls:
+                with pytest.raises(accord.InvalidArgument) as e:
+                    call()
+                assert str(e.value).startswith(
+                    f"invalid {field}: {n} is outside the 64-bit integer range"
+                ), str(e.value)
+    sub = c.subscribe("s", consumer="reader")
+    with pytest.raises(accord.InvalidArgument, match=r"^invalid seq: 9223372036854775808 is"):
+        sub.ack(2**63)
+    sub.close()
+    with pytest.raises(TypeError, match="limit"):
+        c.semaphore("s", "3")  # type: ignore[arg-type]
+    assert c.held_count == 0
+
+
+async def test_ints_beyond_64_bits_async(aclients: AsyncClients) -> None:
+    c = await aclients("o1")
+    with pytest.raises(accord.InvalidArgument, match=r"^invalid limit: 9223372036854775808 is"):
+        await c.semaphore("s", 2**63)
+    with pytest.raises(accord.InvalidArgument, match=r"^invalid limit: 9223372036854775808 is"):
+        await c.claim("p/", limit=2**63)
+    with pytest.raises(accord.InvalidArgument, match=r"^invalid after: 9223372036854775808 is"):
+        await c.subscribe("s", after=2**63)
+
+
+def test_lone_surrogates_in_every_text_argument(clients: Clients, sc: Scenario) -> None:
+    """Every str argument, not only keys and namespaces: UnicodeEncodeError named none."""
+    c = clients("o1")
+    election = c.election("e")
+    sub = c.subscribe("s", consumer="reader")
+    calls: dict[str, list[Callable[[], object]]] = {
+        "name": [
+            lambda: c.semaphore(LONE, 1),
+            lambda: c.election(LONE),
+            lambda: c.fleet(LONE, 2),
+        ],
+        "prefix": [
+            lambda: c.offer(LONE, []),
+            lambda: c.claim(LONE),
+            lambda: c.counts(LONE),
+            lambda: c.list(LONE),
+        ],
+        "group": [lambda: c.join(LONE), lambda: c.members(LONE), lambda: c.watch(LONE)],
+        "channel": [lambda: c.notify(LONE)],
+        "channels": [lambda: c.listen("ok", LONE)],
+        "payload": [lambda: c.notify("ch", LONE), lambda: c.publish("s", LONE)],
+        "payloads": [lambda: c.publish_many("s", ["x", LONE])],
+        "stream": [
+            lambda: c.publish(LONE, "x"),
+            lambda: c.publish_many(LONE, ["x"]),
+            lambda: c.subscribe(LONE),
+            lambda: c.stream_info(LONE),
+            lambda: c.set_stream_retention(LONE, max_len=1),
+        ],
+        "consumer": [lambda: c.subscribe("s", consumer=LONE)],
+        "after": [lambda: c.subscribe("s", after=LONE)],  # type: ignore[arg-type]
+        "cursor": [lambda: c.list(cursor=LONE)],
+        "state": [lambda: c.list(state=LONE)],  # type: ignore[arg-type]
+        "value": [lambda: election.campaign(LONE, timeout=0)],
+        "schema": [
+            lambda: accord.migration_sql(LONE),
+            lambda: accord.Client.connect(sc.url, schema=LONE),
+        ],
+        "owner": [lambda: accord.Client.connect(sc.url, owner=LONE)],
+        "application_name": [lambda: accord.Client.connect(sc.url, application_name=LONE)],
+        "listen_url": [lambda: accord.Client.connect(sc.url, listen_url=LONE)],
+        "url": [lambda: accord.Client.connect(LONE)],
+    }
+    for field, fields_calls in calls.items():
+        for call in fields_calls:
+            with pytest.raises(accord.InvalidArgument) as e:
+                call()
+            assert str(e.value).startswith(f"invalid {field}: holds an unpaired"), str(e.value)
+    sub.close()
+    assert c.held_count == 0

@@ -127,7 +127,42 @@ pub extern "C" fn accord_status_name(status: i32) -> *const c_char {
 /// accord_error_free().
 pub struct accord_error {
     code: accord_status,
+    /// The message in C's words.
     message: CString,
+    /// The core's error, for the message in another language's words
+    /// (accord_error_message_in).
+    error: Error,
+    /// Go's words, rendered at the first accord_error_message_in(…, ACCORD_WORDS_GO).
+    go_message: OnceLock<CString>,
+}
+
+/// The words an error's message is written in (accord_error_message_in).
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum accord_words {
+    /// C's: durations in milliseconds (as the `_ms` setters take them), fields as the
+    /// setters name them (`handoff_timeout`); what accord_error_message returns.
+    ACCORD_WORDS_C = 0,
+    /// Go's, for the Go package built on this library: durations as `time.Duration` prints
+    /// them (`1m30s`, `300ms`), fields as the Go options name them (`HandoffTimeout`, `TTL`).
+    ACCORD_WORDS_GO = 1,
+}
+
+/// How C's messages write durations and fields.
+const C_STYLE: accord_core::Style = accord_core::Style {
+    durations: accord_core::Durations::Millis,
+    fields: accord_core::Fields::Snake,
+};
+
+/// How the Go package's messages write durations and fields.
+const GO_STYLE: accord_core::Style = accord_core::Style {
+    durations: accord_core::Durations::Go,
+    fields: accord_core::Fields::Go,
+};
+
+fn c_message(text: String) -> CString {
+    CString::new(text.replace('\0', " ")).unwrap_or_else(|_| CString::from(c"error"))
 }
 
 /// The status code of an error (ACCORD_OK for NULL).
@@ -145,6 +180,26 @@ pub extern "C" fn accord_error_message(error: *const accord_error) -> *const c_c
         Some(e) => e.message.as_ptr(),
         None => c"".as_ptr(),
     }
+}
+
+/// The message of an error in the words of `words` (an accord_words value; C's for another
+/// value), NUL-terminated, owned by the error ("" for NULL). For language bindings built on
+/// this library, so that their messages read in their own units and names.
+#[no_mangle]
+pub extern "C" fn accord_error_message_in(error: *const accord_error, words: i32) -> *const c_char {
+    run_or(c"".as_ptr(), || {
+        // SAFETY: as above.
+        let Some(e) = (unsafe { error.as_ref() }) else {
+            return c"".as_ptr();
+        };
+        if words == accord_words::ACCORD_WORDS_GO as i32 {
+            e.go_message
+                .get_or_init(|| c_message(e.error.message_in(&GO_STYLE)))
+                .as_ptr()
+        } else {
+            e.message.as_ptr()
+        }
+    })
 }
 
 /// Frees an error. NULL is accepted.
@@ -185,9 +240,13 @@ pub(crate) fn run(
         Err(e) => {
             let code = status_of(e.kind());
             if !err.is_null() {
-                let message = CString::new(e.to_string().replace('\0', " "))
-                    .unwrap_or_else(|_| CString::from(c"error"));
-                let error = Box::new(accord_error { code, message });
+                let message = c_message(e.message_in(&C_STYLE));
+                let error = Box::new(accord_error {
+                    code,
+                    message,
+                    error: e,
+                    go_message: OnceLock::new(),
+                });
                 // SAFETY: as above.
                 unsafe { *err = Box::into_raw(error) };
             }
@@ -283,6 +342,33 @@ mod tests {
         // The core's own list, in status order: a kind added there needs its status here.
         let from_core: Vec<accord_status> = ErrorKind::ALL.iter().map(|&k| status_of(k)).collect();
         assert_eq!(from_core, ERROR_STATUSES.to_vec());
+    }
+
+    #[test]
+    fn messages_read_in_c_or_go_words() {
+        let message_in = |err: *const accord_error, words: i32| {
+            // SAFETY: a NUL-terminated string owned by `err`.
+            unsafe { std::ffi::CStr::from_ptr(accord_error_message_in(err, words)) }
+                .to_str()
+                .unwrap()
+                .to_string()
+        };
+        let mut err: *mut accord_error = ptr::null_mut();
+        run(&mut err, || {
+            accord_core::limits::ttl_millis("ttl", 25 * 3_600_000).map(drop)
+        });
+        let c = "invalid ttl: 90000000 ms is outside the allowed range 100 ms..=86400000 ms";
+        assert_eq!(message_in(err, accord_words::ACCORD_WORDS_C as i32), c);
+        // SAFETY: as above.
+        let plain = unsafe { std::ffi::CStr::from_ptr(accord_error_message(err)) };
+        assert_eq!(plain.to_str().unwrap(), c);
+        assert_eq!(
+            message_in(err, accord_words::ACCORD_WORDS_GO as i32),
+            "invalid TTL: 25h0m0s is outside the allowed range 100ms..=24h0m0s"
+        );
+        assert_eq!(message_in(err, 99), c, "an unknown value: C's words");
+        assert_eq!(message_in(ptr::null(), 1), "");
+        accord_error_free(err);
     }
 
     #[test]

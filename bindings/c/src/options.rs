@@ -113,11 +113,9 @@ impl From<KeyState> for accord_key_state {
 }
 
 /// A duration in milliseconds which has no "without limit": negative is refused, naming `field`
-/// and the value given.
+/// and the value given (the core's rule).
 pub(crate) fn duration_ms(field: &str, ms: i64) -> Result<Duration, accord_core::Error> {
-    u64::try_from(ms)
-        .map(Duration::from_millis)
-        .map_err(|_| crate::error::invalid(field, &format!("{ms} ms is negative")))
+    accord_core::limits::duration_millis(field, ms)
 }
 
 /// Applies `change` to the options behind `options`, checking `options` is not NULL.

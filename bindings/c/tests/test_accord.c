@@ -250,7 +250,7 @@ static void test_bad_input(void) {
   accord_client_options *o = accord_client_options_new();
   /* A ttl out of range is refused by its setter, in the value and unit given (never a clamped
      or converted one: -5 is not "0ns"). */
-  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "invalid ttl: 5 ms is outside the allowed range 100..=86400000 ms",
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "invalid ttl: 5 ms is outside the allowed range 100 ms..=86400000 ms",
                 accord_client_options_set_ttl_ms(o, 5, &err));
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "invalid ttl: -5 ms is negative", accord_client_options_set_ttl_ms(o, -5, &err));
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "invalid ttl: 9223372036854775807 ms is outside",
@@ -1434,7 +1434,9 @@ static void test_fleet_bad_input(void) {
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "name", accord_client_fleet(c, NULL, o, &f, &err));
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "out_fleet", accord_client_fleet(c, "f", o, NULL, &err));
   MUST(accord_fleet_options_set_period_ms(o, 5, &err));
-  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "period", accord_client_fleet(c, "f", o, &f, &err));
+  /* Durations read in C's unit, as the setters take them (issue 32: "5ms", "0ns"). */
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "invalid period: 5 ms is outside 10 ms..=ttl (",
+                accord_client_fleet(c, "f", o, &f, &err));
   MUST(accord_fleet_options_set_period_ms(o, 250, &err));
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "invalid period: -5 ms is negative", accord_fleet_options_set_period_ms(o, -5, &err));
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "invalid ttl: 50 ms is outside", accord_fleet_options_set_ttl_ms(o, 50, &err));
@@ -1447,7 +1449,8 @@ static void test_fleet_bad_input(void) {
   }
   MUST(accord_fleet_options_set_max_handoffs_per_period(o, 2, &err));
   MUST(accord_fleet_options_set_handoff_timeout_ms(o, 0, &err));
-  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "handoff_timeout", accord_client_fleet(c, "f", o, &f, &err));
+  EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "invalid handoff_timeout: 0 ms is outside (0 ms, 86400000 ms]",
+                accord_client_fleet(c, "f", o, &f, &err));
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "metadata_json", accord_fleet_options_set_metadata_json(o, "[", &err));
   EXPECT_NAMING(ACCORD_INVALID_ARGUMENT, "options", accord_fleet_options_set_shards(NULL, 4, &err));
   accord_fleet_options_free(o);

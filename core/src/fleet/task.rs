@@ -23,6 +23,7 @@ use crate::options::{AcquireOptions, ClaimOptions};
 use crate::session::{Grant, LeaseStatus, LostReason, Session};
 use crate::subscription::Subscription;
 use crate::validate::{self, MAX_CLAIM_LIMIT, MAX_TTL};
+use crate::wording::Why;
 
 /// A fleet's options, checked.
 pub(crate) struct Settings {
@@ -67,7 +68,15 @@ impl Settings {
         if period < MIN_PERIOD || period > ttl {
             return Err(Error::invalid(
                 "period",
-                format!("{period:?} is outside {MIN_PERIOD:?}..=ttl ({ttl:?})"),
+                Why::new()
+                    .duration(period)
+                    .text(" is outside ")
+                    .duration(MIN_PERIOD)
+                    .text("..=")
+                    .field("ttl")
+                    .text(" (")
+                    .duration(ttl)
+                    .text(")"),
             ));
         }
         let max_handoffs = options
@@ -78,7 +87,13 @@ impl Settings {
         if handoff_timeout.is_zero() || handoff_timeout > MAX_TTL {
             return Err(Error::invalid(
                 "handoff_timeout",
-                format!("{handoff_timeout:?} is outside (0s, 24h]"),
+                Why::new()
+                    .duration(handoff_timeout)
+                    .text(" is outside (")
+                    .duration(Duration::ZERO)
+                    .text(", ")
+                    .duration(MAX_TTL)
+                    .text("]"),
             ));
         }
         if let Some(metadata) = &options.metadata {

@@ -20,6 +20,7 @@ use crate::backend::{AcquireItem, AcquireOutcome, AcquireRequest, Granted};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::AcquireOptions;
 use crate::validate;
+use crate::wording::Why;
 
 /// A waiting acquire re-checks at least this often even without a wake-up: a safety net for a
 /// notification lost in a way the listening connection could not notice.
@@ -366,12 +367,12 @@ impl Session {
 }
 
 fn timeout_error(key: &str, started: Instant) -> Error {
-    Error::new(
+    Error::worded(
         ErrorKind::Timeout,
-        format!(
-            "timed out after {:?} waiting to acquire {key:?}",
-            started.elapsed()
-        ),
+        Why::new()
+            .text("timed out after ")
+            .duration(started.elapsed())
+            .text(format!(" waiting to acquire {key:?}")),
     )
 }
 

@@ -457,6 +457,49 @@ pub async fn fleet_bad_input_is_refused(h: &Harness) {
             .await,
         "handoff_timeout",
     );
+    // Durations and fields read in the caller's words: Rust's here, each binding's by the
+    // style it declares (issue 32: the period was "0ns", whatever the caller's unit).
+    let words = |r: accord::Result<Fleet>, style: Option<accord::Style>| {
+        let e = r.unwrap_err();
+        style.map_or_else(|| e.message().to_string(), |s| e.message_in(&s))
+    };
+    let period_zero = || {
+        c.fleet(
+            "f",
+            FleetOptions::shards(2)
+                .ttl(Duration::from_secs(5))
+                .period(Duration::ZERO),
+        )
+    };
+    assert_eq!(
+        words(period_zero().await, None),
+        "invalid period: 0s is outside 10ms..=ttl (5s)"
+    );
+    let python = accord::Style {
+        durations: accord::Durations::Seconds,
+        fields: accord::Fields::Snake,
+    };
+    assert_eq!(
+        words(period_zero().await, Some(python)),
+        "invalid period: 0 s is outside 0.01 s..=ttl (5 s)"
+    );
+    let node = accord::Style {
+        durations: accord::Durations::Millis,
+        fields: accord::Fields::Camel,
+    };
+    let handoff_zero = || c.fleet("f", FleetOptions::shards(2).handoff_timeout(Duration::ZERO));
+    assert_eq!(
+        words(handoff_zero().await, Some(node)),
+        "invalid handoffTimeout: 0 ms is outside (0 ms, 86400000 ms]"
+    );
+    let go = accord::Style {
+        durations: accord::Durations::Go,
+        fields: accord::Fields::Go,
+    };
+    assert_eq!(
+        words(handoff_zero().await, Some(go)),
+        "invalid HandoffTimeout: 0s is outside (0s, 24h0m0s]"
+    );
     let e = c.join("", JoinOptions::new()).await.unwrap_err();
     assert!(e.message().contains("group"), "{e}");
     let e = c.members("").await.unwrap_err();

@@ -465,6 +465,16 @@ pub async fn l8_waiting_is_woken(h: &Harness) {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
     assert!(started.elapsed() < 5 * SEC);
+    // The time waited reads without float noise: "200.4ms", never "200.412345ms".
+    let waited = err
+        .message()
+        .strip_prefix("timed out after ")
+        .and_then(|rest| rest.split_once(" waiting to acquire \"c\""))
+        .map(|(waited, _)| waited)
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(waited.ends_with('s'), "{err}");
+    let digits = waited.chars().filter(char::is_ascii_digit).count();
+    assert!(digits <= 4, "{err}: more than four significant digits");
     assert_eq!(o2.held_count(), 0);
     let c = o1.list(ListQuery::new().prefix("c")).await.unwrap();
     assert_eq!(c.items[0].owner.as_deref(), Some("o1"));

@@ -80,12 +80,14 @@ impl ConnectSpec {
             Ok(Ok(pair)) => pair,
             Ok(Err(e)) => return Err(self.connect_error(e)),
             Err(_) => {
-                return Err(Error::new(
+                return Err(Error::worded(
                     ErrorKind::Connection,
-                    format!(
-                        "could not connect to PostgreSQL at {} within {timeout:?}",
-                        self.display
-                    ),
+                    crate::Why::new()
+                        .text(format!(
+                            "could not connect to PostgreSQL at {} within ",
+                            self.display
+                        ))
+                        .duration(timeout),
                 ))
             }
         };
