@@ -219,6 +219,11 @@ typedef enum {
    * A member left (it left, its client closed, or its lease expired): `members[0]`.
    */
   ACCORD_MEMBER_EVENT_LEFT = 3,
+  /**
+   * A member replaced its metadata: `members[0]`, as it is now (updates between two reads
+   * of the watch come as one, with the latest metadata).
+   */
+  ACCORD_MEMBER_EVENT_UPDATED = 4,
 } accord_member_event_kind;
 
 /**
@@ -782,6 +787,11 @@ const char *accord_client_namespace(const accord_client *client);
  * release wakes the head of its key's line only). A diagnostic, for tests (0 for NULL).
  */
 uint64_t accord_client_waiter_wakeups(const accord_client *client);
+
+/**
+ * How many leases this client holds and keeps alive now (0 for NULL).
+ */
+uintptr_t accord_client_held_count(const accord_client *client);
 
 /**
  * How many of this client's waiting acquires (and campaigns) hold a place in a key's line now.
@@ -1420,7 +1430,7 @@ accord_status accord_member_wait_lost(const accord_member *member,
 
 /**
  * Replaces the member's metadata (a JSON object; NULL: `{}`), renewing its lease; watchers
- * see nothing (Joined and Left only), accord_client_members() shows it. After the member left:
+ * see ACCORD_MEMBER_EVENT_UPDATED, accord_client_members() shows it. After the member left:
  * ACCORD_LEASE_LOST. Blocks.
  */
 accord_status accord_member_update_metadata(const accord_member *member,
@@ -1457,7 +1467,7 @@ accord_status accord_client_members(const accord_client *client,
 void accord_member_info_array_free(accord_member_info *members, uintptr_t n);
 
 /**
- * Watches `group`: the members now, then every Joined and Left in order. Listens before it
+ * Watches `group`: the members now, then every Joined, Left and Updated in order. Listens before it
  * returns, so that no change from then on is missed. On success `*out_watch` is a watch to read
  * with accord_member_watch_next() and free with accord_member_watch_free(). Blocks.
  */
@@ -1468,7 +1478,7 @@ accord_status accord_client_watch(const accord_client *client,
 
 /**
  * Waits up to `timeout_ms` (negative: without limit; 0: only what is known) for the next
- * event: the members first (ACCORD_MEMBER_EVENT_MEMBERS), then Joined and Left. ACCORD_OK with `*out_event` set (free it
+ * event: the members first (ACCORD_MEMBER_EVENT_MEMBERS), then Joined, Left and Updated. ACCORD_OK with `*out_event` set (free it
  * with accord_member_event_free()); ACCORD_TIMEOUT if none came; ACCORD_CANCELLED when
  * `cancel` (may be NULL) fires; ACCORD_CLOSED once the watch or its client is closed. Meant for
  * one reader thread per watch.

@@ -74,8 +74,8 @@ export declare class Client {
   members(group: string): Promise<MemberInfo[]>
   /**
    * Watches `group`: iterate it with `for await` for the current members (`'members'`), then
-   * `'joined'` and `'left'` in order. Resolves once listening, so no change made after it
-   * resolves is missed.
+   * `'joined'`, `'left'` and `'updated'` in order. Resolves once listening, so no change
+   * made after it resolves is missed.
    */
   watch(group: string): Promise<MemberWatch>
   /**
@@ -96,6 +96,8 @@ export declare class Client {
    * and answers after `close()` too.
    */
   stats(): Stats
+  /** How many leases this client holds and keeps alive now. */
+  heldCount(): number
   /**
    * How many times this client's waiting acquires (and campaigns) were woken by another
    * client's release: a release wakes the head of its key's line only. For tests and
@@ -419,7 +421,8 @@ export declare class Member {
 
 /**
  * The members of a group, then every change: `for await (const event of watch)` yields a
- * `'members'` event first, then `'joined'` and `'left'`. Opened by `client.watch(group)`.
+ * `'members'` event first, then `'joined'`, `'left'` and `'updated'`. Opened by
+ * `client.watch(group)`.
  *
  * The watch reads the group when it is asked for its next event (woken by the group's
  * notifications, reconnections and members' expiries), so it keeps the Node process alive only
@@ -870,13 +873,15 @@ export interface ListQuery {
 
 /**
  * What a watch yields: `type: 'members'` first (the members when the watch started, oldest
- * first), then `'joined'` and `'left'` (a member left: it called `leave`, its client closed,
- * or its lease expired), in the order the watch found them.
+ * first), then `'joined'`, `'left'` (a member left: it called `leave`, its client closed, or
+ * its lease expired) and `'updated'` (a member replaced its metadata: the member as it is now;
+ * updates between two reads of the watch come as one), in the order the watch found them.
  */
 export type MemberEvent =
   | { type: 'members'; members: Array<MemberInfo> }
   | { type: 'joined'; member: MemberInfo }
   | { type: 'left'; member: MemberInfo }
+  | { type: 'updated'; member: MemberInfo }
 
 /** One member of a group, as `client.members()`, `fleet.members()` and watches report it. */
 export interface MemberInfo {

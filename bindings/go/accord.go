@@ -10,6 +10,10 @@
 // libaccord (the release tarball, or `make install PREFIX=…`), build with `-tags
 // accord_pkgconfig`, which takes the flags from pkg-config.
 //
+// Every call's options are a pointer to a struct (ClientOptions, AcquireOptions, ClaimOptions,
+// JoinOptions, FleetOptions, CampaignOptions, SubscribeOptions, ListQuery): nil means every
+// default, and so does each field's zero value.
+//
 //	client, err := accord.Connect(ctx, "postgres://localhost/app", &accord.ClientOptions{Namespace: "reports"})
 //	lease, err := client.Acquire(ctx, "daily", nil)
 //	defer lease.Release(ctx)
@@ -31,7 +35,7 @@
 // reads the leader, Observe follows the leaders.
 //
 //	election, err := client.Election("scheduler")
-//	leadership, err := election.Campaign(ctx, "host-a:8080", accord.CampaignOptions{})
+//	leadership, err := election.Campaign(ctx, "host-a:8080", nil)
 //	defer leadership.Resign(ctx)
 //
 // Join makes this client a member of a group (Members lists them, Watch follows them). A Fleet
@@ -39,7 +43,7 @@
 // pulled with Next, which also acknowledges the previous one (a hand-off's shard is released
 // when Next is called again, so checkpoint first):
 //
-//	fleet, err := client.Fleet(ctx, "orders", accord.FleetOptions{Shards: 16})
+//	fleet, err := client.Fleet(ctx, "orders", &accord.FleetOptions{Shards: 16})
 //	for {
 //		ev, err := fleet.Next(ctx) // ErrClosed once closed and drained
 //		if err != nil {
@@ -68,7 +72,7 @@
 // done and a later subscription of the same name resumes after it:
 //
 //	seq, err := client.Publish(ctx, "orders", `{"id":42}`)
-//	sub, err := client.Subscribe(ctx, "orders", accord.SubscribeOptions{Start: accord.StartEarliest, Consumer: "billing"})
+//	sub, err := client.Subscribe(ctx, "orders", &accord.SubscribeOptions{Start: accord.StartEarliest, Consumer: "billing"})
 //	for ev := range sub.Events() {
 //		handle(ev.Payload)
 //		sub.Ack(ctx, ev.Seq)
@@ -509,6 +513,12 @@ func (c *Client) Notify(ctx context.Context, channel, payload string) error {
 	return c.use(func(cp *C.accord_client) error {
 		return takeError(C.accord_client_notify(cp, cch, cpayload, &cerr), cerr)
 	})
+}
+
+// HeldCount is how many leases this client holds and keeps alive now.
+func (c *Client) HeldCount() int {
+	defer runtime.KeepAlive(c)
+	return int(C.accord_client_held_count(c.ptr))
 }
 
 // WaiterWakeups is how many times this client's waiting acquires were woken by another

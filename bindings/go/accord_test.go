@@ -98,6 +98,12 @@ func TestAcquireRecordsEverythingAndIsNotReentrant(t *testing.T) { // L1, L2
 			t.Fatalf("try_acquire of a held key: %v", err)
 		}
 	}
+	if o1.HeldCount() != 1 || o1b.HeldCount() != 0 || o2.HeldCount() != 0 {
+		t.Fatalf("held counts %d %d %d", o1.HeldCount(), o1b.HeldCount(), o2.HeldCount())
+	}
+	if err := lease.Release(ctx); err != nil || o1.HeldCount() != 0 {
+		t.Fatalf("release: %v, %d held", err, o1.HeldCount())
+	}
 }
 
 func TestRenewDoneReset(t *testing.T) { // L4, L5, L6

@@ -24,7 +24,8 @@ type Election struct {
 	name   string
 }
 
-// CampaignOptions of Campaign. The zero value of each field means its default.
+// CampaignOptions of Campaign; nil means the client's ttl and waiting as long as the context
+// allows. The zero value of each field means its default.
 type CampaignOptions struct {
 	// TTL of the leadership lease (0: the client's): a leader whose process dies is replaced
 	// this long after its last renewal.
@@ -86,9 +87,12 @@ func (e *Election) free() {
 // (or its deadline passing) ends the wait with an error matching both ErrCancelled/ErrTimeout
 // and the context's error; in every failure nothing is left held and the place in line is
 // given up.
-func (e *Election) Campaign(ctx context.Context, value string, opts CampaignOptions) (*Leadership, error) {
+func (e *Election) Campaign(ctx context.Context, value string, opts *CampaignOptions) (*Leadership, error) {
 	if err := noNUL("value", value); err != nil {
 		return nil, err
+	}
+	if opts == nil {
+		opts = &CampaignOptions{}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

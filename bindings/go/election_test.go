@@ -199,13 +199,13 @@ func TestElectionHandsOnInOrder(t *testing.T) { // E1-E3
 	obs := must(ew.Observe(ctx))
 	defer obs.Close()
 
-	la := must(ea.Campaign(ctx, "a-value", CampaignOptions{TTL: time.Minute}))
+	la := must(ea.Campaign(ctx, "a-value", &CampaignOptions{TTL: time.Minute}))
 	if la.Fence() <= 0 || la.Key() != "accord.election/primary" || la.Value() != "a-value" || la.IsLost() || la.Status() != LeaseHeld {
 		t.Fatalf("leadership %d %s %s %v %s", la.Fence(), la.Key(), la.Value(), la.IsLost(), la.Status())
 	}
 	cb := make(chan campaigned, 1)
 	go func() {
-		l, err := eb.Campaign(ctx, "b-value", CampaignOptions{TTL: time.Minute, Timeout: 20 * time.Second})
+		l, err := eb.Campaign(ctx, "b-value", &CampaignOptions{TTL: time.Minute, Timeout: 20 * time.Second})
 		cb <- campaigned{l, err}
 	}()
 	untilQueued(t, b, 1)
@@ -249,11 +249,11 @@ func TestElectionHandsOnInOrder(t *testing.T) { // E1-E3
 	}
 
 	// While b leads: a campaign ends with its timeout or its context, leaving no place in line.
-	if _, err := ea.Campaign(ctx, "x", CampaignOptions{Timeout: 100 * time.Millisecond}); !errors.Is(err, ErrTimeout) {
+	if _, err := ea.Campaign(ctx, "x", &CampaignOptions{Timeout: 100 * time.Millisecond}); !errors.Is(err, ErrTimeout) {
 		t.Fatalf("campaign past its timeout: %v", err)
 	}
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	_, err := ea.Campaign(short, "x", CampaignOptions{})
+	_, err := ea.Campaign(short, "x", nil)
 	cancel()
 	// The deadline and the cancellation it triggers race: either kind, and the context's error.
 	if !(errors.Is(err, ErrTimeout) || errors.Is(err, ErrCancelled)) || !errors.Is(err, context.DeadlineExceeded) {
@@ -295,7 +295,7 @@ func TestElectionBadInput(t *testing.T) {
 		}
 	}
 	e := must(c.Election("e"))
-	if _, err := e.Campaign(ctx, "x", CampaignOptions{TTL: 50 * time.Millisecond}); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "TTL") {
+	if _, err := e.Campaign(ctx, "x", &CampaignOptions{TTL: 50 * time.Millisecond}); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "TTL") {
 		t.Fatalf("campaign with a 50 ms ttl: %v", err)
 	}
 	if c.QueuedCount() != 0 || c.WaiterWakeups() != 0 {
@@ -342,7 +342,7 @@ func TestObserverReportsVacanciesAndLosesNothingToDeadlines(t *testing.T) { // E
 		t.Fatalf("a leader before any campaign: %+v", l)
 	}
 	for round := 0; round < 3; round++ {
-		la := must(ea.Campaign(ctx, "v", CampaignOptions{TTL: time.Minute}))
+		la := must(ea.Campaign(ctx, "v", &CampaignOptions{TTL: time.Minute}))
 		if l := poll(t, obs.Next); l == nil || l.Owner != "a" || l.Fence != la.Fence() {
 			t.Fatalf("round %d: observed %+v, want a at %d", round, l, la.Fence())
 		}

@@ -148,7 +148,7 @@ func TestEveryErrorKindIsProvoked(t *testing.T) {
 			// Retention keeps the newest event: a subscription after seq 0 asks for deleted ones.
 			must(o1.PublishMany(ctx, "trimmed", []string{"1", "2", "3"}))
 			must(o1.SetStreamRetention(ctx, "trimmed", StreamRetention{MaxLen: 1}))
-			_, err := o1.Subscribe(ctx, "trimmed", SubscribeOptions{Start: StartAfter, After: 0})
+			_, err := o1.Subscribe(ctx, "trimmed", &SubscribeOptions{Start: StartAfter, After: 0})
 			return err
 		},
 		ErrUnsupported: func(t *testing.T) error {

@@ -14,9 +14,10 @@ import (
 
 // Fleets: docs/semantics.md, "Membership and fleets".
 
-// FleetOptions of Client.Fleet. The shards are required: Shards (n shards named "0" to "n-1",
-// 1..10000) or Keys (1..10000 distinct names), not both. The zero value of every other field
-// means its default: the client's ttl, a period of a third of the ttl, hand-off requests of a
+// FleetOptions of Client.Fleet, passed by pointer as every options struct of this package. The
+// shards are required: Shards (n shards named "0" to "n-1", 1..10000) or Keys (1..10000
+// distinct names), not both (nil options name neither: ErrInvalidArgument naming "shards"). The
+// zero value of every other field means its default: the client's ttl, a period of a third of the ttl, hand-off requests of a
 // quarter of the target share (at least 4) per period, a hand-off timeout of the ttl, no
 // metadata.
 type FleetOptions struct {
@@ -128,9 +129,12 @@ func (l *ShardLease) free() {
 }
 
 // Fleet joins the fleet name and starts balancing its shards in the background.
-func (c *Client) Fleet(ctx context.Context, name string, opts FleetOptions) (*Fleet, error) {
+func (c *Client) Fleet(ctx context.Context, name string, opts *FleetOptions) (*Fleet, error) {
 	if err := noNUL("name", name); err != nil {
 		return nil, err
+	}
+	if opts == nil {
+		opts = &FleetOptions{}
 	}
 	if err := noNUL("keys", opts.Keys...); err != nil {
 		return nil, err

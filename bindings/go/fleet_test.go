@@ -31,8 +31,8 @@ func expectMember(t *testing.T, w *MemberWatch, kind MemberEventKind, owner stri
 	return ev.Members[0]
 }
 
-// M1: join with metadata, members, update the metadata, watch (the members, Joined, Left for a
-// member that left and for one whose client closed), leave.
+// M1: join with metadata, members, update the metadata, watch (the members, Joined, Updated,
+// Left for a member that left and for one whose client closed), leave.
 func TestJoinMembersWatch(t *testing.T) { // M1
 	ctx := context.Background()
 	ns := namespace(t)
@@ -42,7 +42,8 @@ func TestJoinMembersWatch(t *testing.T) { // M1
 	if ev := nextMember(t, w); ev.Kind != MembersNow || len(ev.Members) != 0 {
 		t.Fatalf("first event: %+v", ev)
 	}
-	ma := must(a.Join(ctx, "team", &JoinOptions{Metadata: map[string]any{"role": "lead"}}))
+	// A short ttl: a member whose client closes without leaving is found gone at its expiry.
+	ma := must(a.Join(ctx, "team", &JoinOptions{Metadata: map[string]any{"role": "lead"}, TTL: 2 * time.Second}))
 	if ma.Group() != "team" || ma.Key() != "accord.group/team/a" || ma.Fence() <= 0 || ma.IsLost() || ma.Status() != LeaseHeld {
 		t.Fatalf("member %s %s %d %v %s", ma.Group(), ma.Key(), ma.Fence(), ma.IsLost(), ma.Status())
 	}
@@ -54,6 +55,9 @@ func TestJoinMembersWatch(t *testing.T) { // M1
 	expectMember(t, w, MemberJoined, "b")
 	if err := mb.UpdateMetadata(ctx, map[string]any{"load": 3}); err != nil {
 		t.Fatal(err)
+	}
+	if updated := expectMember(t, w, MemberUpdated, "b"); updated.Fence != mb.Fence() || updated.Metadata["load"] != float64(3) {
+		t.Fatalf("updated: %+v", updated)
 	}
 	members := must(a.Members(ctx, "team"))
 	if len(members) != 2 || members[0].Owner != "a" || members[1].Owner != "b" || members[1].Metadata["load"] != float64(3) {
@@ -75,7 +79,9 @@ func TestJoinMembersWatch(t *testing.T) { // M1
 		t.Fatalf("leave again: %v, %s", err, mb.Status())
 	}
 
-	// A member whose client closes: its Lost closes, watchers see Left.
+	// A member whose client closes: its Lost closes, watchers see Left at its expiry (a close
+	// sends no word; before watches reported updates, a notification of the update still
+	// queued woke this read early).
 	a.Close()
 	select {
 	case <-ma.Lost():
@@ -185,7 +191,7 @@ func TestFleetSplitsAndHandsOff(t *testing.T) { // F2, F4
 	ctx := context.Background()
 	ns := namespace(t)
 	a, b := connect(t, ns, "a"), connect(t, ns, "b")
-	opts := FleetOptions{Shards: 8, TTL: 1500 * time.Millisecond, Period: 250 * time.Millisecond}
+	opts := &FleetOptions{Shards: 8, TTL: 1500 * time.Millisecond, Period: 250 * time.Millisecond}
 	log := &fleetLog{ended: map[string]error{}}
 	fa := must(a.Fleet(ctx, "orders", opts))
 	defer fa.Close()
@@ -278,7 +284,7 @@ func TestFleetSplitsAndHandsOff(t *testing.T) { // F2, F4
 func TestFleetNextFollowsTheContext(t *testing.T) {
 	ctx := context.Background()
 	c := connect(t, namespace(t), "a")
-	f := must(c.Fleet(ctx, "quiet", FleetOptions{Keys: []string{"only"}, TTL: time.Second, Period: 200 * time.Millisecond}))
+	f := must(c.Fleet(ctx, "quiet", &FleetOptions{Keys: []string{"only"}, TTL: time.Second, Period: 200 * time.Millisecond}))
 	defer f.Close()
 	ev := must(f.Next(ctx))
 	if ev.Kind != Assigned || ev.Shard != "only" || ev.Lease == nil || ev.Reason != "" {
@@ -305,24 +311,25 @@ func TestFleetBadInput(t *testing.T) {
 	ctx := context.Background()
 	c := connect(t, namespace(t), "o1")
 	ok := FleetOptions{Shards: 4, TTL: 1500 * time.Millisecond}
-	with := func(change func(*FleetOptions)) FleetOptions {
+	with := func(change func(*FleetOptions)) *FleetOptions {
 		o := ok
 		change(&o)
-		return o
+		return &o
 	}
 	cases := []struct {
 		field string
 		name  string
-		opts  FleetOptions
+		opts  *FleetOptions
 	}{
-		{"shards", "f", FleetOptions{}},
+		{"shards", "f", nil},
+		{"shards", "f", &FleetOptions{}},
 		{"shards", "f", with(func(o *FleetOptions) { o.Shards = -1 })},
 		{"shards", "f", with(func(o *FleetOptions) { o.Shards = 10001 })},
-		{"keys", "f", FleetOptions{Keys: []string{}}},
-		{"keys", "f", FleetOptions{Keys: []string{"x", "y", "x"}}},
-		{"keys", "f", FleetOptions{Keys: []string{"x", ""}}},
+		{"keys", "f", &FleetOptions{Keys: []string{}}},
+		{"keys", "f", &FleetOptions{Keys: []string{"x", "y", "x"}}},
+		{"keys", "f", &FleetOptions{Keys: []string{"x", ""}}},
 		{"keys", "f", with(func(o *FleetOptions) { o.Keys = []string{"x"} })},
-		{"name", "", ok},
+		{"name", "", &ok},
 		{"TTL", "f", with(func(o *FleetOptions) { o.TTL = 50 * time.Millisecond })},
 		{"TTL", "f", with(func(o *FleetOptions) { o.TTL = -time.Second })},
 		{"period", "f", with(func(o *FleetOptions) { o.Period = 5 * time.Millisecond })},

@@ -138,8 +138,8 @@ func (m *Member) Status() LeaseStatus {
 	return leaseStatus(C.accord_member_status(m.ptr))
 }
 
-// UpdateMetadata replaces the member's metadata (what Members shows), renewing its lease.
-// After Leave it gives ErrLeaseLost.
+// UpdateMetadata replaces the member's metadata (what Members shows), renewing its lease;
+// watchers see MemberUpdated. After Leave it gives ErrLeaseLost.
 func (m *Member) UpdateMetadata(ctx context.Context, metadata map[string]any) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -209,23 +209,29 @@ const (
 	MemberJoined MemberEventKind = C.ACCORD_MEMBER_EVENT_JOINED
 	// MemberLeft: Members[0] left (it left, its client closed, or its lease expired).
 	MemberLeft MemberEventKind = C.ACCORD_MEMBER_EVENT_LEFT
+	// MemberUpdated: Members[0] replaced its metadata (UpdateMetadata); it is as it is now.
+	// Updates between two reads of the watch come as one, with the latest metadata.
+	MemberUpdated MemberEventKind = C.ACCORD_MEMBER_EVENT_UPDATED
 )
 
 // MemberEvent is what a MemberWatch yields.
 type MemberEvent struct {
 	Kind MemberEventKind
-	// Members concerned: every member for MembersNow, the one that joined or left otherwise.
+	// Members concerned: every member for MembersNow, the one that joined, left or was
+	// updated otherwise.
 	Members []MemberInfo
 }
 
-// MemberWatch yields the members of a group, then every Joined and Left, in order. Read it
+// MemberWatch yields the members of a group, then every MemberJoined, MemberLeft and
+// MemberUpdated, in order. Read it
 // from one goroutine at a time; Close may be called from any.
 type MemberWatch struct {
 	ptr     *C.accord_member_watch // freed when the MemberWatch is garbage
 	closing sync.Once
 }
 
-// Watch watches group: Next yields its members now, then Joined and Left in order. It listens
+// Watch watches group: Next yields its members now, then every join, leave and metadata
+// update in order. It listens
 // before it returns, so that no change from then on is missed.
 func (c *Client) Watch(ctx context.Context, group string) (*MemberWatch, error) {
 	if err := noNUL("group", group); err != nil {

@@ -45,8 +45,8 @@ const (
 	StartAfter
 )
 
-// SubscribeOptions of Subscribe. The zero value starts with the next event published, without
-// a consumer, reading 100 events per statement.
+// SubscribeOptions of Subscribe. nil (or the zero value) starts with the next event published,
+// without a consumer, reading 100 events per statement.
 type SubscribeOptions struct {
 	Start StreamStart
 	// After is the seq StartAfter starts after (not used by the other starts).
@@ -59,7 +59,9 @@ type SubscribeOptions struct {
 }
 
 // StreamRetention says how long a stream keeps its events; the zero value keeps every event.
-// Both bounds may be set: an event goes when either says so.
+// Both bounds may be set: an event goes when either says so. SetStreamRetention takes it by
+// value: it is the rule to store, a required argument (its zero value a rule too), not options
+// with defaults.
 type StreamRetention struct {
 	// MaxLen keeps at most this many of the newest events (0: no bound).
 	MaxLen int64
@@ -172,7 +174,10 @@ func (c *Client) PublishMany(ctx context.Context, stream string, payloads []stri
 }
 
 // subscribeOptions builds libaccord's options (freed by the caller).
-func subscribeOptions(opts SubscribeOptions) (o *C.accord_subscribe_options, err error) {
+func subscribeOptions(opts *SubscribeOptions) (o *C.accord_subscribe_options, err error) {
+	if opts == nil {
+		opts = &SubscribeOptions{}
+	}
 	o = C.accord_subscribe_options_new()
 	defer func() {
 		if err != nil {
@@ -230,7 +235,7 @@ type StreamSubscription struct {
 // Subscribe subscribes to stream. It returns once every event published from then on will be
 // delivered. An error matching ErrTrimmed says the start asked for was deleted by the stream's
 // retention (the message names the seq the stream starts at now).
-func (c *Client) Subscribe(ctx context.Context, stream string, opts SubscribeOptions) (*StreamSubscription, error) {
+func (c *Client) Subscribe(ctx context.Context, stream string, opts *SubscribeOptions) (*StreamSubscription, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

@@ -44,9 +44,9 @@ func TestStreamReplayThenLiveAndLatest(t *testing.T) {
 	if len(seqs) != 3 || seqs[0] != 1 || seqs[2] != 3 {
 		t.Fatalf("seqs %v", seqs)
 	}
-	early := must(sub.Subscribe(ctx, "s", SubscribeOptions{Start: StartEarliest}))
+	early := must(sub.Subscribe(ctx, "s", &SubscribeOptions{Start: StartEarliest}))
 	defer early.Close()
-	late := must(sub.Subscribe(ctx, "s", SubscribeOptions{}))
+	late := must(sub.Subscribe(ctx, "s", nil)) // nil: the defaults (latest)
 	defer late.Close()
 	if early.Position() != 0 || late.Position() != 3 || early.Consumer() != "" {
 		t.Fatalf("positions %d %d", early.Position(), late.Position())
@@ -91,7 +91,7 @@ func TestStreamConsumerResumesAfterAck(t *testing.T) {
 	ctx := context.Background()
 	c := connect(t, namespace(t), "o1")
 	must(c.PublishMany(ctx, "s", []string{"1", "2", "3", "4"}))
-	s := must(c.Subscribe(ctx, "s", SubscribeOptions{Start: StartEarliest, Consumer: "c1", PageSize: 1}))
+	s := must(c.Subscribe(ctx, "s", &SubscribeOptions{Start: StartEarliest, Consumer: "c1", PageSize: 1}))
 	if s.Consumer() != "c1" {
 		t.Fatalf("consumer %q", s.Consumer())
 	}
@@ -105,11 +105,11 @@ func TestStreamConsumerResumesAfterAck(t *testing.T) {
 	}
 	s.Close()
 	// Earliest applies only without a stored position: the consumer resumes after its ack.
-	s = must(c.Subscribe(ctx, "s", SubscribeOptions{Start: StartEarliest, Consumer: "c1"}))
+	s = must(c.Subscribe(ctx, "s", &SubscribeOptions{Start: StartEarliest, Consumer: "c1"}))
 	expectStreamEvent(t, s, 3, "3")
 	s.Close()
 	// StartAfter seeks, whatever the stored position.
-	s = must(c.Subscribe(ctx, "s", SubscribeOptions{Start: StartAfter, After: 3, Consumer: "c1"}))
+	s = must(c.Subscribe(ctx, "s", &SubscribeOptions{Start: StartAfter, After: 3, Consumer: "c1"}))
 	expectStreamEvent(t, s, 4, "4")
 	s.Close()
 }
@@ -122,7 +122,7 @@ func TestStreamRetentionAndTrimmed(t *testing.T) {
 		t.Fatalf("never published: %+v", info)
 	}
 	must(c.PublishMany(ctx, "r", []string{"1", "2", "3", "4", "5"}))
-	reader := must(c.Subscribe(ctx, "r", SubscribeOptions{Start: StartEarliest, PageSize: 1}))
+	reader := must(c.Subscribe(ctx, "r", &SubscribeOptions{Start: StartEarliest, PageSize: 1}))
 	defer reader.Close()
 	expectStreamEvent(t, reader, 1, "1")
 	if n := must(c.SetStreamRetention(ctx, "r", StreamRetention{MaxLen: 2})); n != 3 {
@@ -132,7 +132,7 @@ func TestStreamRetentionAndTrimmed(t *testing.T) {
 	if info.FirstSeq != 4 || info.LastSeq != 5 || info.Retention != (StreamRetention{MaxLen: 2}) {
 		t.Fatalf("after the trim: %+v", info)
 	}
-	if _, err := c.Subscribe(ctx, "r", SubscribeOptions{Start: StartAfter, After: 1}); !errors.Is(err, ErrTrimmed) ||
+	if _, err := c.Subscribe(ctx, "r", &SubscribeOptions{Start: StartAfter, After: 1}); !errors.Is(err, ErrTrimmed) ||
 		!strings.Contains(err.Error(), "starts at seq 4") {
 		t.Fatalf("subscribe after a trimmed seq: %v", err)
 	}
@@ -158,7 +158,7 @@ func TestStreamPayloadBytes(t *testing.T) {
 	head := "nul\x00byte é中🦀 quote'\"\\$accord$ "
 	exact := head + strings.Repeat("x", 65536-len(head))
 	seq := must(c.Publish(ctx, "bytes", exact))
-	s := must(c.Subscribe(ctx, "bytes", SubscribeOptions{Start: StartAfter, After: seq - 1}))
+	s := must(c.Subscribe(ctx, "bytes", &SubscribeOptions{Start: StartAfter, After: seq - 1}))
 	defer s.Close()
 	if ev := nextStreamEvent(t, s); ev.Payload != exact {
 		t.Fatalf("65536 bytes came back as %d bytes", len(ev.Payload))
@@ -200,27 +200,27 @@ func TestStreamBadInput(t *testing.T) {
 		}},
 		"stream with NUL": {"stream", func() error { _, err := c.StreamInfo(ctx, "a\x00b"); return err }},
 		"consumer with NUL": {"consumer", func() error {
-			_, err := c.Subscribe(ctx, "s", SubscribeOptions{Consumer: "c\x00"})
+			_, err := c.Subscribe(ctx, "s", &SubscribeOptions{Consumer: "c\x00"})
 			return err
 		}},
 		"long consumer": {"consumer", func() error {
-			_, err := c.Subscribe(ctx, "s", SubscribeOptions{Consumer: strings.Repeat("c", 513)})
+			_, err := c.Subscribe(ctx, "s", &SubscribeOptions{Consumer: strings.Repeat("c", 513)})
 			return err
 		}},
 		"page size 1001": {"PageSize", func() error {
-			_, err := c.Subscribe(ctx, "s", SubscribeOptions{PageSize: 1001})
+			_, err := c.Subscribe(ctx, "s", &SubscribeOptions{PageSize: 1001})
 			return err
 		}},
 		"negative page size": {"PageSize", func() error {
-			_, err := c.Subscribe(ctx, "s", SubscribeOptions{PageSize: -1})
+			_, err := c.Subscribe(ctx, "s", &SubscribeOptions{PageSize: -1})
 			return err
 		}},
 		"negative after": {"after", func() error {
-			_, err := c.Subscribe(ctx, "s", SubscribeOptions{Start: StartAfter, After: -1})
+			_, err := c.Subscribe(ctx, "s", &SubscribeOptions{Start: StartAfter, After: -1})
 			return err
 		}},
 		"unknown start": {"start", func() error {
-			_, err := c.Subscribe(ctx, "s", SubscribeOptions{Start: StreamStart(9)})
+			_, err := c.Subscribe(ctx, "s", &SubscribeOptions{Start: StreamStart(9)})
 			return err
 		}},
 		"short max age": {"MaxAge", func() error {
@@ -250,7 +250,7 @@ func TestStreamSubscriptionEnds(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	c := connect(t, ns, "o1")
-	s := must(c.Subscribe(ctx, "s", SubscribeOptions{}))
+	s := must(c.Subscribe(ctx, "s", &SubscribeOptions{}))
 	type result struct {
 		ev  *StreamEvent
 		err error
@@ -276,8 +276,8 @@ func TestStreamSubscriptionEnds(t *testing.T) {
 	s.Close() // idempotent
 
 	other := connect(t, ns, "o2")
-	a := must(other.Subscribe(ctx, "s", SubscribeOptions{}))
-	b := must(other.Subscribe(ctx, "s", SubscribeOptions{}))
+	a := must(other.Subscribe(ctx, "s", &SubscribeOptions{}))
+	b := must(other.Subscribe(ctx, "s", &SubscribeOptions{}))
 	events := b.Events()
 	other.Close()
 	if _, err := a.Next(ctx); !errors.Is(err, ErrClosed) {
@@ -301,7 +301,7 @@ func TestStreamEmbeddedStore(t *testing.T) {
 	b := must(Connect(ctx, "memory:go-streams", nil))
 	defer b.Close()
 	must(a.PublishMany(ctx, "events", []string{"e1", "e2"}))
-	s := must(b.Subscribe(ctx, "events", SubscribeOptions{Start: StartEarliest}))
+	s := must(b.Subscribe(ctx, "events", &SubscribeOptions{Start: StartEarliest}))
 	defer s.Close()
 	expectStreamEvent(t, s, 1, "e1")
 	expectStreamEvent(t, s, 2, "e2")

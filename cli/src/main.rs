@@ -48,7 +48,8 @@ Examples:
   accord ls --prefix reports/ --json             # JSON lines, for jq
   accord run nightly-report -- ./report.sh       # like flock(1), across machines
   accord run --timeout 0 --done import/2026-11-22 -- ./import.sh
-  accord acquire maintenance --ttl 1m            # hold until Ctrl-C, then release
+  accord acquire maintenance --ttl 1m            # wait for it, hold until Ctrl-C, release
+  accord acquire maintenance --timeout 10s       # give up (exit 3) if not held within 10 s
   accord reset import/2026-11-22                 # make a done key acquirable again
   accord listen jobs events                      # channel<TAB>payload lines (escaped); says
                                                  # \"listening on\" on stderr once listening
@@ -179,16 +180,18 @@ enum Command {
               value_parser = clap::value_parser!(u64).range(1..=accord::MAX_LIST_LIMIT as u64))]
         page_size: u64,
     },
-    /// Acquire KEY, print its fence, and hold it (renewed) until Ctrl-C or SIGTERM.
+    /// Acquire KEY (waiting for it, as `run` does), print its fence, and hold it (renewed) until
+    /// Ctrl-C or SIGTERM.
     Acquire {
         #[arg(value_parser = non_empty)]
         key: String,
         /// Lease ttl; renewed every ttl/3 while held.
         #[arg(long, default_value = "30s", value_parser = parse_duration)]
         ttl: Duration,
-        /// How long to wait for the key (0 = try once).
-        #[arg(long, default_value = "10s", value_parser = parse_duration)]
-        timeout: Duration,
+        /// How long to wait for the key: 0 = try once (exit 3 if held); default: wait forever
+        /// (Ctrl-C or SIGTERM ends the wait), as `accord run` and every library's acquire.
+        #[arg(long, value_parser = parse_duration)]
+        timeout: Option<Duration>,
         /// JSON object merged into the key's metadata.
         #[arg(long, value_parser = parse_metadata)]
         metadata: Option<Metadata>,
@@ -942,10 +945,10 @@ async fn acquire(
     client: &Client,
     key: &str,
     options: AcquireOptions,
-    timeout: Duration,
+    timeout: Option<Duration>,
 ) -> Outcome {
     let mut signals = signals()?;
-    let lease = take(client, key, options, Some(timeout), &mut signals).await?;
+    let lease = take(client, key, options, timeout, &mut signals).await?;
     let (int, term) = &mut signals;
     // The fence is for whoever reads stdout; if nobody does (a closed pipe), the lease is
     // still held, as asked, until Ctrl-C.

@@ -470,6 +470,65 @@ fn acquire_holds_until_ctrl_c_and_run_timeout_0_on_held_key_exits_3() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
 }
 
+/// `accord acquire` waits for a held key without limit, as `accord run` does (it gave up after
+/// 10 s with exit 3 where `run` waited on): still in line 11 s after it took its place there,
+/// then granted, with a larger fence, once the holder lets go.
+#[test]
+fn acquire_waits_for_a_held_key_without_limit_as_run_does() {
+    let env = Env::new("acquire-waits");
+    let mut holder = env
+        .cmd(&["acquire", "lock"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let held = lines_of(holder.stdout.take().unwrap());
+    let first: i64 = expect_line(&held, "", Duration::from_secs(20))
+        .trim()
+        .parse()
+        .expect("acquire prints the fence");
+    let mut waiter = env
+        .cmd(&["acquire", "lock"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let granted = lines_of(waiter.stdout.take().unwrap());
+    let started = Instant::now();
+    while !stdout(&env.run(&["top", "--once", "lock"])).contains("waiting 1") {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the waiter never took its place in line"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Past the old default of 10 s: still waiting, and granted nothing.
+    std::thread::sleep(Duration::from_secs(11));
+    if let Some(status) = waiter.try_wait().unwrap() {
+        let out = waiter.wait_with_output().unwrap();
+        panic!("accord acquire stopped waiting: {status}; {}", stderr(&out));
+    }
+    assert!(
+        granted.try_recv().is_err(),
+        "granted while the key was held"
+    );
+    signal(&holder, libc::SIGINT);
+    assert_eq!(
+        wait_within(holder, Duration::from_secs(10)).status.code(),
+        Some(0)
+    );
+    let second: i64 = expect_line(&granted, "", Duration::from_secs(20))
+        .trim()
+        .parse()
+        .expect("acquire prints the fence");
+    assert!(second > first, "{second} after {first}");
+    signal(&waiter, libc::SIGINT);
+    assert_eq!(
+        wait_within(waiter, Duration::from_secs(10)).status.code(),
+        Some(0)
+    );
+}
+
 #[test]
 fn shared_holders_are_listed_each_and_keep_an_exclusive_run_out() {
     let env = Env::new("shared");

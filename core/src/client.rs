@@ -207,7 +207,7 @@ impl Client {
         membership::read_members(&self.session, &membership::group_prefix(group)).await
     }
 
-    /// Watches `group`: the current members, then `Joined` and `Left` in order. Woken by the
+    /// Watches `group`: the current members, then `Joined`, `Left` and `Updated` in order. Woken by the
     /// group's notifications; the members table is the truth (a member whose process died
     /// leaves at its expiry, and missed notifications are healed on reconnection).
     pub async fn watch(&self, group: &str) -> Result<MemberWatch> {

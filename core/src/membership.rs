@@ -83,6 +83,9 @@ pub enum MemberEvent {
     Joined(MemberInfo),
     /// A member left: it called leave, its client closed, or its lease expired.
     Left(MemberInfo),
+    /// A member replaced its metadata ([`Member::update_metadata`]): the member as it is now.
+    /// Updates made between two reads of the watch come as one, with the latest metadata.
+    Updated(MemberInfo),
 }
 
 /// Membership of a group: a lease on the member key, kept by the client's keepalive. Dropping
@@ -203,7 +206,8 @@ impl Member {
         self.lease().is_lost()
     }
 
-    /// Replaces the member's metadata (what [`crate::Client::members`] shows), renewing it.
+    /// Replaces the member's metadata (what [`crate::Client::members`] shows), renewing it;
+    /// watchers see `Updated`.
     pub async fn update_metadata(&self, metadata: Metadata) -> Result<()> {
         self.lease().renew_with_metadata(wrap(metadata)).await?;
         self.wake().await;
@@ -344,8 +348,8 @@ impl MemberWatch {
         })
     }
 
-    /// The next event: [`MemberEvent::Members`] first, then `Joined` and `Left` in the order the
-    /// reads found them. `Closed` once the client closes. Cancel-safe: a `next` dropped half-way
+    /// The next event: [`MemberEvent::Members`] first, then `Joined`, `Left` and `Updated` in the
+    /// order the reads found them. `Closed` once the client closes. Cancel-safe: a `next` dropped half-way
     /// leaves its read with the watch, and the next call finishes it.
     pub async fn next(&mut self) -> Result<MemberEvent> {
         loop {
@@ -390,7 +394,8 @@ impl MemberWatch {
     }
 
     /// Queues `Left` for each known member the read lacks (or has with another fence), then
-    /// `Joined` for each it has that was not known.
+    /// `Joined` for each it has that was not known and `Updated` for each known one whose
+    /// metadata changed.
     fn compare(&mut self, members: Vec<MemberInfo>) {
         let now = by_owner(&members);
         for (owner, old) in &self.known {
@@ -401,7 +406,10 @@ impl MemberWatch {
         }
         for new in &members {
             match self.known.get(&new.owner) {
-                Some(old) if old.fence == new.fence => {}
+                Some(old) if old.fence == new.fence && old.metadata == new.metadata => {}
+                Some(old) if old.fence == new.fence => {
+                    self.pending.push_back(MemberEvent::Updated(new.clone()))
+                }
                 _ => self.pending.push_back(MemberEvent::Joined(new.clone())),
             }
         }

@@ -46,33 +46,38 @@ pub(crate) fn stream_channel(namespace: &str, stream: &str) -> String {
 /// then goes on from the oldest stored event (the trimmed ones are gone; nothing that still
 /// exists is skipped), while `Latest`, which is every binding's default and would skip stored
 /// events the consumer never read, is `Trimmed` with the way out. An explicit `After(seq)` is a
-/// seek and wins over everything; a seek to a trimmed seq is `Trimmed`.
+/// seek and wins over everything; a seek to a trimmed seq is `Trimmed`, and one past the last
+/// seq published is refused (`InvalidArgument` naming "after"): no such event ever existed, so
+/// the seq is a mistake (another stream's, a stored position from another database), and
+/// waiting for the stream to grow up to it would deliver nothing, silently, for as long.
 fn start_after(
+    stream: &str,
     start: Option<StreamStart>,
     stored: Option<i64>,
     state: &StreamState,
-) -> std::result::Result<(i64, bool), Trimmed> {
+) -> Result<(i64, bool)> {
     let trimmed = |after: i64| after < state.last_seq && after + 1 < state.first_seq;
+    let gone = |after: i64, way_out: WayOut| {
+        Error::trimmed(stream, after, state.first_seq).way_out(way_out)
+    };
     match (start, stored) {
-        (Some(StreamStart::After(seq)), _) if trimmed(seq) => Err(Trimmed {
-            after: seq,
-            way_out: WayOut::Seek,
-        }),
+        (Some(StreamStart::After(seq)), _) if seq > state.last_seq => Err(Error::invalid(
+            "after",
+            format!(
+                "seq {seq} is past the end of stream {stream:?}, whose last seq is {}: seek to \
+                 a seq it holds, or start at \"latest\" to wait for the events published from now on",
+                state.last_seq
+            ),
+        )),
+        (Some(StreamStart::After(seq)), _) if trimmed(seq) => Err(gone(seq, WayOut::Seek)),
         (Some(StreamStart::After(seq)), _) => Ok((seq, false)),
         (_, Some(acked)) if !trimmed(acked) => Ok((acked, false)),
         (Some(StreamStart::Earliest), _) => Ok((state.first_seq - 1, true)),
-        (Some(StreamStart::Latest) | None, Some(acked)) => Err(Trimmed {
-            after: acked,
-            way_out: WayOut::StartEarliest,
-        }),
+        (Some(StreamStart::Latest) | None, Some(acked)) => {
+            Err(gone(acked, WayOut::StartEarliest))
+        }
         (Some(StreamStart::Latest) | None, None) => Ok((state.last_seq, false)),
     }
-}
-
-/// A start that retention deleted, and what the caller can do about it.
-struct Trimmed {
-    after: i64,
-    way_out: WayOut,
 }
 
 /// One event of a stream.
@@ -95,8 +100,9 @@ pub enum StreamStart {
     Earliest,
     /// With the next event published (nothing already stored).
     Latest,
-    /// With the event after this seq (0: the first event ever). Also a named consumer's
-    /// explicit seek: it wins over the consumer's stored position.
+    /// With the event after this seq (0: the first event ever; at most the stream's last seq,
+    /// else `InvalidArgument`). Also a named consumer's explicit seek: it wins over the
+    /// consumer's stored position.
     After(i64),
 }
 
@@ -370,12 +376,7 @@ impl StreamSubscription {
             }
             None => None,
         };
-        let (after, gap_is_start) = match start_after(options.start, stored, &state) {
-            Ok(start) => start,
-            Err(Trimmed { after, way_out }) => {
-                return Err(Error::trimmed(stream, after, state.first_seq).way_out(way_out));
-            }
-        };
+        let (after, gap_is_start) = start_after(stream, options.start, stored, &state)?;
         Ok(StreamSubscription {
             session: session.clone(),
             stream: stream.to_string(),

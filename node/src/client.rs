@@ -706,8 +706,8 @@ impl Client {
     }
 
     /// Watches `group`: iterate it with `for await` for the current members (`'members'`), then
-    /// `'joined'` and `'left'` in order. Resolves once listening, so no change made after it
-    /// resolves is missed.
+    /// `'joined'`, `'left'` and `'updated'` in order. Resolves once listening, so no change
+    /// made after it resolves is missed.
     #[napi(
         ts_args_type = "group: string",
         ts_return_type = "Promise<MemberWatch>"
@@ -765,6 +765,12 @@ impl Client {
     #[napi]
     pub fn stats(&self) -> Stats {
         self.inner.stats().into()
+    }
+
+    /// How many leases this client holds and keeps alive now.
+    #[napi]
+    pub fn held_count(&self) -> f64 {
+        self.inner.held_count() as f64
     }
 
     /// How many times this client's waiting acquires (and campaigns) were woken by another

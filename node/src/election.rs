@@ -15,7 +15,7 @@ use crate::convert::{
 };
 use crate::error::{Failure, Outcome};
 use crate::lease::{lost_promise, lost_reason_name, status_name};
-use crate::read_options::ReadBound;
+use crate::read_options::Limit;
 use crate::subscription::Step;
 
 /// The properties of `CampaignOptions`: any other is refused, naming it.
@@ -388,14 +388,7 @@ impl Observer {
     ) -> Result<PromiseRaw<'e, Step<Option<Leader>>>> {
         let inner = self.inner.clone();
         let closed = self.closed.clone();
-        let bound = ReadBound::parse(env, "the observer's next()", options);
-        let (limit, watch) = match bound {
-            Ok(bound) => {
-                let (limit, watch) = bound.split();
-                (Ok(limit), watch)
-            }
-            Err(e) => (Err(e), None),
-        };
+        let (limit, watch) = Limit::parse(env, "the observer's next()", options);
         settle(
             env,
             async move {

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::convert::{opt_metadata, settle_ok};
 use crate::error::{Failure, Outcome};
 use crate::lease::{lost_promise, lost_reason_name, status_name};
-use crate::read_options::ReadBound;
+use crate::read_options::Limit;
 use crate::subscription::Step;
 
 /// Options of `client.join()`.
@@ -60,8 +60,9 @@ pub(crate) fn member_infos(members: Vec<accord::MemberInfo>) -> Vec<MemberInfo> 
 }
 
 /// What a watch yields: `type: 'members'` first (the members when the watch started, oldest
-/// first), then `'joined'` and `'left'` (a member left: it called `leave`, its client closed,
-/// or its lease expired), in the order the watch found them.
+/// first), then `'joined'`, `'left'` (a member left: it called `leave`, its client closed, or
+/// its lease expired) and `'updated'` (a member replaced its metadata: the member as it is now;
+/// updates between two reads of the watch come as one), in the order the watch found them.
 #[napi(
     discriminant = "type",
     discriminant_case = "lowercase",
@@ -71,6 +72,7 @@ pub enum MemberEvent {
     Members { members: Vec<MemberInfo> },
     Joined { member: MemberInfo },
     Left { member: MemberInfo },
+    Updated { member: MemberInfo },
 }
 
 impl MemberEvent {
@@ -83,6 +85,9 @@ impl MemberEvent {
                 member: info.into(),
             },
             accord::MemberEvent::Left(info) => MemberEvent::Left {
+                member: info.into(),
+            },
+            accord::MemberEvent::Updated(info) => MemberEvent::Updated {
                 member: info.into(),
             },
             other => {
@@ -258,7 +263,8 @@ fn left(group: &str) -> accord::Error {
 }
 
 /// The members of a group, then every change: `for await (const event of watch)` yields a
-/// `'members'` event first, then `'joined'` and `'left'`. Opened by `client.watch(group)`.
+/// `'members'` event first, then `'joined'`, `'left'` and `'updated'`. Opened by
+/// `client.watch(group)`.
 ///
 /// The watch reads the group when it is asked for its next event (woken by the group's
 /// notifications, reconnections and members' expiries), so it keeps the Node process alive only
@@ -312,13 +318,7 @@ impl MemberWatch {
     ) -> Result<PromiseRaw<'e, Step<MemberEvent>>> {
         let inner = self.inner.clone();
         let closed = self.closed.clone();
-        let (limit, abort) = match ReadBound::parse(env, "the member watch's next()", options) {
-            Ok(bound) => {
-                let (limit, abort) = bound.split();
-                (Ok(limit), abort)
-            }
-            Err(e) => (Err(e), None),
-        };
+        let (limit, abort) = Limit::parse(env, "the member watch's next()", options);
         crate::convert::settle(
             env,
             async move {

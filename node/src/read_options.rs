@@ -31,50 +31,39 @@ pub struct NextOptions {
     pub signal: Option<()>,
 }
 
-/// A `next()`'s bound: how long, and the abort signal's watch and token.
-pub(crate) struct ReadBound {
-    timeout: Option<Duration>,
-    abort: Option<(AbortWatch, CancellationToken)>,
-}
-
-impl ReadBound {
-    /// Reads `options` (`undefined` / `null`: no bound; what `for await` passes).
-    pub(crate) fn parse(env: &Env, what: &str, options: Option<Unknown>) -> Outcome<ReadBound> {
-        let mut bound = ReadBound {
-            timeout: None,
-            abort: None,
-        };
-        if let Some(o) = opt_options("options", options, NEXT_OPTIONS)? {
-            bound.timeout = opt_millis("options.timeout", &property(&o, "timeout")?, true)?;
-            bound.abort = AbortWatch::from_options(env, what, &o)?;
-        }
-        Ok(bound)
-    }
-
-    /// The parts the read's future takes (the watch stays with the caller, which stops it when
-    /// the read settles).
-    pub(crate) fn split(self) -> (Limit, Option<AbortWatch>) {
-        let (watch, token) = match self.abort {
-            Some((watch, token)) => (Some(watch), Some(token)),
-            None => (None, None),
-        };
-        (
-            Limit {
-                timeout: self.timeout,
-                cancel: token,
-            },
-            watch,
-        )
-    }
-}
-
-/// What bounds one read, inside its future.
+/// What bounds one read (its timeout, the abort signal's token), inside its future.
 pub(crate) struct Limit {
     timeout: Option<Duration>,
     cancel: Option<CancellationToken>,
 }
 
 impl Limit {
+    /// Reads `options` (`undefined` / `null`: no bound; what `for await` passes) into the
+    /// bound the read's future takes and the abort signal's watch, which stays with the caller
+    /// to stop once the read settled. Bad options give the error in place of the bound, and
+    /// no watch.
+    pub(crate) fn parse(
+        env: &Env,
+        what: &str,
+        options: Option<Unknown>,
+    ) -> (Outcome<Limit>, Option<AbortWatch>) {
+        type Parts = (Option<Duration>, Option<(AbortWatch, CancellationToken)>);
+        let parsed = (|| -> Outcome<Parts> {
+            let Some(o) = opt_options("options", options, NEXT_OPTIONS)? else {
+                return Ok((None, None));
+            };
+            let timeout = opt_millis("options.timeout", &property(&o, "timeout")?, true)?;
+            Ok((timeout, AbortWatch::from_options(env, what, &o)?))
+        })();
+        match parsed {
+            Ok((timeout, abort)) => {
+                let (watch, cancel) = abort.unzip();
+                (Ok(Limit { timeout, cancel }), watch)
+            }
+            Err(e) => (Err(e), None),
+        }
+    }
+
     /// Runs `read` within the bound: `ACCORD_TIMEOUT` or `ACCORD_CANCELLED` naming `what`
     /// (say, `a leader change`) when the bound ends it first.
     pub(crate) async fn run<T>(

@@ -42,7 +42,7 @@ function assertSplit(fleets, n) {
   assert.deepEqual([...all].sort(), Array.from({ length: n }, (_, i) => String(i)).sort())
 }
 
-scenario('join, members and watch: joined, metadata, left, in order', async (h) => {
+scenario('join, members and watch: joined, updated, left, in order', async (h) => {
   const a = await h.client('a')
   const b = await h.client('b')
   const w = await h.client('w')
@@ -74,8 +74,13 @@ scenario('join, members and watch: joined, metadata, left, in order', async (h) 
   assert.deepEqual(joined.member.metadata, {})
   assert.equal(joined.member.fence, mb.fence)
 
-  // Replaced whole, as members() shows (a watch reports joins and leaves only).
+  // Replaced whole, as members() shows; watchers see 'updated' (the same fence: no rejoin).
   await mb.updateMetadata({ role: 'follower', zone: 2 })
+  const updated = await nextEvent(watch)
+  assert.deepEqual(
+    [updated.type, updated.member.owner, updated.member.fence, updated.member.metadata],
+    ['updated', 'b', mb.fence, { role: 'follower', zone: 2 }],
+  )
   const members = await w.members('g')
   assert.deepEqual(
     members.map((m) => [m.owner, m.metadata]),

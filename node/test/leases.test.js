@@ -44,7 +44,9 @@ scenario('L1 acquire records key, owner, fence, expiry and metadata', async (h) 
   assert.deepEqual(info.metadata, { k: 'v' })
   assertClose(info.expiresAt, lease.expiresAt)
   assert.ok(info.updatedAt instanceof Date)
+  assert.equal(o1.heldCount(), 1)
   await lease.release()
+  assert.equal(o1.heldCount(), 0)
 })
 
 scenario('L2 acquire is not re-entrant, for the same client, owner or another', async (h) => {

@@ -15,7 +15,8 @@ database: they take leases on named keys, mark units of work done, and notify ea
   ``lost_reason`` say where it stands.
 - Membership: ``join`` a group (a ``Member``, ``AsyncMember``: a lease kept alive, with
   ``update_metadata`` and ``leave``), ``members`` (``MemberInfo`` records) and ``watch`` (a
-  ``MemberWatch``, ``AsyncMemberWatch``: ``Members``, then ``Joined`` and ``Left``).
+  ``MemberWatch``, ``AsyncMemberWatch``: ``Members``, then ``Joined``, ``Left`` and
+  ``Updated``).
 - Fleets: ``fleet(name, shards=n | keys=[...])`` (a ``Fleet``, ``AsyncFleet``) splits shards
   among its members; iterate it for ``Assigned`` (with a ``ShardLease``: its fence) and
   ``Revoked`` (reason "handoff", "lost" or "closed"). Asking for the next event acknowledges
@@ -49,9 +50,9 @@ database: they take leases on named keys, mark units of work done, and notify ea
 Durations (``ttl``, ``timeout``) are in seconds.
 """
 
-from __future__ import annotations
-
-from typing import Union
+# Only public names are bound here (``dir(accord)`` is ``__all__`` plus private ``_`` names):
+# no ``from __future__ import annotations``, and typing under a private name.
+from typing import Union as _Union
 
 from ._accord import (
     ERROR_CODES,
@@ -111,6 +112,7 @@ from ._accord import (
     StreamInfo,
     StreamSubscription,
     Subscription,
+    Updated,
     __version__,
     close_all,
     migration_sql,
@@ -132,13 +134,13 @@ from ._errors import (
     Unsupported,
 )
 
-Event = Union[Message, Reconnected]
+Event = _Union[Message, Reconnected]
 """What a subscription yields."""
 
-MemberEvent = Union[Members, Joined, Left]
-"""What a member watch yields: ``Members`` first, then ``Joined`` and ``Left``."""
+MemberEvent = _Union[Members, Joined, Left, Updated]
+"""What a member watch yields: ``Members`` first, then ``Joined``, ``Left`` and ``Updated``."""
 
-FleetEvent = Union[Assigned, Revoked]
+FleetEvent = _Union[Assigned, Revoked]
 """What a fleet yields: ``Assigned``, then ``Revoked``, per shard."""
 
 __all__ = [
@@ -216,6 +218,7 @@ __all__ = [
     "Timeout",
     "Trimmed",
     "Unsupported",
+    "Updated",
     "__version__",
     "close_all",
     "migration_sql",

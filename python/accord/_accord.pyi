@@ -91,6 +91,7 @@ __all__ = [
     "StreamInfo",
     "StreamSubscription",
     "Subscription",
+    "Updated",
     "__version__",
     "_error_for_code",
     "close_all",
@@ -446,7 +447,17 @@ class Left:
     def member(self) -> MemberInfo: ...
     def __eq__(self, other: object, /) -> bool: ...
 
-_MemberEvent = Union[Members, Joined, Left]
+@final
+class Updated:
+    """A member replaced its metadata: the member as it is now (updates between two reads of
+    the watch come as one, with the latest metadata)."""
+
+    __match_args__ = ("member",)
+    @property
+    def member(self) -> MemberInfo: ...
+    def __eq__(self, other: object, /) -> bool: ...
+
+_MemberEvent = Union[Members, Joined, Left, Updated]
 
 @final
 class Member:
@@ -475,7 +486,8 @@ class Member:
     def lost(self) -> LostSignal:
         """The lost signal: ``is_set()`` (and ``bool()``), ``wait(timeout)``."""
     def update_metadata(self, metadata: _Metadata) -> None:
-        """Replaces the member's metadata (what ``members`` shows), renewing it."""
+        """Replaces the member's metadata (what ``members`` shows), renewing it; watchers see
+        ``Updated``."""
     def leave(self) -> None:
         """Leaves the group now; leaving again is harmless. Raises LeaseLost if lost."""
     def __enter__(self) -> Self: ...
@@ -1010,8 +1022,8 @@ class Client:
     def namespace(self) -> str: ...
     @property
     def closed(self) -> bool: ...
-    @property
-    def held_count(self) -> int: ...
+    def held_count(self) -> int:
+        """How many leases this client holds and keeps alive now."""
     def stats(self) -> Stats:
         """What this client did since it connected (durations in seconds); never blocks."""
     def waiter_wakeups(self) -> int:
@@ -1138,7 +1150,6 @@ class AsyncClient:
     def namespace(self) -> str: ...
     @property
     def closed(self) -> bool: ...
-    @property
     def held_count(self) -> int: ...
     def stats(self) -> Stats:
         """What this client did since it connected (not awaited: it reads counters)."""

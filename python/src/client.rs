@@ -185,8 +185,9 @@ impl Client {
         self.inner.is_closed()
     }
 
-    /// Number of leases this client holds and keeps alive.
-    #[getter]
+    /// Number of leases this client holds and keeps alive now. A method, as `queued_count()`
+    /// and `waiter_wakeups()`: counts that the client's background work changes between two
+    /// reads are calls (like `queue.Queue.qsize()`); a record's fixed fields are properties.
     fn held_count(&self) -> usize {
         self.inner.held_count()
     }
@@ -345,8 +346,8 @@ impl Client {
         ))
     }
 
-    /// Watches `group`: iterate it for `Members` (the members now), then `Joined` and `Left`
-    /// in order.
+    /// Watches `group`: iterate it for `Members` (the members now), then `Joined`, `Left` and
+    /// `Updated` in order.
     fn watch(
         &self,
         py: Python<'_>,
@@ -625,8 +626,9 @@ impl AsyncClient {
         self.inner.is_closed()
     }
 
-    /// Number of leases this client holds and keeps alive.
-    #[getter]
+    /// Number of leases this client holds and keeps alive now. A method, as `queued_count()`
+    /// and `waiter_wakeups()`: counts that the client's background work changes between two
+    /// reads are calls (like `queue.Queue.qsize()`); a record's fixed fields are properties.
     fn held_count(&self) -> usize {
         self.inner.held_count()
     }

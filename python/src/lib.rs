@@ -55,6 +55,7 @@ fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<membership::Members>()?;
     m.add_class::<membership::Joined>()?;
     m.add_class::<membership::Left>()?;
+    m.add_class::<membership::Updated>()?;
     m.add_class::<fleet::Fleet>()?;
     m.add_class::<fleet::AsyncFleet>()?;
     m.add_class::<fleet::ShardLease>()?;

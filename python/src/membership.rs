@@ -1,6 +1,6 @@
 //! Membership of groups: `Member` (sync) and `AsyncMember` (asyncio), `MemberWatch` (sync
 //! iterator) and `AsyncMemberWatch` (async iterator), and the records they report
-//! (`MemberInfo`, and the events `Members`, `Joined`, `Left`). The rules (keys, expiry,
+//! (`MemberInfo`, and the events `Members`, `Joined`, `Left`, `Updated`). The rules (keys, expiry,
 //! wake-ups, what a watch reports) are the core's.
 
 use std::sync::Arc;
@@ -79,12 +79,13 @@ impl MemberInfo {
         self.0.expires_at
     }
 
-    fn __repr__(&self) -> String {
-        format!(
-            "MemberInfo(owner={}, fence={})",
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let metadata = self.metadata(py)?.repr()?;
+        Ok(format!(
+            "MemberInfo(owner={}, fence={}, metadata={metadata})",
             py_str_repr(&self.0.owner),
-            self.0.fence
-        )
+            self.0.fence,
+        ))
     }
 }
 
@@ -102,8 +103,13 @@ impl Members {
     fn __match_args__() -> (&'static str,) {
         ("members",)
     }
-    fn __repr__(&self) -> String {
-        format!("Members(<{} members>)", self.members.len())
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let members = self
+            .members
+            .iter()
+            .map(|m| m.__repr__(py))
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(format!("Members([{}])", members.join(", ")))
     }
 }
 
@@ -123,14 +129,23 @@ pub struct Left {
     member: MemberInfo,
 }
 
+/// A member replaced its metadata (`update_metadata`): the member as it is now. Updates made
+/// between two reads of the watch come as one, with the latest metadata.
+#[pyclass(module = "accord", frozen, eq)]
+#[derive(Clone, PartialEq)]
+pub struct Updated {
+    #[pyo3(get)]
+    member: MemberInfo,
+}
+
 #[pymethods]
 impl Joined {
     #[classattr]
     fn __match_args__() -> (&'static str,) {
         ("member",)
     }
-    fn __repr__(&self) -> String {
-        format!("Joined({})", self.member.__repr__())
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!("Joined({})", self.member.__repr__(py)?))
     }
 }
 
@@ -140,8 +155,19 @@ impl Left {
     fn __match_args__() -> (&'static str,) {
         ("member",)
     }
-    fn __repr__(&self) -> String {
-        format!("Left({})", self.member.__repr__())
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!("Left({})", self.member.__repr__(py)?))
+    }
+}
+
+#[pymethods]
+impl Updated {
+    #[classattr]
+    fn __match_args__() -> (&'static str,) {
+        ("member",)
+    }
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!("Updated({})", self.member.__repr__(py)?))
     }
 }
 
@@ -151,6 +177,7 @@ pub enum MemberEvent {
     Members(Members),
     Joined(Joined),
     Left(Left),
+    Updated(Updated),
 }
 
 impl TryFrom<accord::MemberEvent> for MemberEvent {
@@ -164,6 +191,9 @@ impl TryFrom<accord::MemberEvent> for MemberEvent {
                 member: info.into(),
             }),
             accord::MemberEvent::Left(info) => MemberEvent::Left(Left {
+                member: info.into(),
+            }),
+            accord::MemberEvent::Updated(info) => MemberEvent::Updated(Updated {
                 member: info.into(),
             }),
             other => {
@@ -336,7 +366,8 @@ member_class! {
         Ok(signal.clone_ref(py))
     }
 
-    /// Replaces the member's metadata (what `members` shows), renewing the membership.
+    /// Replaces the member's metadata (what `members` shows), renewing the membership;
+    /// watchers see `Updated`.
     fn update_metadata(&self, py: Python<'_>, metadata: &Bound<'_, PyAny>) -> PyResult<()> {
         let metadata = convert::metadata("metadata", Some(metadata))?.unwrap_or_default();
         let member = self.joined.member.clone();
@@ -406,7 +437,8 @@ member_class! {
         )
     }
 
-    /// Replaces the member's metadata (what `members` shows), renewing the membership.
+    /// Replaces the member's metadata (what `members` shows), renewing the membership;
+    /// watchers see `Updated`.
     fn update_metadata<'py>(
         &self,
         py: Python<'py>,
@@ -492,8 +524,8 @@ impl MemberWatch {
         self.watching.closed()
     }
 
-    /// The next event: `Members` first, then `Joined` and `Left` in order. Raises `Timeout`
-    /// after `timeout` seconds without one, `Closed` once the watch or its client closed.
+    /// The next event: `Members` first, then `Joined`, `Left` and `Updated` in order. Raises
+    /// `Timeout` after `timeout` seconds without one, `Closed` once the watch or its client closed.
     #[pyo3(signature = (timeout=None))]
     fn next(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<MemberEvent> {
         self.read(py, timeout, false)?
@@ -568,8 +600,8 @@ impl AsyncMemberWatch {
         self.watching.closed()
     }
 
-    /// The next event: `Members` first, then `Joined` and `Left` in order. Raises `Timeout`
-    /// after `timeout` seconds without one, `Closed` once the watch or its client closed.
+    /// The next event: `Members` first, then `Joined`, `Left` and `Updated` in order. Raises
+    /// `Timeout` after `timeout` seconds without one, `Closed` once the watch or its client closed.
     #[pyo3(signature = (timeout=None))]
     fn next<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyAny>> {
         self.read(py, timeout, false)

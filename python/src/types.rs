@@ -171,10 +171,12 @@ impl ListPage {
     fn __getitem__<'py>(&self, py: Python<'py>, index: isize) -> PyResult<Bound<'py, PyAny>> {
         self.items(py)?.as_any().get_item(index)
     }
+    /// Every item, as a list's repr shows them (a record's repr is its fields).
     fn __repr__(&self) -> String {
+        let items: Vec<String> = self.items.iter().map(LeaseInfo::__repr__).collect();
         format!(
-            "ListPage(items=<{} keys>, next_cursor={})",
-            self.items.len(),
+            "ListPage(items=[{}], next_cursor={})",
+            items.join(", "),
             self.next_cursor
                 .as_deref()
                 .map(py_str_repr)

@@ -127,7 +127,7 @@ def test_a_campaign_that_times_out_leaves_nothing(clients: Clients) -> None:
     with a.election("e").campaign("a", ttl=TTL) as leading:
         with pytest.raises(accord.Timeout):
             b.election("e").campaign("b", ttl=TTL, timeout=0.2)
-        assert (b.held_count, b.queued_count()) == (0, 0)
+        assert (b.held_count(), b.queued_count()) == (0, 0)
         leader = b.election("e").leader()
         assert leader is not None and leader.fence == leading.fence
 
@@ -205,7 +205,7 @@ async def test_a_cancelled_campaign_leaves_nothing_async(aclients: AsyncClients)
         campaign.cancel()
         with pytest.raises(asyncio.CancelledError):
             await campaign
-        assert (b.held_count, b.queued_count()) == (0, 0)
+        assert (b.held_count(), b.queued_count()) == (0, 0)
         with pytest.raises(accord.Timeout):
             await b.election("e").campaign("b", timeout=0.2)
         leader = await b.election("e").leader()

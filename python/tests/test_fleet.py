@@ -12,7 +12,7 @@ import pytest
 from support import Clients, Database
 
 import accord
-from accord import Assigned, Fleet, FleetEvent, Joined, Left, Members, Revoked
+from accord import Assigned, Fleet, FleetEvent, Joined, Left, Members, Revoked, Updated
 
 TTL = 1.5
 PERIOD = 0.25
@@ -75,6 +75,11 @@ def test_join_members_and_watch_with_a_member_leaving(clients: Clients) -> None:
             member.update_metadata({"role": "y"})
             infos = a.members("workers")
             assert [(m.owner, m.metadata) for m in infos] == [("a", {"role": "y"}), ("b", {})]
+            # Watchers see the update: the member as it is now, with its fence (no rejoin).
+            updated = watch.next(timeout=5)
+            assert isinstance(updated, Updated)
+            assert (updated.member.owner, updated.member.fence) == ("a", member.fence)
+            assert updated.member.metadata == {"role": "y"}
             member.leave()
             left = watch.next(timeout=5)
             assert isinstance(left, Left)
@@ -233,7 +238,7 @@ def test_bad_fleet_input_names_the_field(clients: Clients) -> None:
     for options, field in BAD_FLEET_OPTIONS:
         with pytest.raises(accord.InvalidArgument, match=f"invalid {field}"):
             client.fleet("f", **options)
-    assert client.held_count == 0
+    assert client.held_count() == 0
     assert client.list().items == []
 
 

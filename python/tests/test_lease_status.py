@@ -47,7 +47,7 @@ def test_a_dropped_lease_ends_the_lost_wait_unset(clients: Clients) -> None:
     gc.collect()
     # Dropping the handle released the lease (the core did): the wait ends, unset.
     assert lost.wait() is False
-    assert o1.held_count == 0
+    assert o1.held_count() == 0
 
 
 def test_close_ends_the_lost_wait_set(clients: Clients) -> None:

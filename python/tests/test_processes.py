@@ -79,7 +79,7 @@ WAITING_ACQUIRE = """
         print("waiting", flush=True)  # in the try: a Ctrl-C landing before the acquire reports too
         lease = c.acquire(os.environ["KEY"], ttl=60)
     finally:
-        print("held" if c.held_count else "none", flush=True)
+        print("held" if c.held_count() else "none", flush=True)
     time.sleep(30)
 """
 

@@ -101,7 +101,7 @@ async def test_x1_shared_holders_and_a_waiting_writer_async(aclients: AsyncClien
     await held[2].release()
     async with await asyncio.wait_for(waiting, PATIENCE) as granted:
         assert not granted.shared and granted.fence > fences[-1]
-    assert writer.held_count == 0
+    assert writer.held_count() == 0
 
 
 async def test_x2_waiters_granted_in_arrival_order_async(aclients: AsyncClients) -> None:

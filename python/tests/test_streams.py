@@ -181,6 +181,9 @@ def test_bad_arguments_name_their_field(clients: Clients) -> None:
         ("page_size", lambda: c.subscribe("s", page_size=0)),
         ("page_size", lambda: c.subscribe("s", page_size=accord.MAX_PAGE_SIZE + 1)),
         ("after", lambda: c.subscribe("s", after=-1)),
+        # Past the stream's last seq (0: never published to): an event that never existed.
+        ("after", lambda: c.subscribe("s", after=10**12)),
+        ("after", lambda: c.subscribe("s", after=1)),
         ("after", lambda: c.subscribe("s", after="oldest")),  # type: ignore[arg-type]
         ("max_len", lambda: c.set_stream_retention("s", max_len=0)),
         ("max_len", lambda: c.set_stream_retention("s", max_len=-1)),

@@ -103,6 +103,15 @@ pub extern "C" fn accord_client_waiter_wakeups(client: *const accord_client) -> 
     })
 }
 
+/// How many leases this client holds and keeps alive now (0 for NULL).
+#[no_mangle]
+pub extern "C" fn accord_client_held_count(client: *const accord_client) -> usize {
+    run_or(0, || {
+        // SAFETY: NULL or a live client, by contract.
+        unsafe { client.as_ref() }.map_or(0, |c| c.client.held_count())
+    })
+}
+
 /// How many of this client's waiting acquires (and campaigns) hold a place in a key's line now.
 /// A diagnostic: tests wait for it to order waiters without sleeping (0 for NULL).
 #[no_mangle]

@@ -1,5 +1,5 @@
 //! Membership of a group: join (a member handle holding its lease), the members of a group, and
-//! a watch of them (the members once, then Joined and Left), read pull-style.
+//! a watch of them (the members once, then Joined, Left and Updated), read pull-style.
 
 use std::ffi::{c_char, CString};
 use std::time::Duration;
@@ -233,7 +233,7 @@ pub extern "C" fn accord_member_wait_lost(
 }
 
 /// Replaces the member's metadata (a JSON object; NULL: `{}`), renewing its lease; watchers
-/// see nothing (Joined and Left only), accord_client_members() shows it. After the member left:
+/// see ACCORD_MEMBER_EVENT_UPDATED, accord_client_members() shows it. After the member left:
 /// ACCORD_LEASE_LOST. Blocks.
 #[no_mangle]
 pub extern "C" fn accord_member_update_metadata(
@@ -337,6 +337,9 @@ pub enum accord_member_event_kind {
     ACCORD_MEMBER_EVENT_JOINED = 2,
     /// A member left (it left, its client closed, or its lease expired): `members[0]`.
     ACCORD_MEMBER_EVENT_LEFT = 3,
+    /// A member replaced its metadata: `members[0]`, as it is now (updates between two reads
+    /// of the watch come as one, with the latest metadata).
+    ACCORD_MEMBER_EVENT_UPDATED = 4,
 }
 
 /// One event of a watch. Free with accord_member_event_free().
@@ -351,7 +354,7 @@ pub struct accord_member_event {
     pub n_members: usize,
 }
 
-/// Watches `group`: the members now, then every Joined and Left in order. Listens before it
+/// Watches `group`: the members now, then every Joined, Left and Updated in order. Listens before it
 /// returns, so that no change from then on is missed. On success `*out_watch` is a watch to read
 /// with accord_member_watch_next() and free with accord_member_watch_free(). Blocks.
 #[no_mangle]
@@ -376,7 +379,7 @@ pub extern "C" fn accord_client_watch(
 }
 
 /// Waits up to `timeout_ms` (negative: without limit; 0: only what is known) for the next
-/// event: the members first (ACCORD_MEMBER_EVENT_MEMBERS), then Joined and Left. ACCORD_OK with `*out_event` set (free it
+/// event: the members first (ACCORD_MEMBER_EVENT_MEMBERS), then Joined, Left and Updated. ACCORD_OK with `*out_event` set (free it
 /// with accord_member_event_free()); ACCORD_TIMEOUT if none came; ACCORD_CANCELLED when
 /// `cancel` (may be NULL) fires; ACCORD_CLOSED once the watch or its client is closed. Meant for
 /// one reader thread per watch.
@@ -418,6 +421,10 @@ pub extern "C" fn accord_member_watch_next(
             ),
             MemberEvent::Left(one) => (
                 accord_member_event_kind::ACCORD_MEMBER_EVENT_LEFT,
+                vec![one],
+            ),
+            MemberEvent::Updated(one) => (
+                accord_member_event_kind::ACCORD_MEMBER_EVENT_UPDATED,
                 vec![one],
             ),
             other => {

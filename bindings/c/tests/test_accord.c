@@ -346,6 +346,8 @@ static void test_l1_l2_l4(void) {
   CHECK(!accord_lease_is_lost(lease));
   CHECK(accord_lease_status(lease) == ACCORD_LEASE_STATUS_HELD && accord_lease_lost_reason(lease) == NULL);
   CHECK(accord_lease_status(NULL) == ACCORD_LEASE_STATUS_UNKNOWN && accord_lease_lost_reason(NULL) == NULL);
+  CHECK(accord_client_held_count(o1) == 1 && accord_client_held_count(o2) == 0);
+  CHECK(accord_client_held_count(NULL) == 0);
 
   accord_list_page *page = NULL;
   MUST(accord_client_list(o1, NULL, &page, &err));
@@ -378,6 +380,7 @@ static void test_l1_l2_l4(void) {
   /* L6: releasing twice is harmless. */
   MUST(accord_lease_release(lease, &err));
   CHECK(accord_lease_status(lease) == ACCORD_LEASE_STATUS_RELEASED);
+  CHECK(accord_client_held_count(o1) == 0);
   MUST(accord_lease_release(lease, &err));
   MUST(accord_client_try_acquire(o2, "a", NULL, &other, &err));
   CHECK(accord_lease_fence(other) > accord_lease_fence(lease));
@@ -1166,7 +1169,7 @@ static accord_member_event *watch_next(accord_member_watch *w, int64_t timeout_m
   return ev;
 }
 
-/* M1: join, members, update_metadata, watch (Members, Joined, Left), leave. */
+/* M1: join, members, update_metadata, watch (Members, Joined, Updated, Left), leave. */
 static void test_membership(void) {
   accord_client *a = client("m1", "a"), *b = client("m1", "b");
   accord_member_watch *w = NULL;
@@ -1206,6 +1209,12 @@ static void test_membership(void) {
   MUST(accord_client_members(a, "team/x", &infos, &n, &err));
   CHECK(n == 2 && strstr(infos[1].metadata_json, "\"load\":3") != NULL);
   accord_member_info_array_free(infos, n);
+  /* Watchers see the update: the member as it is now, with its fence (no leave and join). */
+  ev = watch_next(w, 10000 * slow);
+  CHECK(ev->kind == ACCORD_MEMBER_EVENT_UPDATED && ev->n_members == 1);
+  CHECK(!strcmp(ev->members[0].owner, "b") && ev->members[0].fence == accord_member_fence(mb));
+  CHECK(strstr(ev->members[0].metadata_json, "\"load\":3") != NULL);
+  accord_member_event_free(ev);
   MUST(accord_client_members(a, "team/none", &infos, &n, &err));
   CHECK(n == 0 && infos == NULL);
 

@@ -162,8 +162,9 @@ async fn start_with(
 }
 
 /// M1: three members with metadata are listed; a watch yields them, then Joined for a
-/// newcomer, Left for one that leaves and for one whose client closed (no notification: the
-/// watch finds it at the member's expiry); updated metadata shows in `members`.
+/// newcomer, Updated for a member that replaced its metadata (also in `members`), Left for one
+/// that leaves and for one whose client closed (no notification: the watch finds it at the
+/// member's expiry).
 pub async fn m1_members_join_watch_and_leave(h: &Harness) {
     let ttl = JoinOptions::new().ttl(TTL);
     let mut clients = Vec::new();
@@ -196,8 +197,18 @@ pub async fn m1_members_join_watch_and_leave(h: &Harness) {
     members[1].update_metadata(zone("c")).await.unwrap();
     let listed = clients[0].members("g").await.unwrap();
     assert_eq!(listed[1].metadata, zone("c"));
+    // An update is reported with the member as it is now (same fence: no leave and join).
+    let updated = tokio::time::timeout(Duration::from_secs(30), watch.next())
+        .await
+        .expect("the watch reported no event for the metadata update");
+    match updated.unwrap() {
+        MemberEvent::Updated(m) => assert_eq!(
+            (&m.owner, m.fence, &m.metadata),
+            (&listed[1].owner, listed[1].fence, &zone("c"))
+        ),
+        other => panic!("expected Updated, got {other:?}"),
+    }
     joined.leave().await.unwrap();
-    // A metadata update is no membership change: the next event is the Left.
     match watch.next().await.unwrap() {
         MemberEvent::Left(m) => assert_eq!(m.owner, newcomer.owner()),
         other => panic!("expected Left, got {other:?}"),

@@ -469,6 +469,31 @@ pub async fn d5_payloads_are_any_utf8_and_names_any_text(h: &Harness) {
         assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{field}");
         assert!(err.message().contains(field), "{err}");
     }
+    // A seek past the last seq published names an event that never existed: refused, rather
+    // than a subscription that waits, silently, for the stream to grow that far. The last seq
+    // itself is where "latest" starts; on a stream never published to, only 0 is.
+    for (stream, after, last) in [
+        ("plain", 6, 5),
+        ("plain", 1_000_000_000_000, 5),
+        ("never", 1, 0),
+    ] {
+        let err = client
+            .subscribe(stream, from(StreamStart::After(after)))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{stream} {after}");
+        assert!(err.message().contains("after"), "{err}");
+        assert!(
+            err.message().contains(&format!("last seq is {last}")),
+            "{err}"
+        );
+    }
+    for (stream, after) in [("plain", 5), ("never", 0)] {
+        let sub = client
+            .subscribe(stream, from(StreamStart::After(after)))
+            .await;
+        assert_eq!(sub.unwrap().position(), after, "{stream}");
+    }
     let err = client
         .set_stream_retention("plain", StreamRetention::new().max_len(0))
         .await
