@@ -192,13 +192,13 @@ pub async fn x3_leaving_the_line_stalls_nobody(h: &Harness) {
     let log = Arc::new(Mutex::new(Vec::new()));
     let lease = holder.acquire("t", exclusive()).await.unwrap();
 
+    // The quitter leaves by its timeout, which must not end before `until_queued` has seen its
+    // place: with 300 ms, a loaded machine (load ~28 on 2 cores) let it time out unseen, and the
+    // test then waited for a place that was already given up. 3 s is longer than any place
+    // takes to commit here, so the order below is the test's, not the scheduler's.
     let q = {
         let quitter = quitter.clone();
-        tokio::spawn(async move {
-            quitter
-                .acquire("t", exclusive().timeout(Duration::from_millis(300)))
-                .await
-        })
+        tokio::spawn(async move { quitter.acquire("t", exclusive().timeout(3 * SEC)).await })
     };
     until_queued(&quitter, 1).await;
     let token = CancellationToken::new();
