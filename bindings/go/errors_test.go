@@ -190,11 +190,11 @@ func TestErrorsReadInGoWords(t *testing.T) {
 			return err
 		}},
 		{"invalid period: 1m0s is outside 10ms..=TTL (5s)", func() error {
-			_, err := c.Fleet(ctx, "f", FleetOptions{Shards: 2, TTL: 5 * time.Second, Period: time.Minute})
+			_, err := c.Fleet(ctx, "f", &FleetOptions{Shards: 2, TTL: 5 * time.Second, Period: time.Minute})
 			return err
 		}},
 		{"invalid HandoffTimeout: -1.5s is negative", func() error {
-			_, err := c.Fleet(ctx, "f", FleetOptions{Shards: 2, HandoffTimeout: -1500 * time.Millisecond})
+			_, err := c.Fleet(ctx, "f", &FleetOptions{Shards: 2, HandoffTimeout: -1500 * time.Millisecond})
 			return err
 		}},
 		{"invalid MaxAge: 50ms is shorter than the least, 100ms", func() error {
@@ -202,7 +202,7 @@ func TestErrorsReadInGoWords(t *testing.T) {
 			return err
 		}},
 		{"invalid PageSize: 1001 is outside 1..=1000", func() error {
-			_, err := c.Subscribe(ctx, "s", SubscribeOptions{PageSize: 1001})
+			_, err := c.Subscribe(ctx, "s", &SubscribeOptions{PageSize: 1001})
 			return err
 		}},
 		{"invalid key: is not valid UTF-8", func() error {
