@@ -127,7 +127,7 @@ type ClientOptions struct {
 	// ListenURL is where the listening connection goes (PostgreSQL only; default: url): a
 	// direct or session-pooled URL of the same database, when commands go through a PgBouncer
 	// in transaction mode, where LISTEN cannot receive. Without it there, Listen fails with
-	// ErrConnection naming listen_url. Refused (ErrInvalidArgument) on the embedded store.
+	// ErrConnection naming listen_url. Refused (ErrInvalidArgument naming ListenURL) on the embedded store.
 	ListenURL      string
 	ConnectTimeout time.Duration
 	// StatementTimeout bounds each statement: one that gets no answer in time breaks its
@@ -185,7 +185,7 @@ func Connect(ctx context.Context, url string, opts *ClientOptions) (*Client, err
 	}
 	for _, o := range []struct{ field, value string }{
 		{"namespace", opts.Namespace}, {"owner", opts.Owner}, {"schema", opts.Schema},
-		{"application_name", opts.ApplicationName}, {"listen_url", opts.ListenURL},
+		{"ApplicationName", opts.ApplicationName}, {"ListenURL", opts.ListenURL},
 	} {
 		if err := noNUL(o.field, o.value); err != nil {
 			return nil, err

@@ -82,12 +82,12 @@ func TestListenURLBehindTransactionPooling(t *testing.T) { // O1
 func TestListenURLRefusedOnTheEmbeddedStore(t *testing.T) {
 	ctx := context.Background()
 	_, err := Connect(ctx, "memory:go-listen-url", &ClientOptions{ListenURL: "postgres://localhost/x"})
-	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "listen_url") {
+	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "ListenURL") {
 		t.Fatalf("listen_url on memory: %v", err)
 	}
 	// A C string would end at a NUL: refused rather than cut short, as every string option.
 	_, err = Connect(ctx, "memory:go-listen-url", &ClientOptions{ListenURL: "postgres://localhost/x\x00y"})
-	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "listen_url") {
+	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "ListenURL") {
 		t.Fatalf("listen_url with a NUL: %v", err)
 	}
 }
