@@ -50,6 +50,7 @@ mod scenarios {
     /// fence, and nobody else meanwhile; after the member's restart every client still works.
     async fn through_a_kill(h: &Harness, victim: Victim) {
         let cluster = Cluster::from_env();
+        h.allow_member_faults();
         let _faults = cluster.faults().await;
         let o1 = h.client("o1").await;
         let o2 = h.client("o2").await;
@@ -157,12 +158,14 @@ mod scenarios {
     /// it took them back after their restart.
     pub async fn k3_restarted_members_are_used_again(h: &Harness) {
         let cluster = Cluster::from_env();
+        h.allow_member_faults();
         let _faults = cluster.faults().await;
         let o1 = h.client("o1").await;
         let o2 = h.client("o2").await;
         let channel = h.channel("turns");
         let sub = o2.listen([&channel]).await.unwrap();
-        let held = o1.acquire("held", ttl(TTL)).await.unwrap();
+        // A ttl far beyond any outage here: losing it would mean the keep-alives stopped.
+        let held = o1.acquire("held", ttl(60 * SEC)).await.unwrap();
         for (i, member) in cluster.members.iter().enumerate() {
             let down = member.kill().await;
             cluster.leader().await;

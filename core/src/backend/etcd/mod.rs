@@ -28,8 +28,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use etcd_client::{
-    ConnectOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
-    TxnResponse,
+    Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse, TxnResponse,
 };
 
 use self::keys::{random_id, range_end, Layout};
@@ -416,23 +416,34 @@ impl Backend for EtcdBackend {
 
     async fn notify_batch(&self, notifications: &[(&str, &str)]) -> Result<()> {
         // Each notification is a record of its own (a burst on one channel is one
-        // transaction: etcd refuses a key twice in one), on a lease that lets them go.
-        let lease = self.leases.retention().await?;
+        // transaction: etcd refuses a key twice in one), on a lease that lets them go. A
+        // lease granted twice (its answer lost with a member) leaves one unused, which expires.
+        let lease = resolving(|| self.leases.retention()).await?;
         let batch = random_id();
         for (chunk, part) in notifications.chunks(MAX_TXN_OPS).zip(0..) {
+            let key = |i: usize| {
+                let (channel, _) = chunk[i];
+                self.layout
+                    .notification(channel, &format!("{batch}.{part}.{i}"))
+            };
             let puts: Vec<TxnOp> = chunk
                 .iter()
-                .zip(0..)
-                .map(|((channel, payload), i)| {
-                    TxnOp::put(
-                        self.layout
-                            .notification(channel, &format!("{batch}.{part}.{i}")),
-                        *payload,
-                        Some(PutOptions::new().with_lease(lease)),
-                    )
+                .enumerate()
+                .map(|(i, (_, payload))| {
+                    TxnOp::put(key(i), *payload, Some(PutOptions::new().with_lease(lease)))
                 })
                 .collect();
-            self.txn("notify", Txn::new().and_then(puts)).await?;
+            // Put only if its first record is absent: a chunk sent again after its answer was
+            // lost with a member finds itself put, and is not heard twice.
+            let first = key(0);
+            let txn = Txn::new()
+                .when([Compare::create_revision(
+                    first.as_str(),
+                    CompareOp::Equal,
+                    0,
+                )])
+                .and_then(puts);
+            resolving(|| self.txn("notify", txn.clone())).await?;
         }
         Ok(())
     }
