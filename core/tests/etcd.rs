@@ -15,7 +15,7 @@ use accord::{Client, ClientOptions, ErrorKind};
 #[cfg(feature = "etcd")]
 mod suite {
     use super::support::Harness;
-    crate::conformance_suite!(Harness::etcd, has []);
+    crate::conformance_suite!(Harness::etcd, has[member_failure]);
 }
 
 /// Without the feature, an etcd URL is refused as unsupported, naming the feature.

@@ -13,6 +13,8 @@
 //!   client's connections (`support/proxy.rs`); needs a server reached over TCP.
 //! - `connection_termination`: the coordinator ends a client's connections from outside
 //!   (`pg_terminate_backend`) and counts them (`pg_stat_activity`); the client then reconnects.
+//! - `member_failure`: the coordinator is a cluster whose members a test kills (-9) and
+//!   restarts one at a time (`support/etcd.rs`; etcd only).
 //!
 //! And what a store offers beyond leases, locks, waiting and notify (every store but etcd has
 //! them all; etcd gains them in steps):
@@ -27,6 +29,7 @@ pub mod ending;
 pub mod fleet;
 pub mod input;
 pub mod leases;
+pub mod members;
 pub mod notify;
 pub mod pool;
 pub mod queue;
@@ -106,6 +109,9 @@ macro_rules! conformance_suite {
             recipes::r1_recipe_keys_are_refused_to_plain_calls: [pools],
             recipes::r2_semaphores_survive_plain_calls: [pools],
             recipes::r3_departed_members_leave_no_rows: [],
+            members::k1_a_killed_leader_loses_no_lease: [member_failure],
+            members::k2_a_killed_follower_loses_no_lease: [member_failure],
+            members::k3_restarted_members_are_used_again: [member_failure],
         );
     };
 }
@@ -176,6 +182,7 @@ macro_rules! __conformance_capability {
     (@known pools) => {};
     (@known streams) => {};
     (@known snapshot) => {};
+    (@known member_failure) => {};
     (@known $other:ident) => {
         compile_error!(concat!("unknown capability: ", stringify!($other)));
     };
@@ -193,6 +200,9 @@ macro_rules! __conformance_capability {
         $crate::__conformance_scenario!(@has $($k)*);
     };
     (snapshot in [snapshot $($rest:ident)*], $($k:tt)*) => {
+        $crate::__conformance_scenario!(@has $($k)*);
+    };
+    (member_failure in [member_failure $($rest:ident)*], $($k:tt)*) => {
         $crate::__conformance_scenario!(@has $($k)*);
     };
     ($need:ident in [$other:ident $($rest:ident)*], $($k:tt)*) => {
@@ -218,6 +228,11 @@ macro_rules! __conformance_capability {
     };
     (snapshot in [], $($k:tt)*) => {
         $crate::__conformance_scenario!(@lacks "lacks snapshot: Client::snapshot", $($k)*);
+    };
+    (member_failure in [], $($k:tt)*) => {
+        $crate::__conformance_scenario!(@lacks
+            "lacks member failure: a cluster whose members are killed and restarted (etcd)",
+            $($k)*);
     };
     ($need:ident in [], $($k:tt)*) => {
         compile_error!(concat!("unknown capability: ", stringify!($need)));

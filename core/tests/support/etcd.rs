@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions, GetOptions};
-use tokio::sync::{Mutex, MutexGuard};
+use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::{eventually, Proxy};
 
@@ -16,9 +16,16 @@ use super::{eventually, Proxy};
 /// catches hangs.
 const SETTLE: Duration = Duration::from_secs(60);
 
-/// Member faults in one test binary are one at a time: two members down at once leave no
-/// quorum, which no scenario means to test by accident.
-static FAULTS: Mutex<()> = Mutex::const_new(());
+/// Member faults in one test binary are one at a time (write): two members down at once leave
+/// no quorum, which no scenario means to test by accident. A scenario that kills nothing holds
+/// it for reading (`Harness::etcd`), so that no kill breaks its own bounds, which are set for a
+/// healthy cluster.
+static FAULTS: RwLock<()> = RwLock::const_new(());
+
+/// Held while a scenario runs that kills no member: no member is killed meanwhile.
+pub async fn no_faults() -> RwLockReadGuard<'static, ()> {
+    FAULTS.read().await
+}
 
 pub struct Cluster {
     /// `etcd://host:port,host:port,host:port`, as accord takes it.
@@ -70,9 +77,10 @@ impl Cluster {
         Cluster { url, members }
     }
 
-    /// Holds off every other member fault of this test binary until the guard is dropped.
-    pub async fn faults(&self) -> MutexGuard<'static, ()> {
-        FAULTS.lock().await
+    /// Holds off every other member fault, and every scenario that kills nothing, of this test
+    /// binary until the guard is dropped.
+    pub async fn faults(&self) -> RwLockWriteGuard<'static, ()> {
+        FAULTS.write().await
     }
 
     /// The index of the member that leads, once every running member names the same running

@@ -42,6 +42,8 @@ pub struct Harness {
     _driver: Option<tokio::task::JoinHandle<()>>,
     /// Unique per harness: namespaces, channels and application names derive from it.
     pub tag: String,
+    /// etcd: no member is killed while this is held (see `etcd::no_faults`).
+    quiet: std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>>,
 }
 
 static TRACING: Once = Once::new();
@@ -77,6 +79,7 @@ impl Harness {
             admin: Some(admin),
             _driver: Some(driver),
             tag: format!("{test}_{:08x}", rand::random::<u32>()),
+            quiet: Default::default(),
         }
     }
 
@@ -90,11 +93,17 @@ impl Harness {
         };
         let tag = format!("{test}_{:08x}", rand::random::<u32>());
         let separator = if url.contains('?') { '&' } else { '?' };
+        // Until the scenario says it kills members, none is killed under it.
+        #[cfg(feature = "etcd")]
+        let quiet: Option<Box<dyn std::any::Any + Send>> = Some(Box::new(etcd::no_faults().await));
+        #[cfg(not(feature = "etcd"))]
+        let quiet = None;
         Some(Harness {
             url: format!("{url}{separator}prefix=/accord-test/{tag}"),
             admin: None,
             _driver: None,
             tag,
+            quiet: std::sync::Mutex::new(quiet),
         })
     }
 
@@ -110,6 +119,7 @@ impl Harness {
             admin: None,
             _driver: None,
             tag,
+            quiet: Default::default(),
         }
     }
 
@@ -122,6 +132,7 @@ impl Harness {
             admin: None,
             _driver: None,
             tag,
+            quiet: Default::default(),
         }
     }
 
@@ -164,6 +175,11 @@ impl Harness {
                 .get(0),
             None => Utc::now(),
         }
+    }
+
+    /// This scenario kills members: it no longer holds them off (it takes the faults' lock).
+    pub fn allow_member_faults(&self) {
+        self.quiet.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
 
     /// True when plain SQL (and PostgreSQL's faults) are available.

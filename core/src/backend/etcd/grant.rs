@@ -203,21 +203,48 @@ impl EtcdBackend {
         }))
     }
 
-    /// Takes a place at the end of the key's line: its ticket.
+    /// Takes a place at the end of the key's line: its ticket. The place is named by the
+    /// acquire call's attempt and put only if absent, so that a call sent again after its
+    /// answer was lost (a member failed) finds the place it took instead of taking a second.
     async fn enqueue(&self, r: &AcquireRequest<'_>) -> Result<i64> {
         let lease = self.leases.for_grant(r.ttl).await?;
-        let record = format!("{}{}", self.layout.line(r.namespace, r.key), random_id());
+        let record = format!(
+            "{}{:016x}",
+            self.layout.line(r.namespace, r.key),
+            r.attempt as u64
+        );
         let answer = self
             .txn(
                 "wait in line",
-                Txn::new().and_then([TxnOp::put(
-                    record,
-                    Place::waiter(r.owner, r.shared),
-                    Some(PutOptions::new().with_lease(lease.id)),
-                )]),
+                Txn::new()
+                    .when([Compare::create_revision(
+                        record.as_str(),
+                        CompareOp::Equal,
+                        0,
+                    )])
+                    .and_then([TxnOp::put(
+                        record.as_str(),
+                        Place::waiter(r.owner, r.shared),
+                        Some(PutOptions::new().with_lease(lease.id)),
+                    )])
+                    .or_else([TxnOp::get(record.as_str(), None)]),
             )
             .await?;
-        Ok(fence_of(revision(&answer), 0))
+        if answer.succeeded() {
+            return Ok(fence_of(revision(&answer), 0));
+        }
+        let taken = answer.op_responses().into_iter().find_map(|r| match r {
+            TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.create_revision()),
+            _ => None,
+        });
+        // The compare and the read are one transaction: the place the compare saw is read.
+        let taken = taken.ok_or_else(|| {
+            crate::error::Error::new(
+                crate::error::ErrorKind::Database,
+                "wait in line: etcd answered a failed compare without the record it compared",
+            )
+        })?;
+        Ok(fence_of(taken, 0))
     }
 
     async fn delete_place(&self, place: &Place) -> Result<()> {
@@ -404,9 +431,13 @@ impl EtcdBackend {
                 )
             })
             .collect();
-        let (client, stats) = (self.client.clone(), self.stats.clone());
+        let (members, stats) = (self.members.clone(), self.stats.clone());
         tokio::spawn(async move {
-            let _ = super::counted(&stats, client.clone().txn(Txn::new().and_then(puts))).await;
+            let (i, mut client) = members.pick();
+            let answer = super::counted(&stats, client.txn(Txn::new().and_then(puts))).await;
+            if let Err(e) = answer {
+                members.failed(i, &e);
+            }
         });
     }
 

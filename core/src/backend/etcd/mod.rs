@@ -3,6 +3,7 @@
 //! what they read are `crate::rules`', as on the other stores. Modules:
 //! - `url`: what the URL names;
 //! - `keys`: where the records live, and fences from create_revisions;
+//! - `members`: which member calls go to, and which are down;
 //! - `records`: the records' values, and one key read at one revision as the rules see it;
 //! - `session`: the client's leases (one per ttl class) and their keep-alives;
 //! - `grant`: the transactions that grant, renew, release, finish and reset;
@@ -14,6 +15,7 @@
 
 mod grant;
 mod keys;
+mod members;
 mod read;
 mod records;
 mod session;
@@ -26,11 +28,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use etcd_client::{
-    Client, ConnectOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
     TxnOpResponse, TxnResponse,
 };
 
 use self::keys::{random_id, range_end, Layout};
+use self::members::Members;
 use self::records::{HolderRecord, Look, Place, Row};
 use self::session::Leases;
 use self::watch::Watcher;
@@ -65,6 +68,13 @@ pub(crate) fn etcd_error(what: &str, e: etcd_client::Error) -> Error {
         etcd_client::Error::GRpcStatus(s) if matches!(s.code() as i32, 1 | 4 | 14) => {
             ErrorKind::Connection
         }
+        // Unknown (2) from the client's side: the connection broke under the call (a member
+        // killed), which the member did not answer (etcd's own errors say "etcdserver: …").
+        etcd_client::Error::GRpcStatus(s)
+            if s.code() as i32 == 2 && !s.message().starts_with("etcdserver") =>
+        {
+            ErrorKind::Connection
+        }
         _ => ErrorKind::Database,
     };
     Error::new(kind, format!("{what}: etcd error: {e}")).with_source(e)
@@ -77,33 +87,29 @@ fn unsupported(what: &str) -> Error {
     )
 }
 
-/// How many members a call that never reached one is tried on.
-const REACH_TRIES: usize = 8;
+/// How long an operation that can be sent again waits out a member's failure (the test
+/// cluster elects a new leader in 2.5 to 5 s) before its `Connection` error is the caller's.
+const OUTAGE: Duration = Duration::from_secs(30);
+/// Pause between sends of such an operation.
+const OUTAGE_PAUSE: Duration = Duration::from_millis(100);
 
-/// Whether a call failed before reaching any member (its connection was refused): safe to
-/// send again, and the balanced channel may pick a live member next time.
-fn unreached(e: &etcd_client::Error) -> bool {
-    match e {
-        etcd_client::Error::TransportError(_) => true,
-        etcd_client::Error::GRpcStatus(s) => {
-            s.code() as i32 == 14 && s.message().contains("connect")
-        }
-        _ => false,
-    }
-}
-
-/// Runs `call` until it reaches a member (at most [`REACH_TRIES`] times): the `etcd-client`
-/// crate keeps a dead member in its balanced channel, and a call it sends there fails
-/// unsent.
-pub(crate) async fn reaching<T, F, Fut>(mut call: F) -> std::result::Result<T, etcd_client::Error>
+/// Runs `op` until it answers anything but a `Connection` error (for at most [`OUTAGE`]).
+/// Only for operations that read before they write and recognise their own earlier write (a
+/// grant by its attempt, a release or done by its fence, a renewal by its fence): a call whose
+/// answer was lost with its member, or refused in an election ("leader changed", "no leader",
+/// "request timed out"), is resolved by running it again, never by guessing its outcome.
+async fn resolving<T, F, Fut>(mut op: F) -> Result<T>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+    Fut: std::future::Future<Output = Result<T>>,
 {
-    let mut tries = 1;
+    let until = std::time::Instant::now() + OUTAGE;
     loop {
-        match call().await {
-            Err(e) if unreached(&e) && tries < REACH_TRIES => tries += 1,
+        match op().await {
+            Err(e) if e.kind() == ErrorKind::Connection && std::time::Instant::now() < until => {
+                tracing::debug!(target: "accord", error = %e, "etcd call failed with its member; reading again");
+                tokio::time::sleep(OUTAGE_PAUSE).await;
+            }
             answer => return answer,
         }
     }
@@ -120,7 +126,7 @@ pub(crate) async fn counted<T>(stats: &Recorder, call: impl std::future::Future<
 }
 
 pub(crate) struct EtcdBackend {
-    client: Client,
+    members: Arc<Members>,
     stats: Arc<Recorder>,
     layout: Layout,
     leases: Arc<Leases>,
@@ -144,39 +150,41 @@ impl EtcdBackend {
         let connect = ConnectOptions::new()
             .with_connect_timeout(CONNECT_TIMEOUT)
             .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5));
-        let client = Client::connect(&parsed.endpoints, Some(connect))
+        let layout = Layout::new(&parsed.prefix);
+        let members = Members::connect(&parsed.endpoints, connect, layout.rows(""))
             .await
             .map_err(|e| etcd_error("connect to etcd", e))?;
-        let layout = Layout::new(&parsed.prefix);
-        let watcher = Watcher::new(client.clone(), sink, layout.clone());
+        let watcher = Watcher::new(members.clone(), sink, layout.clone());
         let backend = EtcdBackend {
-            leases: Arc::new(Leases::new(client.clone(), stats.clone())),
-            client,
+            leases: Arc::new(Leases::new(members.clone(), stats.clone())),
+            members,
             stats,
             layout,
             watcher,
         };
-        // A status read: an unreachable cluster fails the connect, not the first call.
-        let probe = || {
-            let (mut client, key) = (backend.client.clone(), backend.layout.rows(""));
-            async move {
-                client
-                    .get(key, Some(GetOptions::new().with_count_only()))
-                    .await
-            }
-        };
-        reaching(probe)
+        // A read: an unreachable cluster fails the connect, not the first call.
+        let key = backend.layout.rows("");
+        backend
+            .members
+            .call(|mut client| {
+                let key = key.clone();
+                async move {
+                    client
+                        .get(key, Some(GetOptions::new().with_count_only()))
+                        .await
+                }
+            })
             .await
             .map_err(|e| etcd_error("connect to etcd", e))?;
         Ok(backend)
     }
 
     async fn txn(&self, what: &str, txn: Txn) -> Result<TxnResponse> {
-        let call = || {
-            let (mut client, txn) = (self.client.clone(), txn.clone());
+        let call = |mut client: etcd_client::Client| {
+            let txn = txn.clone();
             async move { client.txn(txn).await }
         };
-        counted(&self.stats, reaching(call))
+        counted(&self.stats, self.members.call(call))
             .await
             .map_err(|e| etcd_error(what, e))
     }
@@ -270,7 +278,7 @@ impl StreamStore for EtcdBackend {
 #[async_trait]
 impl Backend for EtcdBackend {
     async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<AcquireOutcome> {
-        self.acquire_one(request, false).await
+        resolving(|| self.acquire_one(request, false)).await
     }
 
     async fn acquire_batch(
@@ -291,13 +299,13 @@ impl Backend for EtcdBackend {
                 ticket: None,
                 enqueue: false,
             };
-            self.acquire_one(&request, false).await
+            resolving(|| self.acquire_one(&request, false)).await
         });
         futures_util::future::try_join_all(tries).await
     }
 
     async fn acquire_queued(&self, request: &AcquireRequest<'_>) -> Result<AcquireOutcome> {
-        self.acquire_one(request, true).await
+        resolving(|| self.acquire_one(request, true)).await
     }
 
     async fn leave_queue(
@@ -309,15 +317,15 @@ impl Backend for EtcdBackend {
         _pass_turn: bool,
     ) -> Result<()> {
         // The waiters behind this one wait for its record's delete: no turn to pass by hand.
-        self.leave(namespace, key, owner, ticket).await
+        resolving(|| self.leave(namespace, key, owner, ticket)).await
     }
 
     async fn release_shared(&self, lease: LeaseRef<'_>) -> Result<bool> {
-        self.release_shared_one(lease).await
+        resolving(|| self.release_shared_one(lease)).await
     }
 
     async fn holder(&self, namespace: &str, key: &str) -> Result<Option<Holder>> {
-        self.holder_of(namespace, key).await
+        resolving(|| self.holder_of(namespace, key)).await
     }
 
     async fn renew(
@@ -326,7 +334,7 @@ impl Backend for EtcdBackend {
         ttl: Duration,
         metadata: Option<&str>,
     ) -> Result<Option<Renewed>> {
-        self.renew_one(lease, ttl, metadata).await
+        resolving(|| self.renew_one(lease, ttl, metadata)).await
     }
 
     async fn renew_batch(
@@ -335,15 +343,15 @@ impl Backend for EtcdBackend {
         owner: &str,
         items: &[BatchItem<'_>],
     ) -> Result<Vec<(i64, DateTime<Utc>)>> {
-        self.renew_many(namespace, owner, items).await
+        resolving(|| self.renew_many(namespace, owner, items)).await
     }
 
     async fn release(&self, lease: LeaseRef<'_>) -> Result<bool> {
-        self.release_one(lease).await
+        resolving(|| self.release_one(lease)).await
     }
 
     async fn done(&self, lease: LeaseRef<'_>, metadata: Option<&str>) -> Result<Option<Metadata>> {
-        self.done_one(lease, metadata).await
+        resolving(|| self.done_one(lease, metadata)).await
     }
 
     async fn release_batch(
@@ -360,7 +368,7 @@ impl Backend for EtcdBackend {
                 owner,
                 fence: *fence,
             };
-            if self.release_one(lease).await? {
+            if resolving(|| self.release_one(lease)).await? {
                 released.push(*fence);
             }
         }
@@ -381,7 +389,8 @@ impl Backend for EtcdBackend {
                 owner,
                 fence: item.fence,
             };
-            if let Some(metadata) = self.done_one(lease, item.metadata.as_deref()).await? {
+            let metadata = item.metadata.as_deref();
+            if let Some(metadata) = resolving(|| self.done_one(lease, metadata)).await? {
                 done.push((item.fence, metadata));
             }
         }
@@ -389,16 +398,16 @@ impl Backend for EtcdBackend {
     }
 
     async fn reset(&self, namespace: &str, key: &str) -> Result<ResetOutcome> {
-        self.reset_one(namespace, key).await
+        resolving(|| self.reset_one(namespace, key)).await
     }
 
     async fn sweep(&self, namespace: &str, prefix: &str) -> Result<(u64, u64)> {
         // Dead waiters go with their session's lease: only member rows are left to sweep.
-        Ok((self.sweep_rows(namespace, prefix).await?, 0))
+        Ok((resolving(|| self.sweep_rows(namespace, prefix)).await?, 0))
     }
 
     async fn list(&self, namespace: &str, query: &ListQuery) -> Result<ListPage> {
-        self.list_page(namespace, query).await
+        resolving(|| self.list_page(namespace, query)).await
     }
 
     async fn notify(&self, channel: &str, payload: &str) -> Result<()> {
@@ -407,23 +416,34 @@ impl Backend for EtcdBackend {
 
     async fn notify_batch(&self, notifications: &[(&str, &str)]) -> Result<()> {
         // Each notification is a record of its own (a burst on one channel is one
-        // transaction: etcd refuses a key twice in one), on a lease that lets them go.
-        let lease = self.leases.retention().await?;
+        // transaction: etcd refuses a key twice in one), on a lease that lets them go. A
+        // lease granted twice (its answer lost with a member) leaves one unused, which expires.
+        let lease = resolving(|| self.leases.retention()).await?;
         let batch = random_id();
         for (chunk, part) in notifications.chunks(MAX_TXN_OPS).zip(0..) {
+            let key = |i: usize| {
+                let (channel, _) = chunk[i];
+                self.layout
+                    .notification(channel, &format!("{batch}.{part}.{i}"))
+            };
             let puts: Vec<TxnOp> = chunk
                 .iter()
-                .zip(0..)
-                .map(|((channel, payload), i)| {
-                    TxnOp::put(
-                        self.layout
-                            .notification(channel, &format!("{batch}.{part}.{i}")),
-                        *payload,
-                        Some(PutOptions::new().with_lease(lease)),
-                    )
+                .enumerate()
+                .map(|(i, (_, payload))| {
+                    TxnOp::put(key(i), *payload, Some(PutOptions::new().with_lease(lease)))
                 })
                 .collect();
-            self.txn("notify", Txn::new().and_then(puts)).await?;
+            // Put only if its first record is absent: a chunk sent again after its answer was
+            // lost with a member finds itself put, and is not heard twice.
+            let first = key(0);
+            let txn = Txn::new()
+                .when([Compare::create_revision(
+                    first.as_str(),
+                    CompareOp::Equal,
+                    0,
+                )])
+                .and_then(puts);
+            resolving(|| self.txn("notify", txn.clone())).await?;
         }
         Ok(())
     }
@@ -501,6 +521,7 @@ impl Backend for EtcdBackend {
 
     fn close(&self) {
         self.watcher.shutdown.cancel();
+        self.members.shutdown.cancel();
         // One revoke per ttl class ends every key of this client at once.
         let leases = self.leases.clone();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {

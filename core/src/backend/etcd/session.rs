@@ -13,9 +13,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
+use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
 
-use super::{counted, etcd_error, reaching};
+use super::members::Members;
+use super::{counted, etcd_error};
 use crate::error::Result;
 use crate::session::safety_margin;
 use crate::stats::Recorder;
@@ -28,7 +29,8 @@ pub(crate) struct ClassLease {
     /// When the last keep-alive (or the grant) that etcd answered was sent, on the monotonic
     /// clock and on this client's wall clock (milliseconds).
     last_sent: Mutex<(Instant, i64)>,
-    stream: tokio::sync::Mutex<Option<(LeaseKeeper, LeaseKeepAliveStream)>>,
+    /// The keep-alive stream, and the member it goes to.
+    stream: tokio::sync::Mutex<Option<(usize, LeaseKeeper, LeaseKeepAliveStream)>>,
     dead: std::sync::atomic::AtomicBool,
 }
 
@@ -59,7 +61,7 @@ pub(crate) fn class_of(ttl: Duration) -> i64 {
 const RETENTION: i64 = 60;
 
 pub(crate) struct Leases {
-    client: Client,
+    members: Arc<Members>,
     stats: Arc<Recorder>,
     /// The lease notifications are put on (never kept alive), and when it was granted.
     retention: tokio::sync::Mutex<Option<(i64, Instant)>>,
@@ -69,9 +71,9 @@ pub(crate) struct Leases {
 }
 
 impl Leases {
-    pub fn new(client: Client, stats: Arc<Recorder>) -> Leases {
+    pub fn new(members: Arc<Members>, stats: Arc<Recorder>) -> Leases {
         Leases {
-            client,
+            members,
             stats,
             retention: tokio::sync::Mutex::new(None),
             classes: Mutex::new(HashMap::new()),
@@ -107,11 +109,11 @@ impl Leases {
                 continue;
             }
             let sent = (Instant::now(), super::records::client_ms());
-            let grant = || {
-                let mut leases = self.client.lease_client();
-                async move { leases.grant(seconds, None).await }
+            // A grant sent twice leaves an unused lease, which expires on its own.
+            let grant = |client: etcd_client::Client| async move {
+                client.lease_client().grant(seconds, None).await
             };
-            let granted = counted(&self.stats, reaching(grant))
+            let granted = counted(&self.stats, self.members.call(grant))
                 .await
                 .map_err(|e| etcd_error("grant a session lease", e))?;
             let lease = Arc::new(ClassLease {
@@ -143,12 +145,12 @@ impl Leases {
             }
         }
         let granted = Instant::now();
-        let answer = counted(
-            &self.stats,
-            self.client.lease_client().grant(RETENTION, None),
-        )
-        .await
-        .map_err(|e| etcd_error("grant a notification lease", e))?;
+        let grant = |client: etcd_client::Client| async move {
+            client.lease_client().grant(RETENTION, None).await
+        };
+        let answer = counted(&self.stats, self.members.call(grant))
+            .await
+            .map_err(|e| etcd_error("grant a notification lease", e))?;
         *current = Some((answer.id(), granted));
         Ok(answer.id())
     }
@@ -174,24 +176,34 @@ impl Leases {
         // is taken out while in use: a call dropped between a keep-alive and its answer drops
         // the stream with it, so no later call reads that answer as its own.
         let mut ttl = None;
-        if let Some((mut keeper, mut replies)) = stream.take() {
+        if let Some((member, mut keeper, mut replies)) = stream.take() {
             let answer = counted(&self.stats, async {
                 keeper.keep_alive().await?;
                 replies.message().await
             })
             .await;
-            if let Ok(Some(reply)) = answer {
-                ttl = Some(reply.ttl());
-                *stream = Some((keeper, replies));
+            match answer {
+                Ok(Some(reply)) => {
+                    ttl = Some(reply.ttl());
+                    *stream = Some((member, keeper, replies));
+                }
+                // The stream ended or broke with its member: the next goes to another.
+                Ok(None) => self.members.lost(member, &"the keep-alive stream ended"),
+                Err(e) => self.members.failed(member, &e),
             }
         }
         let ttl = match ttl {
             Some(ttl) => ttl,
             None => {
-                match counted(&self.stats, self.client.lease_client().keep_alive(lease.id)).await {
-                    // Opening the stream sends the first keep-alive and reads its answer.
-                    Ok(opened) => {
-                        *stream = Some(opened);
+                // A keep-alive sent twice only extends the lease from a later time.
+                let open = |client: etcd_client::Client| {
+                    let id = lease.id;
+                    async move { client.lease_client().keep_alive(id).await }
+                };
+                // Opening the stream sends the first keep-alive and reads its answer.
+                match counted(&self.stats, self.members.call_at(open)).await {
+                    Ok((member, (keeper, replies))) => {
+                        *stream = Some((member, keeper, replies));
                         lease.seconds.max(1)
                     }
                     Err(etcd_client::Error::LeaseKeepAliveError(_)) => 0,
@@ -213,12 +225,12 @@ impl Leases {
 
     /// Remaining ttl of any lease (another client's too), in seconds; `None` once gone.
     pub async fn time_to_live(&self, id: i64) -> Result<Option<i64>> {
-        let answer = counted(
-            &self.stats,
-            self.client.lease_client().time_to_live(id, None),
-        )
-        .await
-        .map_err(|e| etcd_error("read a lease's ttl", e))?;
+        let read = |client: etcd_client::Client| async move {
+            client.lease_client().time_to_live(id, None).await
+        };
+        let answer = counted(&self.stats, self.members.call(read))
+            .await
+            .map_err(|e| etcd_error("read a lease's ttl", e))?;
         Ok(Some(answer.ttl()).filter(|&t| t > 0))
     }
 
@@ -230,7 +242,10 @@ impl Leases {
         };
         for lease in leases {
             lease.dead.store(true, std::sync::atomic::Ordering::Relaxed);
-            let _ = self.client.lease_client().revoke(lease.id).await;
+            let id = lease.id;
+            let revoke =
+                |client: etcd_client::Client| async move { client.lease_client().revoke(id).await };
+            let _ = self.members.call(revoke).await;
         }
     }
 }

@@ -10,12 +10,13 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_client::{Client, EventType, WatchFilterType, WatchOptions, WatchResponse};
+use etcd_client::{EventType, WatchFilterType, WatchOptions, WatchResponse};
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
 use super::etcd_error;
 use super::keys::{range_end, Layout};
+use super::members::Members;
 use crate::backend::{BackendEvent, EventSink};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -59,7 +60,7 @@ impl Interests {
 }
 
 pub(crate) struct Watcher {
-    client: Client,
+    members: Arc<Members>,
     sink: Arc<dyn EventSink>,
     channels_prefix: String,
     locks_prefix: String,
@@ -82,10 +83,10 @@ fn wakeup(i: &Interest) -> BackendEvent {
 }
 
 impl Watcher {
-    pub fn new(client: Client, sink: Arc<dyn EventSink>, layout: Layout) -> Arc<Watcher> {
+    pub fn new(members: Arc<Members>, sink: Arc<dyn EventSink>, layout: Layout) -> Arc<Watcher> {
         let locks_prefix = layout.locks();
         Arc::new(Watcher {
-            client,
+            members,
             sink,
             holders_prefix: format!("{locks_prefix}h/"),
             shared_prefix: format!("{locks_prefix}s/"),
@@ -149,9 +150,9 @@ impl Watcher {
     pub async fn start(self: &Arc<Self>) -> Result<()> {
         self.started
             .get_or_try_init(|| async {
-                let (stream, seen) = self.open((0, 0)).await?;
+                let opened = self.open((0, 0)).await?;
                 let me = self.clone();
-                tokio::spawn(async move { me.run(stream, seen).await });
+                tokio::spawn(async move { me.run(opened).await });
                 Ok::<(), Error>(())
             })
             .await?;
@@ -159,9 +160,14 @@ impl Watcher {
     }
 
     /// Opens both watches on one stream, the channels' and the locks' from the revisions
-    /// given (0: from now); returns the stream and the revision each watch's events start
-    /// after.
-    async fn open(&self, from: (i64, i64)) -> Result<(etcd_client::WatchStream, (i64, i64))> {
+    /// given (0: from now), on the member calls go to; returns the stream, the revision each
+    /// watch's events start after, and the member.
+    async fn open(&self, from: (i64, i64)) -> Result<Opened> {
+        let (member, client) = self.members.pick();
+        let failed = |e: etcd_client::Error| {
+            self.members.failed(member, &e);
+            etcd_error("watch", e)
+        };
         let channels = WatchOptions::new()
             .with_range(range_end(&self.channels_prefix))
             .with_filters([WatchFilterType::NoDelete])
@@ -170,16 +176,15 @@ impl Watcher {
         let locks = WatchOptions::new()
             .with_range(range_end(&self.locks_prefix))
             .with_start_revision(from.1);
-        let mut stream = self
-            .client
+        let mut stream = client
             .watch_client()
             .watch(self.channels_prefix.as_bytes(), Some(channels))
             .await
-            .map_err(|e| etcd_error("watch", e))?;
+            .map_err(failed)?;
         stream
             .watch(self.locks_prefix.as_bytes(), Some(locks))
             .await
-            .map_err(|e| etcd_error("watch", e))?;
+            .map_err(failed)?;
         // Creations are answered in the order asked: the channels' first.
         let mut seen = [from.0 - 1, from.1 - 1];
         let mut created = 0;
@@ -187,7 +192,7 @@ impl Watcher {
             let response = stream
                 .message()
                 .await
-                .map_err(|e| etcd_error("watch", e))?
+                .map_err(failed)?
                 .ok_or_else(|| Error::new(ErrorKind::Connection, "watch: the stream ended"))?;
             if response.canceled() {
                 return Err(compacted(&response));
@@ -199,10 +204,19 @@ impl Watcher {
                 created += 1;
             }
         }
-        Ok((stream, (seen[0], seen[1])))
+        Ok(Opened {
+            stream,
+            seen: (seen[0], seen[1]),
+            member,
+        })
     }
 
-    async fn run(self: Arc<Self>, mut stream: etcd_client::WatchStream, mut seen: (i64, i64)) {
+    async fn run(self: Arc<Self>, opened: Opened) {
+        let Opened {
+            mut stream,
+            mut seen,
+            mut member,
+        } = opened;
         loop {
             let next = tokio::select! {
                 _ = self.shutdown.cancelled() => return,
@@ -220,9 +234,15 @@ impl Watcher {
                     self.handle(&response);
                 }
                 other => {
+                    // A stream that broke or ended with its member: reopened on another.
+                    match &other {
+                        Err(e) => self.members.failed(member, e),
+                        Ok(None) => self.members.lost(member, &"the watch stream ended"),
+                        Ok(Some(_)) => {}
+                    }
                     let compacted = matches!(&other, Ok(Some(r)) if r.compact_revision() > 0);
                     tracing::warn!(target: "accord", ?seen, "etcd watch broke; resuming after the revisions seen");
-                    let (fresh, now) = loop {
+                    let fresh = loop {
                         if self.shutdown.is_cancelled() {
                             return;
                         }
@@ -247,8 +267,9 @@ impl Watcher {
                     if compacted {
                         self.missed();
                     }
-                    stream = fresh;
-                    seen = (seen.0.max(now.0), seen.1.max(now.1));
+                    stream = fresh.stream;
+                    member = fresh.member;
+                    seen = (seen.0.max(fresh.seen.0), seen.1.max(fresh.seen.1));
                 }
             }
         }
@@ -354,6 +375,14 @@ impl Watcher {
             self.sink.deliver(wakeup(w));
         }
     }
+}
+
+/// A watch stream opened on a member.
+struct Opened {
+    stream: etcd_client::WatchStream,
+    /// The revision each watch's events start after (channels', locks').
+    seen: (i64, i64),
+    member: usize,
 }
 
 fn compacted(response: &WatchResponse) -> Error {

@@ -1,0 +1,200 @@
+//! The cluster's members as this client reaches them: one `etcd-client` client per member
+//! (each a channel to that member alone), the one calls go to, and which are down.
+//!
+//! The crate's own client balances over every member and keeps sending calls to one that
+//! died, so the store picks the member itself: calls go to one member (the last that served,
+//! so that keep-alive and watch streams stay where the calls are); a member whose connection
+//! fails is marked down, the next call goes to the next member up, and a prober reads through
+//! the down member until it serves a linearizable read again, then takes it back.
+//!
+//! Only a call that provably never reached a member (its connection was refused) is sent again,
+//! to the next member: a call whose connection broke after sending may have been applied, so it
+//! fails as `Connection` and its caller resolves it by reading again.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions, GetOptions};
+use tokio_util::sync::CancellationToken;
+
+/// How often a down member is read through to see whether it is back.
+const PROBE_EVERY: Duration = Duration::from_millis(250);
+/// How long a probe may take: a member that answers later counts as still down.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Pause before sending again when every member refused the call (a member restarting).
+const ALL_DOWN_PAUSE: Duration = Duration::from_millis(100);
+
+struct Member {
+    client: Client,
+    down: AtomicBool,
+    /// A prober runs for it (at most one).
+    probing: AtomicBool,
+}
+
+pub(crate) struct Members {
+    members: Vec<Member>,
+    /// The member calls go to while it is up.
+    current: AtomicUsize,
+    /// A key a probe reads (count only), under the store's prefix.
+    probe_key: String,
+    pub shutdown: CancellationToken,
+}
+
+/// gRPC's codes Unknown (2) and Unavailable (14).
+const UNKNOWN: i32 = 2;
+const UNAVAILABLE: i32 = 14;
+
+/// Whether a call failed before reaching its member (the connection was refused, or never
+/// made): safe to send again.
+fn unreached(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::TransportError(_) => true,
+        etcd_client::Error::GRpcStatus(s) => {
+            s.code() as i32 == UNAVAILABLE && s.message().contains("connect")
+        }
+        _ => false,
+    }
+}
+
+/// Whether a call failed on the connection to its member (refused, reset, closed), rather than
+/// with the member's answer: that member is taken for down until a probe reads through it.
+/// etcd's own refusals ("etcdserver: no leader", "leader changed") come from a live member.
+fn connection_failed(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        etcd_client::Error::GRpcStatus(s) => {
+            matches!(s.code() as i32, UNAVAILABLE | UNKNOWN)
+                && !s.message().starts_with("etcdserver")
+        }
+        _ => false,
+    }
+}
+
+impl Members {
+    /// One client per endpoint; none connects before its first call.
+    pub async fn connect(
+        endpoints: &[String],
+        options: ConnectOptions,
+        probe_key: String,
+    ) -> Result<Arc<Members>, etcd_client::Error> {
+        let mut members = Vec::with_capacity(endpoints.len());
+        for endpoint in endpoints {
+            members.push(Member {
+                client: Client::connect([endpoint], Some(options.clone())).await?,
+                down: AtomicBool::new(false),
+                probing: AtomicBool::new(false),
+            });
+        }
+        Ok(Arc::new(Members {
+            members,
+            current: AtomicUsize::new(0),
+            probe_key,
+            shutdown: CancellationToken::new(),
+        }))
+    }
+
+    /// The member to send to, and its client: the current one if up, else the next one up
+    /// (which becomes current), else the current one all the same.
+    pub fn pick(&self) -> (usize, Client) {
+        let n = self.members.len();
+        let current = self.current.load(Ordering::Relaxed);
+        let chosen = (0..n)
+            .map(|step| (current + step) % n)
+            .find(|&i| !self.members[i].down.load(Ordering::Relaxed))
+            .unwrap_or(current);
+        if chosen != current {
+            self.current.store(chosen, Ordering::Relaxed);
+        }
+        (chosen, self.members[chosen].client.clone())
+    }
+
+    /// A call through member `i` failed with `e`: if on its connection, the member is down
+    /// until a probe reads through it again.
+    pub fn failed(self: &Arc<Self>, i: usize, e: &etcd_client::Error) {
+        if connection_failed(e) {
+            self.lost(i, e);
+        }
+    }
+
+    /// Member `i` is down (a call's connection failed, or a stream it served ended): calls go
+    /// to another until a probe reads through it again.
+    pub fn lost(self: &Arc<Self>, i: usize, e: &dyn std::fmt::Display) {
+        let member = &self.members[i];
+        if member.down.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        tracing::warn!(target: "accord", member = i, error = %e, "etcd member unreachable; using another until it serves again");
+        if member.probing.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let members = Arc::downgrade(self);
+        let shutdown = self.shutdown.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(PROBE_EVERY) => {}
+                }
+                let Some(members) = members.upgrade() else {
+                    return;
+                };
+                if members.probe(i).await {
+                    let member = &members.members[i];
+                    member.probing.store(false, Ordering::Relaxed);
+                    member.down.store(false, Ordering::Relaxed);
+                    tracing::info!(target: "accord", member = i, "etcd member serves again");
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Whether member `i` serves a linearizable read (it runs, has a leader and caught up).
+    async fn probe(&self, i: usize) -> bool {
+        let mut client = self.members[i].client.clone();
+        let read = client.get(
+            self.probe_key.as_str(),
+            Some(GetOptions::new().with_count_only()),
+        );
+        matches!(tokio::time::timeout(PROBE_TIMEOUT, read).await, Ok(Ok(_)))
+    }
+
+    /// Runs `call` on a member up, moving on to the next one (at most twice round the
+    /// cluster) only when the call never reached the one it was sent to.
+    pub async fn call<T, F, Fut>(self: &Arc<Self>, call: F) -> Result<T, etcd_client::Error>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        self.call_at(call).await.map(|(_, answer)| answer)
+    }
+
+    /// [`Members::call`], saying which member answered (where a stream it opened goes).
+    pub async fn call_at<T, F, Fut>(
+        self: &Arc<Self>,
+        mut call: F,
+    ) -> Result<(usize, T), etcd_client::Error>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let tries = 2 * self.members.len();
+        let mut tried = 0;
+        loop {
+            let (i, client) = self.pick();
+            let e = match call(client).await {
+                Ok(answer) => return Ok((i, answer)),
+                Err(e) => e,
+            };
+            self.failed(i, &e);
+            tried += 1;
+            if !unreached(&e) || tried >= tries {
+                return Err(e);
+            }
+            if tried % self.members.len() == 0 {
+                tokio::time::sleep(ALL_DOWN_PAUSE).await;
+            }
+        }
+    }
+}
