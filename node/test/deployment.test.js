@@ -67,6 +67,6 @@ test('listenUrl is refused on the embedded store', async () => {
   await rejectsWith(
     accord.connect('memory:node-listen-url', { listenUrl: 'postgres://localhost/x' }),
     'ACCORD_INVALID_ARGUMENT',
-    /listen_url/,
+    /listenUrl/,
   )
 })

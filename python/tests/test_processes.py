@@ -106,8 +106,16 @@ def test_ctrl_c_interrupts_a_waiting_acquire(
         out, err = proc.communicate(timeout=20)
         assert "KeyboardInterrupt" in err, err
         assert proc.returncode in (-signal.SIGINT, 1, 130), (proc.returncode, out, err)
-        assert out.strip() in ("held", "none"), out
-        if out.strip() == "held":
+        report = out.strip()
+        assert report in ("held", "none", ""), out
+        if report == "":
+            # The one interrupt landed after the acquire returned and before its report was
+            # printed (inside the `finally`): the acquire was granted, so the server must show
+            # the child as the holder (seen once in some twenty runs on a loaded machine).
+            assert release_first
+            assert admin.holder(sc.namespace, key) == "child"
+            continue
+        if report == "held":
             # Granted before the interrupt (only when released meanwhile): a proper lease,
             # which the child took with it (it expires at its ttl).
             assert release_first
