@@ -326,8 +326,10 @@ func (s *StreamSubscription) eventsEnded() chan struct{} {
 }
 
 func (s *StreamSubscription) read() {
-	defer close(s.ended)
+	// Deferred calls run last-first: ended closes before events, so a reader that saw events
+	// close and then calls Err gets the reason, never the nil of a subscription still open.
 	defer close(s.events)
+	defer close(s.ended)
 	for {
 		ev, err := s.Next(context.Background())
 		if err != nil {

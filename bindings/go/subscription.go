@@ -72,8 +72,10 @@ func (c *Client) Listen(ctx context.Context, channels ...string) (*Subscription,
 
 // read moves events from C to the Go channel until the subscription or its client closes.
 func (s *Subscription) read() {
-	defer close(s.ended)
+	// Deferred calls run last-first: ended closes before events, so a reader that saw events
+	// close and then calls Err gets the reason, never the nil of a subscription still open.
 	defer close(s.events)
+	defer close(s.ended)
 	for {
 		var ev *C.accord_event
 		var cerr *C.accord_error
