@@ -1667,3 +1667,82 @@ async fn reconnects_are_counted_after_failed_attempts() {
     );
     client.close().await;
 }
+
+/// G9 through a close: a grant whose statement was sent before the client closed and answered
+/// after it is given back before the connections close, not left held until its ttl. The
+/// try's statement is held up by a transaction that locks the key's row, and let go only once
+/// the client is closed; a plain read then tells whether the key is free.
+#[tokio::test]
+async fn a_grant_landing_during_close_is_given_back() {
+    let h = Harness::postgres("close_in_flight").await;
+    let long = || AcquireOptions::new().ttl(Duration::from_secs(120));
+    let closing = h.client("closing").await;
+    // The key's row exists (free) for the lock below.
+    closing
+        .acquire("k", long())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let (locker, connection) = tokio_postgres::connect(&h.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    locker
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM accord.leases WHERE namespace = '{}' AND key = 'k' FOR UPDATE",
+            h.tag
+        ))
+        .await
+        .unwrap();
+    let trying = {
+        let closing = closing.clone();
+        tokio::spawn(async move { closing.try_acquire("k", long()).await })
+    };
+    let app = h.app_name("closing");
+    loop {
+        let blocked: i64 = h
+            .admin()
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE application_name = $1 AND wait_event_type = 'Lock'",
+                &[&app],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if blocked > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let close = {
+        let closing = closing.clone();
+        tokio::spawn(async move { closing.close().await })
+    };
+    while !closing.is_closed() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The try's statement now grants the key, to a client already closing.
+    locker.batch_execute("COMMIT").await.unwrap();
+    close.await.unwrap();
+    assert_eq!(
+        trying.await.unwrap().unwrap_err().kind(),
+        ErrorKind::Closed,
+        "the try ended by the close"
+    );
+    let holder: Option<String> = h
+        .admin()
+        .query_one(
+            "SELECT owner FROM accord.leases WHERE namespace = $1 AND key = 'k'",
+            &[&h.tag],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        holder, None,
+        "the grant that landed during the close is held"
+    );
+}

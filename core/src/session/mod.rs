@@ -116,6 +116,7 @@ impl Session {
                 shared_fences: Default::default(),
                 publisher: Default::default(),
                 stats,
+                granting: Default::default(),
             }),
             ttl: options.ttl,
             pid: std::process::id(),
@@ -248,10 +249,13 @@ impl Session {
         let releases = held
             .iter()
             .map(|grant| self.scope.give_back(&grant.key, grant.fence));
-        let _ = tokio::time::timeout(
-            Duration::from_secs(5),
-            futures_util::future::join_all(releases),
-        )
+        // Then the grants still on their way (a statement sent before the close, answered
+        // after it: adopted too late, it is given back), before the connections close.
+        self.scope.granting.close();
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            futures_util::future::join_all(releases).await;
+            self.scope.granting.wait().await;
+        })
         .await;
         self.scope.backend.close();
     }

@@ -157,7 +157,7 @@ impl Session {
         let mut grants = Vec::with_capacity(claimed.granted.len());
         let mut granted = std::mem::take(&mut claimed.granted).into_iter();
         while let Some((key, g)) = granted.next() {
-            match self.adopt_grant(key, attempt.ttl, g, sent, false).await {
+            match self.adopt_grant(key, attempt.ttl, g, sent.at, false).await {
                 Ok(grant) => grants.push(grant),
                 Err(e) => {
                     // Closed meanwhile: give back the rest too (and what was adopted).

@@ -5,6 +5,8 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
+use tokio_util::task::TaskTracker;
+
 use crate::backend::{DoneItem, DynBackend, LeaseRef};
 use crate::error::Result;
 use crate::metadata::Metadata;
@@ -27,6 +29,10 @@ pub(crate) struct Scope {
     pub publisher: super::publisher::Publisher,
     /// What this client did: counters and histograms (`Client::stats`).
     pub stats: Arc<Recorder>,
+    /// Statements that may grant keys, from their send until their grants are adopted or given
+    /// back, and the give-backs themselves: a close waits for them before it closes the
+    /// connections, so that a grant landing during the close is released, not left to expire.
+    pub granting: TaskTracker,
 }
 
 impl Scope {
@@ -102,6 +108,7 @@ impl Scope {
     /// Releases a grant nobody will use (fenced, so it never frees a newer grant). Failures
     /// only mean the key stays held until its expiry.
     pub async fn give_back(self: &Arc<Self>, key: &str, fence: i64) {
+        let _granting = self.granting.token();
         if let Err(e) = self.release(key, fence).await {
             tracing::debug!(target: "accord", key, fence, error = %e, "give-back failed; the lease expires at its ttl");
         }
@@ -110,7 +117,11 @@ impl Scope {
     /// [`Scope::give_back`] on the session's runtime, for callers that cannot wait.
     pub fn give_back_later(self: &Arc<Self>, key: String, fence: i64) {
         let scope = self.clone();
-        self.runtime
-            .spawn(async move { scope.give_back(&key, fence).await });
+        // Counted from now, not from when the task first runs: a close under way waits for it.
+        let granting = self.granting.token();
+        self.runtime.spawn(async move {
+            scope.give_back(&key, fence).await;
+            drop(granting);
+        });
     }
 }
