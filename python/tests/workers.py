@@ -24,3 +24,10 @@ def try_held(url: str, namespace: str, key: str) -> Optional[int]:
     with accord.Client.connect(url, namespace=namespace, owner=f"spawned-{os.getpid()}") as c:
         lease = c.try_acquire(key)
         return None if lease is None else lease.fence
+
+
+def hold_until_ended(url: str, namespace: str, key: str) -> None:
+    """Holds `key` (ttl 120 s) and sleeps until the process is ended."""
+    c = accord.Client.connect(url, namespace=namespace, owner=f"spawned-{os.getpid()}")
+    c.acquire(key, ttl=120)
+    time.sleep(600)
