@@ -229,10 +229,11 @@ def test_multiprocessing_with_spawn(clients: Clients, sc: Scenario) -> None:
 
 
 def test_a_pool_worker_ended_by_terminate_gives_back_its_lease(
-    admin: Database, sc: Scenario
+    clients: Clients, admin: Database, sc: Scenario
 ) -> None:
     """Pool.terminate() ends its workers with SIGTERM: a worker's handler closes its client
     first, so its lease (ttl 120 s) is free as soon as terminate() returns."""
+    clients("observer")  # the schema, before the first look at the table
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(1) as pool:
         pool.apply_async(workers.hold_until_ended, (sc.url, sc.namespace, "held"))

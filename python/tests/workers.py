@@ -29,5 +29,6 @@ def try_held(url: str, namespace: str, key: str) -> Optional[int]:
 def hold_until_ended(url: str, namespace: str, key: str) -> None:
     """Holds `key` (ttl 120 s) and sleeps until the process is ended."""
     c = accord.Client.connect(url, namespace=namespace, owner=f"spawned-{os.getpid()}")
-    c.acquire(key, ttl=120)
+    lease = c.acquire(key, ttl=120)  # held while referenced
     time.sleep(600)
+    lease.release()
