@@ -182,8 +182,8 @@ def test_sigterm_in_a_forked_child_ends_the_child_alone(admin: Database, sc: Sce
         out, err = proc.communicate(timeout=HANG)
         assert proc.returncode == 0, (out, err)
         assert out.splitlines() == [f"child ended by {int(signal.SIGTERM)}", "parent held"], err
+        # (The parent's own lease ends with it, once it has said it still held it.)
         assert admin.holder(sc.namespace, "held") is None, "the child's lease was not released"
-        assert admin.holder(sc.namespace, "parent") == "parent"
     finally:
         if proc.poll() is None:
             proc.kill()
