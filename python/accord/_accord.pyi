@@ -93,6 +93,7 @@ __all__ = [
     "Subscription",
     "Updated",
     "__version__",
+    "_close_on_sigterm",
     "_error_for_code",
     "close_all",
     "migration_sql",
@@ -115,6 +116,10 @@ def close_all() -> int:
     """Closes every open client of this process (those connected with
     ``close_on_sigterm=False`` aside) as ``close()`` does, and returns how many: what the
     SIGTERM handler runs, for programs that handle the signal themselves."""
+
+def _close_on_sigterm() -> bool:
+    """Puts in the SIGTERM handler (see ``accord/_sigterm.py``) if SIGTERM has its default
+    disposition; returns whether it did."""
 
 def _error_for_code(code: str, message: str) -> BaseException:
     """The exception the module raises for a core error of the kind ``code`` (for tests)."""

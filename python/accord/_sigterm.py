@@ -7,48 +7,30 @@ as a container's PID 1, which the kernel does not kill that way, with status 143
 
 It is put in only when SIGTERM still has its default disposition: an application that handles
 the signal itself keeps its handler and calls ``accord.close_all()`` from it. A client
-connected with ``close_on_sigterm=False`` neither puts it in nor is closed by it. A
-multiprocessing worker (a process with a multiprocessing parent) does not put it in: its parent
-ends it.
+connected with ``close_on_sigterm=False`` neither puts it in nor is closed by it.
+
+The handler is the extension's (``python/src/sigterm.rs``), not a Python one: a Python handler
+runs only once the main thread runs Python code again, which a main thread blocked in a C call
+may never do (a multiprocessing Pool's worker, SIGTERMed by its pool just before it blocked on
+the task queue's lock, was seen never to end). So ``signal.getsignal`` still reports
+``SIG_DFL``, and an application's ``signal.signal(SIGTERM, ...)`` replaces it.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
-from types import FrameType
 
-from ._accord import close_all
+from ._accord import _close_on_sigterm
 
 _decided = False
 
 
 def install() -> None:
     """Called by every connect with ``close_on_sigterm`` on; acts once per process, in the main
-    thread (the only one Python lets set a handler; a connect in another thread leaves it to a
-    later one in the main thread)."""
+    thread (as in Node, whose worker threads cannot listen for signals: clients connected only
+    in other threads are left to a handler of the application's, which calls ``close_all``)."""
     global _decided
     if _decided or threading.current_thread() is not threading.main_thread():
         return
     _decided = True
-    # A multiprocessing worker is its parent's to end: a Pool ends its workers with SIGTERM and
-    # waits for them, and a pool worker under this handler was seen, now and then, not to end
-    # (the suite's spawn-pool tests hung in the pool's join; cause not yet found). Its clients
-    # close in their own `with` blocks; the parent process keeps the handler.
-    import multiprocessing  # at the first connect, not at `import accord`
-
-    if multiprocessing.parent_process() is not None:
-        return
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _close_then_end)
-
-
-def _close_then_end(signum: int, frame: FrameType | None) -> None:
-    close_all()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.raise_signal(signal.SIGTERM)
-    # Still here: the process is a container's first (PID 1), for which the kernel ignores
-    # a signal left to its default. The stop was asked for all the same: end as a shell
-    # reports a SIGTERM'd process.
-    os._exit(128 + signal.SIGTERM)
+    _close_on_sigterm()

@@ -68,8 +68,9 @@ fn client_options(
     Ok(options)
 }
 
-/// The first connect in the main thread puts in the SIGTERM handler of `accord/_sigterm.py`
-/// (unless the application has its own), so that a stopped process gives back what it holds.
+/// The first connect in the main thread puts in the SIGTERM handler (`accord/_sigterm.py`
+/// decides, `sigterm.rs` handles; not if the application has its own), so that a stopped
+/// process gives back what it holds.
 fn install_sigterm_handler(py: Python<'_>) -> PyResult<()> {
     py.import("accord._sigterm")?.call_method0("install")?;
     Ok(())

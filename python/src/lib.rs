@@ -13,6 +13,7 @@ mod lease;
 mod membership;
 mod pool;
 mod runtime;
+mod sigterm;
 mod stats;
 mod stream;
 mod subscription;
@@ -76,6 +77,7 @@ fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stream::AsyncStreamSubscription>()?;
     m.add_function(wrap_pyfunction!(migration_sql, m)?)?;
     m.add_function(wrap_pyfunction!(client::close_all, m)?)?;
+    m.add_function(wrap_pyfunction!(sigterm::_close_on_sigterm, m)?)?;
     m.add_function(wrap_pyfunction!(errors::_error_for_code, m)?)?;
     m.add("ERROR_CODES", errors::codes(m.py())?)?;
     let at_exit = wrap_pyfunction!(runtime::_at_exit, m)?;

@@ -70,7 +70,7 @@ fn build(pid: u32) -> &'static Runtime {
 /// handles them in: delivered to one of the runtime's threads, they would set Python's flag
 /// without interrupting what the main thread is blocked in (a `time.sleep`, say). So the
 /// runtime's threads block every signal but the synchronous ones (faults).
-fn leave_signals_to_python() {
+pub(crate) fn leave_signals_to_python() {
     #[cfg(unix)]
     // SAFETY: plain libc calls on a local, initialized signal set.
     unsafe {
@@ -194,10 +194,12 @@ pub fn _at_exit(py: Python<'_>) {
     });
 }
 
-/// Registered with `os.register_at_fork`: the threads counted in [`BUSY`] stayed in the parent.
+/// Registered with `os.register_at_fork`: the threads counted in [`BUSY`], and the one that
+/// answers SIGTERM, stayed in the parent.
 #[pyfunction]
 pub fn _after_fork_in_child() {
     BUSY.store(0, Ordering::SeqCst);
+    crate::sigterm::after_fork_in_child();
 }
 
 /// An asyncio future (of the running loop) for `fut`, which runs on the accord runtime.

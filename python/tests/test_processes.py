@@ -228,6 +228,23 @@ def test_multiprocessing_with_spawn(clients: Clients, sc: Scenario) -> None:
     held.release()
 
 
+def test_a_pool_worker_ended_by_terminate_gives_back_its_lease(
+    clients: Clients, admin: Database, sc: Scenario
+) -> None:
+    """Pool.terminate() ends its workers with SIGTERM: a worker's handler closes its client
+    first, so its lease (ttl 120 s) is free as soon as terminate() returns."""
+    clients("observer")  # the schema, before the first look at the table
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        pool.apply_async(workers.hold_until_ended, (sc.url, sc.namespace, "held"))
+        deadline = time.monotonic() + 60
+        while admin.holder(sc.namespace, "held") is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (admin.holder(sc.namespace, "held") or "").startswith("spawned-")
+        pool.terminate()  # SIGTERMs the worker, then waits for it to end
+    assert admin.holder(sc.namespace, "held") is None, "the worker's lease was left to its ttl"
+
+
 @pytest.fixture(scope="session")
 def contend_bin() -> Iterator[str]:
     """The Rust worker of core/examples/contend.rs (built here unless ACCORD_CONTEND names it)."""

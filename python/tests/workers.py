@@ -24,3 +24,11 @@ def try_held(url: str, namespace: str, key: str) -> Optional[int]:
     with accord.Client.connect(url, namespace=namespace, owner=f"spawned-{os.getpid()}") as c:
         lease = c.try_acquire(key)
         return None if lease is None else lease.fence
+
+
+def hold_until_ended(url: str, namespace: str, key: str) -> None:
+    """Holds `key` (ttl 120 s) and sleeps until the process is ended."""
+    c = accord.Client.connect(url, namespace=namespace, owner=f"spawned-{os.getpid()}")
+    lease = c.acquire(key, ttl=120)  # held while referenced
+    time.sleep(600)
+    lease.release()
