@@ -438,8 +438,9 @@ async fn a_role_with_only_execute_can_use_the_functions() {
              GRANT EXECUTE ON FUNCTION accord.check_fence(text, text, bigint),
                                        accord.done(text, text, bigint, jsonb),
                                        accord.offer(text, text, text[], jsonb),
-                                       accord.publish(text, text, text[]) TO \"{role}\";
-             CREATE TABLE \"{table}\" (key text PRIMARY KEY);
+                                       accord.publish(text, text, text[]),
+                                       accord.fenced_write() TO \"{role}\";
+             CREATE TABLE \"{table}\" (key text PRIMARY KEY, fence bigint);
              ALTER TABLE \"{table}\" OWNER TO \"{role}\";"
         ))
         .await
@@ -465,13 +466,25 @@ async fn a_role_with_only_execute_can_use_the_functions() {
         .unwrap_err();
     assert_eq!(refused(e).0, "42501");
 
+    // The role fences its own table declaratively.
+    app.batch_execute(&format!(
+        "CREATE TRIGGER fenced BEFORE INSERT OR UPDATE ON \"{table}\"
+           FOR EACH ROW EXECUTE FUNCTION accord.fenced_write('{ns}', 'key', 'fence')",
+        ns = h.tag
+    ))
+    .await
+    .unwrap();
+
     let a = h.client("a").await;
     let lease = a.acquire("job", AcquireOptions::new()).await.unwrap();
     let tx = app.transaction().await.unwrap();
     lease.fenced(&tx).await.unwrap();
-    tx.execute(&format!("INSERT INTO \"{table}\" VALUES ('job')"), &[])
-        .await
-        .unwrap();
+    tx.execute(
+        &format!("INSERT INTO \"{table}\" VALUES ('job', $1)"),
+        &[&lease.fence()],
+    )
+    .await
+    .unwrap();
     lease.done_in(&tx, None).await.unwrap();
     tx.query_one("SELECT accord.offer($1, 'p/', ARRAY['p/1'])", &[&h.tag])
         .await

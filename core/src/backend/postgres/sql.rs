@@ -1374,6 +1374,49 @@ mod tests {
         }
     }
 
+    /// The SHA-256 of each shipped version's statements (schema `accord`), version 1 first.
+    /// A version's text never changes once shipped; when a statement that a migration copies
+    /// changes (version 10's functions are the client's statements), freeze the old text into
+    /// that migration and add a new one.
+    const SHIPPED: &[&str] = &[
+        "ab86d4e09a88eebc04d4ffdc46d5f4bf1420f2ee7a1d2a93e1fcfd09a41e2b25",
+        "5e84e7b791a3637af489a3412219af511765814ad3d883c6b40ce9158fdaddba",
+        "089a248481947e0213e211345fa0f5502fcbd418b850258015887d311c530f97",
+        "8ad50bf5a19704f2fb75f0abfbfa9d2e4d9eac31eff55af4961d427bb22cd96e",
+        "a1bad1a3750d58c559cc1ff1ef279898b7a2c06d81d580e75d6f84432114350c",
+        "769c1496edb794c4ef49713168e8cb310961e9a9177bcbcf0fccde6e1a5fd49c",
+        "059ec546718d419dcf98e65b265462732778ab2632dbe5f4b35ae2ef674307b6",
+        "336c06891c4b2d54b34afe3212afd456beea2cd4bbeb7a62a19bd8945fecb08d",
+        "8b0741b3d5230a942c42fcd124d91a9d2ed1995b47ecee21de6335ebb0371abf",
+        "d52032845d586bffc883c2fcc538a6bffa606169bb618446de5657148bcb4dda",
+    ];
+
+    #[test]
+    fn shipped_migrations_are_frozen() {
+        use sha2::{Digest, Sha256};
+        let digests: Vec<String> = migrations("accord")
+            .iter()
+            .map(|statements| {
+                let digest = Sha256::digest(statements.join("\n;\n").as_bytes());
+                digest.iter().map(|b| format!("{b:02x}")).collect()
+            })
+            .collect();
+        for (i, (shipped, now)) in SHIPPED.iter().zip(&digests).enumerate() {
+            assert_eq!(
+                shipped,
+                now,
+                "migration {} changed after it shipped: add a new one instead",
+                i + 1
+            );
+        }
+        assert_eq!(
+            SHIPPED.len(),
+            digests.len(),
+            "a new migration: pin its digest here ({:?})",
+            &digests[SHIPPED.len().min(digests.len())..]
+        );
+    }
+
     #[test]
     fn wakeup_channels_fit_in_an_identifier() {
         assert_eq!(wakeup_channel("accord"), "accord_wakeup_accord");
