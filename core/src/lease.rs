@@ -21,8 +21,8 @@ use crate::validate;
 /// `Lease` is a guard: dropping a held lease releases it in the background. Call
 /// [`Lease::release`] to release it and see the outcome.
 pub struct Lease {
-    session: Arc<Session>,
-    grant: Arc<Grant>,
+    pub(crate) session: Arc<Session>,
+    pub(crate) grant: Arc<Grant>,
 }
 
 impl fmt::Debug for Lease {

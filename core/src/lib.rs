@@ -43,6 +43,7 @@ mod backend;
 mod client;
 mod election;
 mod error;
+mod fenced;
 mod fleet;
 mod lease;
 mod membership;
@@ -62,6 +63,7 @@ mod wording;
 pub use client::Client;
 pub use election::{CampaignOptions, Election, Leader, Leadership, Observer};
 pub use error::{Error, ErrorKind, Result};
+pub use fenced::{SqlCall, SqlParam};
 pub use fleet::{
     Fleet, FleetEvent, FleetOptions, RevokeReason, ShardLease, Shards, MAX_HANDOFFS_PER_PERIOD,
     MAX_SHARDS, MIN_PERIOD,

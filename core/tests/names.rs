@@ -98,6 +98,11 @@ async fn nasty_schema_names_are_quoted_everywhere() {
             .unwrap()
             .expect("granted");
         lease.renew().await.unwrap();
+        // The functions of the application's transaction (here one statement's).
+        lease
+            .fenced(h.admin())
+            .await
+            .unwrap_or_else(|e| panic!("schema {schema:?}: check_fence: {e}"));
         // The keepalive's batch statement (ttl 600 ms: a tick every 200 ms).
         let ticks = a.keepalive_statements();
         assert!(
@@ -140,7 +145,10 @@ async fn nasty_schema_names_are_quoted_everywhere() {
         let taken = waiting.await.unwrap().unwrap_or_else(|e| {
             panic!("schema {schema:?}: the waiter was not woken by the release: {e}")
         });
-        taken.done(None).await.unwrap();
+        taken
+            .done_in(h.admin(), None)
+            .await
+            .unwrap_or_else(|e| panic!("schema {schema:?}: done in SQL: {e}"));
         let done = b.list(ListQuery::new()).await.unwrap();
         assert_eq!(done.items.len(), 1);
         assert!(b.reset("k").await.unwrap());

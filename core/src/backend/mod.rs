@@ -347,6 +347,30 @@ pub(crate) trait Backend: StreamStore + Send + Sync + 'static {
         owner: &str,
         items: &[BatchItem<'_>],
     ) -> Result<Vec<(i64, DateTime<Utc>)>>;
+    /// [`Backend::renew_batch`], also telling the leases it did not renew apart: passed over
+    /// because another transaction holds their row (an application's fenced check), or ended
+    /// by their own grant in the holder's transaction (`fenced.rs`). A store without fenced
+    /// transactions has neither.
+    async fn renew_batch_settling(
+        &self,
+        namespace: &str,
+        owner: &str,
+        items: &[BatchItem<'_>],
+    ) -> Result<RenewAnswer> {
+        Ok(RenewAnswer {
+            renewed: self.renew_batch(namespace, owner, items).await?,
+            ..RenewAnswer::default()
+        })
+    }
+    /// The schema of the functions the application's transaction calls (fenced writes), or
+    /// why this store has none.
+    fn fenced_schema(&self) -> std::result::Result<&str, &'static str> {
+        Err(
+            "fenced writes need accord's leases in the application's own PostgreSQL database, \
+             and this client's store keeps them elsewhere: no transaction of the application \
+             can check or finish a lease there",
+        )
+    }
     /// Free the key if this grant still holds it (and wake its waiters); false otherwise.
     async fn release(&self, lease: LeaseRef<'_>) -> Result<bool>;
     /// Mark the key done if this grant still holds it; `None` otherwise.
@@ -420,6 +444,19 @@ pub(crate) trait Backend: StreamStore + Send + Sync + 'static {
 }
 
 pub(crate) type DynBackend = Arc<dyn Backend>;
+
+/// What a keepalive tick learned of its leases (`Backend::renew_batch_settling`), by fence.
+#[derive(Debug, Default)]
+pub(crate) struct RenewAnswer {
+    /// Renewed, with the new expiry.
+    pub renewed: Vec<(i64, DateTime<Utc>)>,
+    /// Still live, but their row was locked by another transaction: try again shortly.
+    pub skipped: Vec<i64>,
+    /// Marked done by this very grant (in the holder's own transaction).
+    pub done: Vec<i64>,
+    /// Released by this very grant (in the holder's own transaction).
+    pub released: Vec<i64>,
+}
 
 /// Reads a wake-up payload, `[tag, first, last, pool]` (see [`BackendEvent::Wakeup`]; any
 /// may be null); both stores write this shape. Anything else is no wake-up.

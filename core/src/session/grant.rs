@@ -119,6 +119,9 @@ pub(crate) struct GrantState {
     /// it in a statement it sends anyway) only once this is a while ago, never again right
     /// after a slow statement confirmed it (see `keepalive::scan`).
     pub confirmed_at: Instant,
+    /// The holder's own transaction may have finished the grant (`Lease::done_in`): the
+    /// keepalive looks at once, and again shortly while that transaction holds the row.
+    pub look_now: bool,
 }
 
 /// A grant this client holds (or held): what the lease handle, the keepalive and the
@@ -164,6 +167,7 @@ impl Grant {
                 metadata: g.metadata,
                 renewed_from: sent,
                 confirmed_at: Instant::now(),
+                look_now: false,
             }),
             lost: CancellationToken::new(),
             ended: CancellationToken::new(),
@@ -232,6 +236,7 @@ impl Grant {
         if let Some(metadata) = metadata {
             state.metadata = metadata;
         }
+        state.look_now = false;
         if state.status.is_live() && sent > state.renewed_from {
             // A confirmation arriving after the deadline passed cannot revive the lease: the
             // holder may already have acted on lost.
@@ -251,6 +256,13 @@ impl Grant {
             self.settle(&mut state, LeaseStatus::Lost(LostReason::NotRenewed));
         }
         matches!(state.status, LeaseStatus::Lost(_))
+    }
+
+    /// Ends a held lease that its holder's own transaction finished (done or released in the
+    /// application's transaction, which committed). Returns whether it moved.
+    pub fn ended_in_transaction(&self, to: LeaseStatus) -> bool {
+        let mut state = self.lock();
+        state.status == LeaseStatus::Held && self.settle(&mut state, to)
     }
 
     /// Marks a live lease lost. Returns false if it had already ended.

@@ -16,12 +16,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::grant::{Grant, LeaseStatus, LostReason};
 use super::scope::Scope;
-use crate::backend::BatchItem;
+use crate::backend::{BatchItem, RenewAnswer};
 use crate::error::Result;
 use crate::stats::Timer;
 
 const RETRY_MIN: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(1);
+/// How soon a lease whose row another transaction held (its renewal passed over) is tried
+/// again: short next to the shortest ttl's renew-to-deadline span (100 ms: 33 to 90 ms).
+const SKIPPED_RETRY: Duration = Duration::from_millis(25);
 /// The most leases one renew statement carries. 100,000 leases in one statement took longer
 /// than a 6 s ttl on a busy 2-core machine (measured: every lease lost); in chunks the
 /// statements share the pool's connections and none grows with the number held.
@@ -95,6 +98,12 @@ impl Keepalive {
         true
     }
 
+    /// Has the task look at `lease` now (its holder's transaction may have finished it).
+    pub fn look_now(&self, lease: &Grant) {
+        lease.lock().look_now = true;
+        self.changed.notify_one();
+    }
+
     pub fn remove(&self, fence: i64) {
         self.held.lock().unwrap().by_fence.remove(&fence);
     }
@@ -122,7 +131,7 @@ impl Keepalive {
     }
 }
 
-type Flight = Pin<Box<dyn std::future::Future<Output = Result<Vec<(i64, DateTime<Utc>)>>> + Send>>;
+type Flight = Pin<Box<dyn std::future::Future<Output = Result<RenewAnswer>> + Send>>;
 
 /// The leases of the tick in flight (its statements borrow their keys).
 type Sent = Arc<Vec<Arc<Grant>>>;
@@ -160,7 +169,10 @@ fn scan(keepalive: &Keepalive, now: Instant, may_send: bool, retry_after: Instan
             // half an interval would otherwise find every lease it just renewed due again
             // (measured at 100,000 leases: each renewed every 1.3 s instead of every 2 s).
             let early = lease.ttl / 6;
-            if renew_at <= now || (renew_at <= now + early && now >= state.confirmed_at + early) {
+            if state.look_now
+                || renew_at <= now
+                || (renew_at <= now + early && now >= state.confirmed_at + early)
+            {
                 scan.due.push(lease.clone());
             } else {
                 scan.next_wake = scan.next_wake.min(renew_at);
@@ -222,10 +234,17 @@ pub(crate) async fn run(scope: Arc<Scope>, keepalive: Arc<Keepalive>, closed: Ca
                 let renewals = items.chunks(RENEW_CHUNK).map(|chunk| {
                     scope
                         .backend
-                        .renew_batch(&scope.namespace, &scope.owner, chunk)
+                        .renew_batch_settling(&scope.namespace, &scope.owner, chunk)
                 });
-                let renewed = futures_util::future::try_join_all(renewals).await?;
-                Ok(renewed.into_iter().flatten().collect())
+                let answers = futures_util::future::try_join_all(renewals).await?;
+                let mut all = RenewAnswer::default();
+                for a in answers {
+                    all.renewed.extend(a.renewed);
+                    all.skipped.extend(a.skipped);
+                    all.done.extend(a.done);
+                    all.released.extend(a.released);
+                }
+                Ok(all)
             });
             flight = Some((fut, due, sent));
         }
@@ -237,14 +256,38 @@ pub(crate) async fn run(scope: Arc<Scope>, keepalive: Arc<Keepalive>, closed: Ca
                 let (_, sent_leases, sent) = flight.take().expect("guarded");
                 scope.stats.time(Timer::KeepaliveTick, sent.elapsed());
                 match result {
-                    Ok(renewed) => {
+                    Ok(answer) => {
                         backoff = RETRY_MIN;
                         keepalive
                             .renewals
-                            .fetch_add(renewed.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                        let renewed: ByFence<DateTime<Utc>> = renewed.into_iter().collect();
+                            .fetch_add(answer.renewed.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                        let renewed: ByFence<DateTime<Utc>> = answer.renewed.into_iter().collect();
+                        let ended: ByFence<LeaseStatus> = answer
+                            .done
+                            .into_iter()
+                            .map(|f| (f, LeaseStatus::Done))
+                            .chain(answer.released.into_iter().map(|f| (f, LeaseStatus::Released)))
+                            .collect();
+                        let skipped: ByFence<()> =
+                            answer.skipped.into_iter().map(|f| (f, ())).collect();
                         let received = Instant::now();
+                        // Rows another transaction holds (a fenced check, or the holder's own
+                        // done in a transaction not yet ended) are tried again shortly; each
+                        // such lease stays bound by its deadline meanwhile (docs/semantics.md,
+                        // "Fenced writes").
+                        if !skipped.is_empty() {
+                            retry_after = received + SKIPPED_RETRY;
+                        }
                         for lease in sent_leases.iter() {
+                            if skipped.contains_key(&lease.fence) {
+                                continue;
+                            }
+                            if let Some(to) = ended.get(&lease.fence) {
+                                if lease.ended_in_transaction(*to) {
+                                    keepalive.remove(lease.fence);
+                                }
+                                continue;
+                            }
                             match renewed.get(&lease.fence) {
                                 Some(expires_at) => lease.confirm(sent, received, *expires_at, None),
                                 // A lease whose release or done went out meanwhile may be

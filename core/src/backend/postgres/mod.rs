@@ -2,6 +2,7 @@
 //! one listening connection, and versioned migrations.
 
 mod connect;
+pub(crate) mod fenced;
 mod listener;
 mod pool;
 mod secret;
@@ -23,7 +24,7 @@ use self::pool::{Failure, Pool};
 use self::sql::Sql;
 use super::{
     millis, AcquireItem, AcquireOutcome, AcquireRequest, Backend, BatchItem, ClaimRequest, Claimed,
-    DoneItem, EventSink, Granted, Holder, KeyWaiters, LeaseRef, Renewed, ResetOutcome,
+    DoneItem, EventSink, Granted, Holder, KeyWaiters, LeaseRef, RenewAnswer, Renewed, ResetOutcome,
     SnapshotRows, StreamRow,
 };
 use crate::error::{Error, ErrorKind, Result};
@@ -58,6 +59,8 @@ pub(crate) struct PgBackend {
     wakeup_channel: String,
     /// See `secret.rs`.
     wake_secret: Option<String>,
+    /// The schema: where the application's transaction finds accord's functions (`fenced.rs`).
+    schema: String,
 }
 
 impl PgBackend {
@@ -133,6 +136,7 @@ impl PgBackend {
             listener,
             wakeup_channel,
             wake_secret,
+            schema: options.schema.clone(),
         })
     }
 }
@@ -340,6 +344,18 @@ impl Backend for PgBackend {
         owner: &str,
         items: &[BatchItem<'_>],
     ) -> Result<Vec<(i64, DateTime<Utc>)>> {
+        Ok(self
+            .renew_batch_settling(namespace, owner, items)
+            .await?
+            .renewed)
+    }
+
+    async fn renew_batch_settling(
+        &self,
+        namespace: &str,
+        owner: &str,
+        items: &[BatchItem<'_>],
+    ) -> Result<RenewAnswer> {
         // The three arrays of each kind, in one pass (sized up front: a tick may carry
         // 10,000 leases, and growing six vectors by doubling showed in its profile).
         let shared = items.iter().filter(|i| i.shared).count();
@@ -360,7 +376,7 @@ impl Backend for PgBackend {
             &namespace, &owner, &e.keys, &e.fences, &e.ttls, &sh.keys, &sh.fences, &sh.ttls,
         ];
         // Not retried here: the keepalive schedules its own retry against the leases' deadlines.
-        // One row of two arrays (see `Sql::renew_batch`).
+        // One row of arrays (see `Sql::renew_batch`).
         let row = self
             .pool
             .run("keepalive", |c| async move {
@@ -370,7 +386,16 @@ impl Backend for PgBackend {
             .map_err(Failure::into_error)?;
         let fences: Vec<i64> = row.try_get(0).map_err(Error::internal)?;
         let expiries: Vec<DateTime<Utc>> = row.try_get(1).map_err(Error::internal)?;
-        Ok(fences.into_iter().zip(expiries).collect())
+        Ok(RenewAnswer {
+            renewed: fences.into_iter().zip(expiries).collect(),
+            skipped: row.try_get(2).map_err(Error::internal)?,
+            done: row.try_get(3).map_err(Error::internal)?,
+            released: row.try_get(4).map_err(Error::internal)?,
+        })
+    }
+
+    fn fenced_schema(&self) -> std::result::Result<&str, &'static str> {
+        Ok(&self.schema)
     }
 
     async fn release(&self, l: LeaseRef<'_>) -> Result<bool> {

@@ -438,18 +438,26 @@ impl Sql {
             // and compared every row with every lease of the batch: 10,000 leases took 75 s,
             // and every one of them was lost.
             //
-            // The answer is one row of two arrays (fences, expiries), not a row per lease: a
-            // tick's 10,000 rows each cost the client a message to parse and a row to allocate.
+            // The answer is one row of arrays (fences, expiries; then the fences skipped, done
+            // and released), not a row per lease: a tick's 10,000 rows each cost the client a
+            // message to parse and a row to allocate.
+            //
+            // SKIP LOCKED: a row another transaction holds locked (an application's
+            // `check_fence`, which holds it FOR SHARE until that transaction ends, `fenced.rs`)
+            // is passed over, never waited for, so one fenced transaction never stalls the
+            // renewal of every other lease of the client. The skipped lease is reported as
+            // such and tried again shortly (`keepalive.rs`), within its deadline.
             renew_batch: format!(
-                "WITH due AS MATERIALIZED (
-                   SELECT mine.row_id, b.ttl_ms
-                     FROM unnest($3::text[], $4::bigint[], $5::bigint[]) AS b(key, fence, ttl_ms)
+                "WITH b AS MATERIALIZED (
+                   SELECT * FROM unnest($3::text[], $4::bigint[], $5::bigint[]) AS b(key, fence, ttl_ms)),
+                 due AS MATERIALIZED (
+                   SELECT mine.row_id, b.fence, b.ttl_ms FROM b
                     CROSS JOIN LATERAL (
                       SELECT r.ctid AS row_id FROM {s}.leases r
                        WHERE r.namespace = $1 AND r.key = b.key AND r.owner = $2
                          AND r.fence = b.fence AND NOT r.done
                          AND r.expires_at > clock_timestamp()
-                         FOR UPDATE) mine),
+                         FOR UPDATE SKIP LOCKED) mine),
                  x AS (
                    UPDATE {s}.leases AS l
                       SET expires_at = clock_timestamp() + d.ttl_ms * interval '1 millisecond',
@@ -457,20 +465,69 @@ impl Sql {
                      FROM due d
                     WHERE l.ctid = d.row_id
                    RETURNING l.fence, l.expires_at),
+                 -- Each lease not renewed, as this statement's snapshot shows its row: live
+                 -- (its row was locked: skipped, renewed at the next try), or ended by this
+                 -- very grant (`rules::done_by`, `rules::released_by`: the holder's own
+                 -- transaction finished it, `fenced.rs`). Any other: not recorded.
+                 ended AS MATERIALIZED (
+                   SELECT b.fence, st.state FROM b
+                    CROSS JOIN LATERAL (
+                      SELECT CASE WHEN r.done AND r.owner = $2 THEN 'done'
+                                  WHEN NOT r.done AND r.owner IS NULL AND r.expires_at IS NULL
+                                    THEN 'released'
+                                  WHEN NOT r.done AND r.owner = $2
+                                       AND r.expires_at > clock_timestamp() THEN 'skipped'
+                             END AS state
+                        FROM {s}.leases r
+                       WHERE r.namespace = $1 AND r.key = b.key AND r.fence = b.fence
+                      OFFSET 0) st
+                   WHERE st.state IS NOT NULL
+                     AND NOT EXISTS (SELECT 1 FROM due d WHERE d.fence = b.fence)),
+                 sb AS MATERIALIZED (
+                   SELECT * FROM unnest($6::text[], $7::bigint[], $8::bigint[]) AS b(key, fence, ttl_ms)),
+                 -- A shared holder's renewal moves its key's row (`shared_until`) too: only
+                 -- those whose ticket and key's row are both free of other locks go now.
+                 sh_rows AS MATERIALIZED (
+                   SELECT t.row_id, sb.key, sb.fence, sb.ttl_ms FROM sb
+                    CROSS JOIN LATERAL (
+                      SELECT x.ctid AS row_id FROM {s}.tickets x
+                       WHERE x.namespace = $1 AND x.key = sb.key AND x.ticket = sb.fence
+                         AND x.owner = $2 AND x.fence = sb.fence AND x.granted
+                         AND x.expires_at > clock_timestamp()
+                         FOR UPDATE SKIP LOCKED) t),
+                 sh_keys AS MATERIALIZED (
+                   SELECT k.row_id, k.key FROM (SELECT DISTINCT key FROM sh_rows) r
+                    CROSS JOIN LATERAL (
+                      SELECT l.ctid AS row_id, l.key FROM {s}.leases l
+                       WHERE l.namespace = $1 AND l.key = r.key
+                         FOR UPDATE SKIP LOCKED) k),
                  sh AS (
                    UPDATE {s}.tickets AS t
-                      SET expires_at = clock_timestamp() + b.ttl_ms * interval '1 millisecond',
+                      SET expires_at = clock_timestamp() + r.ttl_ms * interval '1 millisecond',
                           updated_at = clock_timestamp()
-                     FROM unnest($6::text[], $7::bigint[], $8::bigint[]) AS b(key, fence, ttl_ms)
-                    WHERE t.namespace = $1 AND t.owner = $2 AND t.key = b.key AND t.fence = b.fence
-                      AND t.granted AND t.expires_at > clock_timestamp()
+                     FROM sh_rows r
+                    WHERE t.ctid = r.row_id AND r.key IN (SELECT key FROM sh_keys)
                    RETURNING t.key, t.fence, t.expires_at),
                  extended AS (
                    UPDATE {s}.leases AS l
                       SET shared_until = GREATEST(l.shared_until, m.until)
                      FROM (SELECT key, max(expires_at) AS until FROM sh GROUP BY key) m
-                    WHERE l.namespace = $1 AND l.key = m.key)
-                 SELECT COALESCE(array_agg(r.fence), '{{}}'), COALESCE(array_agg(r.expires_at), '{{}}')
+                     JOIN sh_keys k ON k.key = m.key
+                    WHERE l.ctid = k.row_id),
+                 sh_skipped AS (
+                   SELECT sb.fence FROM sb
+                    WHERE NOT EXISTS (SELECT 1 FROM sh_rows r
+                                       WHERE r.fence = sb.fence
+                                         AND r.key IN (SELECT key FROM sh_keys))
+                      AND EXISTS (SELECT 1 FROM {s}.tickets x
+                                   WHERE x.namespace = $1 AND x.key = sb.key
+                                     AND x.ticket = sb.fence AND x.owner = $2 AND x.granted
+                                     AND x.expires_at > clock_timestamp()))
+                 SELECT COALESCE(array_agg(r.fence), '{{}}'), COALESCE(array_agg(r.expires_at), '{{}}'),
+                        ARRAY(SELECT fence FROM ended WHERE state = 'skipped'
+                              UNION ALL SELECT fence FROM sh_skipped),
+                        ARRAY(SELECT fence FROM ended WHERE state = 'done'),
+                        ARRAY(SELECT fence FROM ended WHERE state = 'released')
                    FROM (SELECT fence, expires_at FROM x
                          UNION ALL
                          SELECT fence, expires_at FROM sh) r"
@@ -1151,6 +1208,10 @@ pub(crate) fn migrations(schema: &str) -> Vec<Vec<String>> {
                   WHERE granted AND expires_at > clock_timestamp()"
             ),
         ],
+        // Version 10: accord's operations as functions for the application's own transaction
+        // (`fenced.rs`): check_fence, done, release, offer, publish and the fenced_write
+        // triggers. Functions only: clients of 8 and 9 keep working.
+        super::fenced::migration(schema),
     ]
 }
 
@@ -1311,6 +1372,49 @@ mod tests {
                 "version {version} must say which clients it keeps (rules::KEEPS_CLIENTS_FROM)"
             );
         }
+    }
+
+    /// The SHA-256 of each shipped version's statements (schema `accord`), version 1 first.
+    /// A version's text never changes once shipped; when a statement that a migration copies
+    /// changes (version 10's functions are the client's statements), freeze the old text into
+    /// that migration and add a new one.
+    const SHIPPED: &[&str] = &[
+        "ab86d4e09a88eebc04d4ffdc46d5f4bf1420f2ee7a1d2a93e1fcfd09a41e2b25",
+        "5e84e7b791a3637af489a3412219af511765814ad3d883c6b40ce9158fdaddba",
+        "089a248481947e0213e211345fa0f5502fcbd418b850258015887d311c530f97",
+        "8ad50bf5a19704f2fb75f0abfbfa9d2e4d9eac31eff55af4961d427bb22cd96e",
+        "a1bad1a3750d58c559cc1ff1ef279898b7a2c06d81d580e75d6f84432114350c",
+        "769c1496edb794c4ef49713168e8cb310961e9a9177bcbcf0fccde6e1a5fd49c",
+        "059ec546718d419dcf98e65b265462732778ab2632dbe5f4b35ae2ef674307b6",
+        "336c06891c4b2d54b34afe3212afd456beea2cd4bbeb7a62a19bd8945fecb08d",
+        "8b0741b3d5230a942c42fcd124d91a9d2ed1995b47ecee21de6335ebb0371abf",
+        "d70a1e76c7d3923a933ec872accbb19f5bfaa8c6d1243e1f79c38a05bc8ace99",
+    ];
+
+    #[test]
+    fn shipped_migrations_are_frozen() {
+        use sha2::{Digest, Sha256};
+        let digests: Vec<String> = migrations("accord")
+            .iter()
+            .map(|statements| {
+                let digest = Sha256::digest(statements.join("\n;\n").as_bytes());
+                digest.iter().map(|b| format!("{b:02x}")).collect()
+            })
+            .collect();
+        for (i, (shipped, now)) in SHIPPED.iter().zip(&digests).enumerate() {
+            assert_eq!(
+                shipped,
+                now,
+                "migration {} changed after it shipped: add a new one instead",
+                i + 1
+            );
+        }
+        assert_eq!(
+            SHIPPED.len(),
+            digests.len(),
+            "a new migration: pin its digest here ({:?})",
+            &digests[SHIPPED.len().min(digests.len())..]
+        );
     }
 
     #[test]

@@ -1621,6 +1621,14 @@ impl Backend for SqliteBackend {
         self.listener.start().await
     }
 
+    fn fenced_schema(&self) -> std::result::Result<&str, &'static str> {
+        Err(
+            "the embedded store keeps its leases in its own SQLite file, which no transaction \
+             of the application's database can read or lock: fenced writes need accord on the \
+             application's PostgreSQL",
+        )
+    }
+
     fn wake_secret(&self) -> Option<String> {
         Some(WAKE_SECRET.to_string())
     }

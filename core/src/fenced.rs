@@ -1,0 +1,184 @@
+//! Fenced writes: a lease checked, and finished, inside the application's own PostgreSQL
+//! transaction, through the functions of schema version 10 (`backend/postgres/fenced.rs`;
+//! docs/semantics.md, "Fenced writes"). The statements are also given as text and parameters
+//! ([`SqlCall`]), for any driver.
+
+use std::time::Instant;
+
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::GenericClient;
+
+use crate::backend::postgres::fenced::{FencedCalls, FENCE_REFUSED, SHARED_DONE};
+use crate::error::{Error, ErrorKind, Result};
+use crate::lease::Lease;
+use crate::metadata::Metadata;
+use crate::validate;
+
+/// A statement to run in the application's transaction, with any driver: `text` takes its
+/// parameters as `$1`, `$2`, … in the order of `params`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SqlCall {
+    /// The statement, with placeholders cast to their types (`$1::text`, …).
+    pub text: String,
+    /// The values of `$1`, `$2`, …, in order.
+    pub params: Vec<SqlParam>,
+}
+
+/// One parameter of a [`SqlCall`], with the PostgreSQL type its placeholder is cast to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SqlParam {
+    /// `text`.
+    Text(String),
+    /// `bigint`.
+    BigInt(i64),
+    /// `text` or NULL (JSON text, cast to jsonb by the statement).
+    NullableText(Option<String>),
+}
+
+impl SqlParam {
+    fn typed(&self) -> (&(dyn ToSql + Sync), Type) {
+        match self {
+            SqlParam::Text(v) => (v, Type::TEXT),
+            SqlParam::BigInt(v) => (v, Type::INT8),
+            SqlParam::NullableText(v) => (v, Type::TEXT),
+        }
+    }
+}
+
+impl Lease {
+    fn fenced_calls(&self) -> Result<FencedCalls> {
+        self.session.check_usable()?;
+        self.session
+            .scope
+            .backend
+            .fenced_schema()
+            .map(FencedCalls::new)
+            .map_err(|why| Error::new(ErrorKind::Unsupported, why))
+    }
+
+    fn lease_params(&self) -> Vec<SqlParam> {
+        vec![
+            SqlParam::Text(self.namespace().to_string()),
+            SqlParam::Text(self.key().to_string()),
+            SqlParam::BigInt(self.fence()),
+        ]
+    }
+
+    /// The statement that checks this lease in the application's transaction
+    /// (`accord.check_fence(namespace, key, fence)`): it succeeds only while this grant is the
+    /// key's live grant on the server's clock, and keeps it so until that transaction ends;
+    /// otherwise it raises SQLSTATE `AC001`. `Unsupported` on a store outside PostgreSQL.
+    pub fn fence_check_sql(&self) -> Result<SqlCall> {
+        Ok(SqlCall {
+            text: self.fenced_calls()?.check,
+            params: self.lease_params(),
+        })
+    }
+
+    /// The statement that marks this lease's key done in the application's transaction
+    /// (`accord.done(namespace, key, fence, metadata)`), merging `metadata`; it answers the
+    /// key's metadata as JSON text. Run it, then commit; the client learns the outcome on its
+    /// own (see [`Lease::done_in`]).
+    pub fn done_sql(&self, metadata: Option<&Metadata>) -> Result<SqlCall> {
+        let text = self.check_done_in(metadata)?;
+        let mut params = self.lease_params();
+        params.push(SqlParam::NullableText(text));
+        Ok(SqlCall {
+            text: self.fenced_calls()?.done,
+            params,
+        })
+    }
+
+    /// The statement that releases this lease in the application's transaction
+    /// (`accord.release(namespace, key, fence)`): the key is free once that transaction
+    /// commits. Releasing again what this grant released is harmless.
+    pub fn release_sql(&self) -> Result<SqlCall> {
+        Ok(SqlCall {
+            text: self.fenced_calls()?.release,
+            params: self.lease_params(),
+        })
+    }
+
+    /// Checks this lease in `tx` (a `tokio_postgres::Transaction`, or a client inside a
+    /// transaction block): after `Ok`, every write `tx` makes commits before any later grant
+    /// of the key, even if the lease expires before the commit. `LeaseLost` when the lease is
+    /// not the key's live grant (the server's message names key, fence and why), or already
+    /// lost here; then roll back.
+    ///
+    /// Until `tx` ends the key's row is held: the holder's own renewal waits for it (the
+    /// keepalive passes over it and tries again shortly, within the lease's deadline), so keep
+    /// such transactions well inside the ttl.
+    pub async fn fenced<C: GenericClient + Sync>(&self, tx: &C) -> Result<()> {
+        let call = self.fence_check_sql()?;
+        self.grant.require_held()?;
+        run(tx, &call, "check_fence").await?;
+        Ok(())
+    }
+
+    /// Marks this lease's key done in `tx`, merging `metadata`; answers the key's metadata.
+    /// The done commits with `tx`'s writes or not at all: after the commit the lease ends as
+    /// `Done` (the keepalive finds the key done by this grant), after a rollback it is still
+    /// held and renewed. Refusals as [`Lease::done`]'s, and `LeaseLost` as [`Lease::fenced`]'s.
+    pub async fn done_in<C: GenericClient + Sync>(
+        &self,
+        tx: &C,
+        metadata: Option<Metadata>,
+    ) -> Result<Metadata> {
+        let call = self.done_sql(metadata.as_ref())?;
+        self.grant.require_held()?;
+        let row = run(tx, &call, "done").await?;
+        let merged: String = row.try_get(0).map_err(Error::internal)?;
+        // Whichever way `tx` ends, the keepalive looks at once, and while `tx` holds the row,
+        // again shortly: done at the commit, renewed as before after a rollback.
+        self.session.keepalive.look_now(&self.grant);
+        serde_json::from_str(&merged)
+            .map_err(|e| Error::internal(format!("stored metadata is not a JSON object: {e}")))
+    }
+
+    /// `done`'s own refusals, before anything is sent: the metadata as JSON text.
+    fn check_done_in(&self, metadata: Option<&Metadata>) -> Result<Option<String>> {
+        if self.grant.shared {
+            return Err(Error::invalid(
+                "done",
+                "a shared lease cannot mark its key done; acquire the key exclusively",
+            ));
+        }
+        validate::unreserved("key", self.key())?;
+        metadata
+            .map(|m| validate::metadata("metadata", m))
+            .transpose()
+    }
+}
+
+/// Runs `call` on the application's connection; a refusal in accord's words.
+async fn run<C: GenericClient + Sync>(
+    tx: &C,
+    call: &SqlCall,
+    what: &str,
+) -> Result<tokio_postgres::Row> {
+    let params: Vec<(&(dyn ToSql + Sync), Type)> =
+        call.params.iter().map(SqlParam::typed).collect();
+    let started = Instant::now();
+    let answer = tx.query_typed_one(&call.text, &params).await;
+    tracing::debug!(target: "accord", what, elapsed_ms = started.elapsed().as_millis() as u64, ok = answer.is_ok(), "fenced call");
+    answer.map_err(|e| refusal(what, e))
+}
+
+fn refusal(what: &str, e: tokio_postgres::Error) -> Error {
+    let Some(db) = e.as_db_error() else {
+        let message = format!("{what} in the application's transaction: {e}");
+        return Error::new(ErrorKind::Connection, message).with_source(e);
+    };
+    let code = db.code().code();
+    let kind = match code {
+        FENCE_REFUSED => ErrorKind::LeaseLost,
+        SHARED_DONE | "22023" => ErrorKind::InvalidArgument,
+        _ => ErrorKind::Database,
+    };
+    let message = match kind {
+        ErrorKind::Database => format!("{what}: PostgreSQL error {code}: {}", db.message()),
+        _ => db.message().to_string(),
+    };
+    Error::new(kind, message).with_source(e)
+}
