@@ -390,6 +390,14 @@ pub(crate) struct ListRange {
 }
 
 impl ListRange {
+    /// Whether `key` lies in the range (`from` up to `below`; the cursor aside). The SQL
+    /// stores filter in their statements; etcd's reads a namespace's shared holders and
+    /// waiters whole.
+    #[cfg(feature = "etcd")]
+    pub fn contains(&self, key: &str) -> bool {
+        key >= self.from.as_str() && self.below.as_deref().is_none_or(|b| key < b)
+    }
+
     /// The cursor of a page that ended with this item.
     pub fn cursor_after(key: &str, fence: i64) -> String {
         serde_json::json!([key, fence]).to_string()

@@ -13,7 +13,10 @@ pub use self::scenarios::*;
 mod scenarios {
     use std::time::Duration;
 
-    use accord::{AcquireOptions, Event, Lease, Message, Subscription};
+    use accord::{
+        AcquireOptions, Event, Lease, Message, StreamStart, StreamSubscription, SubscribeOptions,
+        Subscription,
+    };
     use chrono::Utc;
 
     use crate::support::etcd::Cluster;
@@ -188,6 +191,65 @@ mod scenarios {
         assert!(!held.is_lost(), "the held lease was lost");
         held.release().await.unwrap();
     }
+
+    /// Reads the events `from..=last` of `sub`, checking their seqs and payloads (the seq).
+    async fn read_run(sub: &StreamSubscription, from: i64, last: i64) {
+        for seq in from..=last {
+            let event = match tokio::time::timeout(60 * SEC, sub.next()).await {
+                Ok(Ok(Some(event))) => event,
+                other => panic!("expected event {seq}, got {other:?}"),
+            };
+            assert_eq!(
+                (event.seq, event.payload.as_str()),
+                (seq, seq.to_string().as_str())
+            );
+        }
+    }
+
+    /// K4: the leader is killed while a client publishes one event after another and another
+    /// client reads them. Every publish returns its seq: one whose answer was lost with the
+    /// leader, or that an election refused, is resolved by reading the stream (it committed
+    /// once, or not at all and is sent again), never repeated blind nor failed. The reader gets
+    /// 1..=n, each event once, in order, across its watch's move to another member.
+    pub async fn k4_a_killed_leader_loses_no_event(h: &Harness) {
+        const EVENTS: i64 = 300;
+        let cluster = Cluster::from_env();
+        h.allow_member_faults();
+        let _faults = cluster.faults().await;
+        let publisher = h.client("o1").await;
+        let reader = h.client("o2").await;
+        let sub = reader
+            .subscribe("k4", SubscribeOptions::new().start(StreamStart::Earliest))
+            .await
+            .unwrap();
+        let publishing = {
+            let publisher = publisher.clone();
+            tokio::spawn(async move {
+                let mut seqs = Vec::new();
+                for i in 1..=EVENTS {
+                    match publisher.publish("k4", &i.to_string()).await {
+                        Ok(seq) => seqs.push(seq),
+                        Err(e) => panic!("publish {i} failed: {e}"),
+                    }
+                }
+                seqs
+            })
+        };
+        // Under way: the kill lands among the publishes.
+        read_run(&sub, 1, 20).await;
+        let down = cluster.members[cluster.leader().await].kill().await;
+        read_run(&sub, 21, EVENTS).await;
+        let seqs = publishing.await.unwrap();
+        assert_eq!(seqs, (1..=EVENTS).collect::<Vec<_>>());
+        // Nothing more: an event stored twice would come next.
+        publisher.publish("k4", "end").await.unwrap();
+        let end = tokio::time::timeout(60 * SEC, sub.next()).await;
+        assert!(
+            matches!(&end, Ok(Ok(Some(e))) if e.seq == EVENTS + 1 && e.payload == "end"),
+            "{end:?}"
+        );
+        down.restart().await;
+    }
 }
 
 /// Without the feature there is no cluster to kill: the scenarios exist (the suite names
@@ -205,5 +267,6 @@ macro_rules! needs_members {
 needs_members!(
     k1_a_killed_leader_loses_no_lease,
     k2_a_killed_follower_loses_no_lease,
-    k3_restarted_members_are_used_again
+    k3_restarted_members_are_used_again,
+    k4_a_killed_leader_loses_no_event
 );

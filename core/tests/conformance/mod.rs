@@ -104,7 +104,7 @@ macro_rules! conformance_suite {
             streams::d4_retention_trims_and_says_where_the_stream_starts: [streams],
             streams::d5_payloads_are_any_utf8_and_names_any_text: [streams],
             streams::d6_a_consumer_behind_retention_is_told_the_way_out: [streams],
-            snapshot::t1_snapshot_shows_every_section: [snapshot],
+            snapshot::t1_snapshot_shows_every_section: [snapshot, pools],
             snapshot::t2_snapshot_counts_waiters_per_key: [snapshot],
             recipes::r1_recipe_keys_are_refused_to_plain_calls: [pools],
             recipes::r2_semaphores_survive_plain_calls: [pools],
@@ -112,6 +112,7 @@ macro_rules! conformance_suite {
             members::k1_a_killed_leader_loses_no_lease: [member_failure],
             members::k2_a_killed_follower_loses_no_lease: [member_failure],
             members::k3_restarted_members_are_used_again: [member_failure],
+            members::k4_a_killed_leader_loses_no_event: [member_failure, streams],
         );
     };
 }

@@ -10,6 +10,11 @@
 //!   lease that is never kept alive: etcd deletes them within a minute.
 //! - `P/x/<lease>`: when a session's lease expires at the earliest, on its client's clock (what
 //!   `expires_at` shows), on the lease itself.
+//! - Streams (no lease): `P/s/h/<ns>/<stream>` a stream's head (its newest seq and
+//!   published_at), `P/s/r/<ns>/<stream>` its retention rule, `P/s/f/<ns>/<stream>` its first
+//!   stored seq once trimmed, `P/s/e/<ns>/<stream>/<seq>` its events (seq as 20 digits, so that
+//!   the range is in seq order) and `P/s/a/<ns>/<stream>/<consumer>` its consumers' positions
+//!   (in the last two, `<stream>` is length-prefixed, since more follows it).
 //!
 //! `<ns>` is length-prefixed (`3:abc`) so that no namespace is a prefix of another's range;
 //! in the `l/s` and `l/q` ranges the key is too, since an id follows it. Row keys keep the key's
@@ -99,6 +104,49 @@ impl Layout {
         format!("{}{lease:x}", self.expiries())
     }
 
+    /// Where the waiters in line of every key of `ns` start (a length-prefixed key follows).
+    pub fn all_lines(&self, ns: &str) -> String {
+        format!("{}/l/q/{}/", self.prefix, counted(ns))
+    }
+
+    /// The key a waiter's record (under [`Layout::all_lines`]) waits for.
+    pub fn line_key<'a>(&self, ns: &str, record: &'a str) -> Option<&'a str> {
+        counted_head(record.strip_prefix(&self.all_lines(ns))?)
+    }
+
+    /// Where the streams' records of one kind (`h`ead, `r`ule, `f`irst seq, `e`vents,
+    /// `a`cks) of `ns` start.
+    pub fn streams(&self, kind: char, ns: &str) -> String {
+        format!("{}/s/{kind}/{}/", self.prefix, counted(ns))
+    }
+
+    /// A stream's head, rule or first seq (kind `h`, `r`, `f`): the stream's name last.
+    pub fn stream(&self, kind: char, ns: &str, stream: &str) -> String {
+        format!("{}{stream}", self.streams(kind, ns))
+    }
+
+    /// Where a stream's events start; an event's key is this and its seq ([`Layout::event`]).
+    pub fn events(&self, ns: &str, stream: &str) -> String {
+        format!("{}{}/", self.streams('e', ns), counted(stream))
+    }
+
+    pub fn event(&self, ns: &str, stream: &str, seq: i64) -> String {
+        format!("{}{seq:020}", self.events(ns, stream))
+    }
+
+    /// A stream's consumer's position.
+    pub fn ack(&self, ns: &str, stream: &str, consumer: &str) -> String {
+        format!("{}{}/{consumer}", self.streams('a', ns), counted(stream))
+    }
+
+    /// The stream and consumer of a position's record (under `streams('a', ns)`).
+    pub fn ack_of<'a>(&self, ns: &str, record: &'a str) -> Option<(&'a str, &'a str)> {
+        let rest = record.strip_prefix(&self.streams('a', ns))?;
+        let stream = counted_head(rest)?;
+        let consumer = rest.get(rest.find(':')? + 1 + stream.len() + 1..)?;
+        Some((stream, consumer))
+    }
+
     pub fn channels(&self) -> String {
         format!("{}/c/", self.prefix)
     }
@@ -118,11 +166,15 @@ impl Layout {
 
     /// The key a shared holder's record (under [`Layout::all_shared`]) is of.
     pub fn shared_key<'a>(&self, ns: &str, record: &'a str) -> Option<&'a str> {
-        let rest = record.strip_prefix(&self.all_shared(ns))?;
-        let (len, rest) = rest.split_once(':')?;
-        let len: usize = len.parse().ok()?;
-        rest.get(..len)
+        counted_head(record.strip_prefix(&self.all_shared(ns))?)
     }
+}
+
+/// The length-prefixed text `rest` starts with (`3:abc/…` → `abc`).
+fn counted_head(rest: &str) -> Option<&str> {
+    let (len, rest) = rest.split_once(':')?;
+    let len: usize = len.parse().ok()?;
+    rest.get(..len)
 }
 
 /// The end of the range of keys starting with `start` (etcd's `range_end`).
@@ -154,6 +206,15 @@ mod tests {
         let note = l.notification("c/1:x", "00");
         assert_eq!(l.channel_of(note.as_bytes()), Some("c/1:x"));
         assert_eq!(range_end("/p/k/"), b"/p/k0".to_vec());
+        let waiter = format!("{}x", l.line("n", "a/1"));
+        assert_eq!(l.line_key("n", &waiter), Some("a/1"));
+        assert!(l.line("n", "a").starts_with(&l.all_lines("n")));
+        // A stream's events and acks never reach into another stream's.
+        assert!(!l.events("n", "s/1").starts_with(&l.events("n", "s")));
+        assert!(l.event("n", "s", 2) < l.event("n", "s", 10));
+        let ack = l.ack("n", "s/1:x", "c/2");
+        assert_eq!(l.ack_of("n", &ack), Some(("s/1:x", "c/2")));
+        assert!(!l.stream('h', "n", "s").starts_with(&l.streams('h', "n2")));
         assert_eq!(fence_of(7, 3) / FENCE_SCALE, 7);
         assert_eq!(revision_of(fence_of(7, 3)), 7);
     }

@@ -8,10 +8,11 @@
 //! - `session`: the client's leases (one per ttl class) and their keep-alives;
 //! - `grant`: the transactions that grant, renew, release, finish and reset;
 //! - `read`: list and holder;
-//! - `watch`: notifications, and the wake-ups of waiters from deletes of what they wait behind.
+//! - `watch`: notifications, and the wake-ups of waiters from deletes of what they wait behind;
+//! - `stream`: durable streams (publish, read, retention, consumers' positions);
+//! - `snapshot`: what `accord top` shows, read at one revision.
 //!
-//! This first step has leases, locks, waiting and notify; pools, streams and snapshots answer
-//! `Unsupported`.
+//! Pools answer `Unsupported` so far.
 
 mod grant;
 mod keys;
@@ -19,6 +20,8 @@ mod members;
 mod read;
 mod records;
 mod session;
+mod snapshot;
+mod stream;
 mod url;
 mod watch;
 
@@ -39,8 +42,7 @@ use self::session::Leases;
 use self::watch::Watcher;
 use super::{
     AcquireItem, AcquireOutcome, AcquireRequest, Backend, BatchItem, ClaimRequest, Claimed,
-    DoneItem, EventSink, Holder, LeaseRef, PublishItem, Published, Renewed, ResetOutcome,
-    SnapshotRows, StreamPage, StreamState, StreamStore,
+    DoneItem, EventSink, Holder, LeaseRef, Renewed, ResetOutcome, SnapshotRows,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::metadata::Metadata;
@@ -83,7 +85,7 @@ pub(crate) fn etcd_error(what: &str, e: etcd_client::Error) -> Error {
 fn unsupported(what: &str) -> Error {
     Error::new(
         ErrorKind::Unsupported,
-        format!("{what} is not supported on etcd yet (this store has leases, locks, waiting and notify)"),
+        format!("{what} is not supported on etcd yet (this store has leases, locks, waiting, notify, streams and snapshots)"),
     )
 }
 
@@ -131,6 +133,8 @@ pub(crate) struct EtcdBackend {
     layout: Layout,
     leases: Arc<Leases>,
     watcher: Arc<Watcher>,
+    /// The stream heads this client last saw (`stream`): a publish compares with them first.
+    known_heads: stream::KnownHeads,
 }
 
 impl EtcdBackend {
@@ -161,6 +165,7 @@ impl EtcdBackend {
             stats,
             layout,
             watcher,
+            known_heads: Default::default(),
         };
         // A read: an unreachable cluster fails the connect, not the first call.
         let key = backend.layout.rows("");
@@ -242,37 +247,6 @@ fn revision(answer: &TxnResponse) -> i64 {
 
 fn expires_in(seconds: i64) -> DateTime<Utc> {
     Utc::now() + chrono::Duration::seconds(seconds)
-}
-
-#[async_trait]
-impl StreamStore for EtcdBackend {
-    async fn publish(&self, _: &str, _: &[PublishItem<'_>]) -> Result<Vec<Published>> {
-        Err(unsupported("streams (publish)"))
-    }
-    async fn read_stream(&self, _: &str, _: &str, _: i64, _: usize) -> Result<StreamPage> {
-        Err(unsupported("streams (subscribe)"))
-    }
-    async fn stream_state(&self, _: &str, _: &str) -> Result<StreamState> {
-        Err(unsupported("streams"))
-    }
-    async fn set_retention(
-        &self,
-        _: &str,
-        _: &str,
-        _: Option<i64>,
-        _: Option<Duration>,
-    ) -> Result<()> {
-        Err(unsupported("streams (retention)"))
-    }
-    async fn trim_stream(&self, _: &str, _: &str, _: usize) -> Result<u64> {
-        Err(unsupported("streams (trim)"))
-    }
-    async fn ack(&self, _: &str, _: &str, _: &str, _: i64) -> Result<()> {
-        Err(unsupported("streams (ack)"))
-    }
-    async fn acked(&self, _: &str, _: &str, _: &str) -> Result<Option<i64>> {
-        Err(unsupported("streams (acked)"))
-    }
 }
 
 #[async_trait]
@@ -462,13 +436,14 @@ impl Backend for EtcdBackend {
 
     async fn snapshot(
         &self,
-        _: &str,
-        _: &ListQuery,
-        _: &ListQuery,
-        _: usize,
-        _: usize,
+        namespace: &str,
+        page: &ListQuery,
+        recipes: &ListQuery,
+        streams: usize,
+        waiter_keys: usize,
     ) -> Result<SnapshotRows> {
-        Err(unsupported("snapshot"))
+        let read = || self.snapshot_rows(namespace, page, recipes, streams, waiter_keys);
+        resolving(read).await
     }
 
     fn max_payload(&self) -> usize {

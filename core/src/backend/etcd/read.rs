@@ -11,7 +11,7 @@ use super::records::{HolderRecord, Place, Row, LIVE, NOW};
 use super::{expires_in, EtcdBackend};
 use crate::backend::Holder;
 use crate::error::Result;
-use crate::options::{KeyState, LeaseInfo, ListPage, ListQuery, StateFilter};
+use crate::options::{KeyState, LeaseInfo, ListPage, ListQuery, ListRange, StateFilter};
 use crate::rules::{self, StoredKey};
 
 pub(super) fn time(ms: i64) -> DateTime<Utc> {
@@ -69,6 +69,15 @@ impl EtcdBackend {
     }
 
     pub(super) async fn list_page(&self, ns: &str, q: &ListQuery) -> Result<ListPage> {
+        let answer = self
+            .txn("list", Txn::new().and_then(self.list_ops(ns, q)?))
+            .await?;
+        self.list_from(ns, q, answer.op_responses()).await
+    }
+
+    /// The reads a page of `q` needs, in one transaction (or a snapshot's): the rows and
+    /// exclusive holders of its range, the namespace's shared holders, the leases' expiries.
+    pub(super) fn list_ops(&self, ns: &str, q: &ListQuery) -> Result<Vec<TxnOp>> {
         let range = q.range()?;
         let bound = |start: String| -> (String, Vec<u8>) {
             let end = match &range.below {
@@ -83,27 +92,31 @@ impl EtcdBackend {
         let (holders_from, holders_end) = bound(self.layout.holder(ns, &range.from));
         let shared = self.layout.all_shared(ns);
         let expiries = self.layout.expiries();
-        let answer = self
-            .txn(
-                "list",
-                Txn::new().and_then([
-                    TxnOp::get(rows_from, Some(GetOptions::new().with_range(rows_end))),
-                    TxnOp::get(
-                        holders_from,
-                        Some(GetOptions::new().with_range(holders_end)),
-                    ),
-                    TxnOp::get(
-                        shared.as_bytes(),
-                        Some(GetOptions::new().with_range(range_end(&shared))),
-                    ),
-                    TxnOp::get(
-                        expiries.as_bytes(),
-                        Some(GetOptions::new().with_range(range_end(&expiries))),
-                    ),
-                ]),
-            )
-            .await?;
-        let responses = answer.op_responses();
+        Ok(vec![
+            TxnOp::get(rows_from, Some(GetOptions::new().with_range(rows_end))),
+            TxnOp::get(
+                holders_from,
+                Some(GetOptions::new().with_range(holders_end)),
+            ),
+            TxnOp::get(
+                shared.as_bytes(),
+                Some(GetOptions::new().with_range(range_end(&shared))),
+            ),
+            TxnOp::get(
+                expiries.as_bytes(),
+                Some(GetOptions::new().with_range(range_end(&expiries))),
+            ),
+        ])
+    }
+
+    /// The page of `q` from the answers of [`Self::list_ops`].
+    pub(super) async fn list_from(
+        &self,
+        ns: &str,
+        q: &ListQuery,
+        responses: Vec<TxnOpResponse>,
+    ) -> Result<ListPage> {
+        let range = q.range()?;
         let mut expiries = expiry_records(&responses[3..]);
         let mut gets = responses.into_iter().map(|r| match r {
             TxnOpResponse::Get(g) => g.kvs().to_vec(),
@@ -112,28 +125,10 @@ impl EtcdBackend {
         let mut next = || gets.next().unwrap_or_default();
         let (rows, holders, shared_records) = (next(), next(), next());
         let rows_prefix = self.layout.rows(ns);
-        let holders_prefix = self.layout.holders(ns);
-        let holders: HashMap<String, HolderRecord> = holders
-            .iter()
-            .map(|kv| {
-                let h = HolderRecord::read(kv)?;
-                let key = String::from_utf8_lossy(&kv.key()[holders_prefix.len()..]).into_owned();
-                Ok((key, h))
-            })
-            .collect::<Result<_>>()?;
-        let mut shared_holders: Vec<(String, Place)> = Vec::new();
-        for kv in &shared_records {
-            let place = Place::read(kv)?;
-            if let Some(key) = self.layout.shared_key(ns, &place.record) {
-                let in_range =
-                    key >= range.from.as_str() && range.below.as_deref().is_none_or(|b| key < b);
-                if in_range {
-                    shared_holders.push((key.to_string(), place));
-                }
-            }
-        }
-        shared_holders
-            .sort_by(|a, b| (a.0.as_str(), a.1.ticket()).cmp(&(b.0.as_str(), b.1.ticket())));
+        let RangeRecords {
+            holders,
+            shared: shared_holders,
+        } = self.range_records(ns, &range, &holders, &shared_records)?;
         let shared_keys: HashSet<&str> = shared_holders.iter().map(|(k, _)| k.as_str()).collect();
 
         let wanted = q.limit.saturating_add(1);
@@ -156,17 +151,7 @@ impl EtcdBackend {
             let key = String::from_utf8_lossy(&kv.key()[rows_prefix.len()..]).into_owned();
             let row = Row::read(kv)?;
             let holder = holders.get(&key);
-            let stored = StoredKey {
-                owner: match holder {
-                    Some(h) => Some(h.owner.as_str()),
-                    None => row.owner.as_deref(),
-                },
-                fence: holder.map_or(row.fence, HolderRecord::fence),
-                expires_at_ms: holder.map(|_| LIVE),
-                done: row.done,
-                attempt: None,
-                shared_until_ms: shared_keys.contains(key.as_str()).then_some(LIVE),
-            };
+            let stored = stored_key(&row, holder, shared_keys.contains(key.as_str()));
             if !after(&key, stored.fence) || rules::held_by_shared(&stored, NOW) {
                 continue;
             }
@@ -216,6 +201,70 @@ impl EtcdBackend {
             });
         }
         Ok(ListPage::merged(keys_page, holders_page, q.limit))
+    }
+}
+
+/// The live lock records of a list range, by key.
+pub(super) struct RangeRecords {
+    /// Each key's exclusive holder.
+    pub holders: HashMap<String, HolderRecord>,
+    /// The shared holders in the range, in (key, fence) order.
+    pub shared: Vec<(String, Place)>,
+}
+
+impl EtcdBackend {
+    /// Reads the exclusive holders of a range and the namespace's shared holders (keeping
+    /// those in the range), as [`Self::list_ops`] got them.
+    pub(super) fn range_records(
+        &self,
+        ns: &str,
+        range: &ListRange,
+        holders: &[KeyValue],
+        shared: &[KeyValue],
+    ) -> Result<RangeRecords> {
+        let holders_prefix = self.layout.holders(ns);
+        let holders = holders
+            .iter()
+            .map(|kv| {
+                let h = HolderRecord::read(kv)?;
+                let key = String::from_utf8_lossy(&kv.key()[holders_prefix.len()..]).into_owned();
+                Ok((key, h))
+            })
+            .collect::<Result<_>>()?;
+        let mut in_range: Vec<(String, Place)> = Vec::new();
+        for kv in shared {
+            let place = Place::read(kv)?;
+            if let Some(key) = self.layout.shared_key(ns, &place.record) {
+                if range.contains(key) {
+                    in_range.push((key.to_string(), place));
+                }
+            }
+        }
+        in_range.sort_by(|a, b| (a.0.as_str(), a.1.ticket()).cmp(&(b.0.as_str(), b.1.ticket())));
+        Ok(RangeRecords {
+            holders,
+            shared: in_range,
+        })
+    }
+}
+
+/// A listed key as the rules read it: its row, its exclusive holder's record if live, and
+/// whether it has live shared holders.
+pub(super) fn stored_key<'a>(
+    row: &'a Row,
+    holder: Option<&'a HolderRecord>,
+    shared: bool,
+) -> StoredKey<'a> {
+    StoredKey {
+        owner: match holder {
+            Some(h) => Some(h.owner.as_str()),
+            None => row.owner.as_deref(),
+        },
+        fence: holder.map_or(row.fence, HolderRecord::fence),
+        expires_at_ms: holder.map(|_| LIVE),
+        done: row.done,
+        attempt: None,
+        shared_until_ms: shared.then_some(LIVE),
     }
 }
 
