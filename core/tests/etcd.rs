@@ -3,8 +3,9 @@
 //! `etcd://` URL is refused without that feature.
 //!
 //! The etcd store has leases, locks, waiting, notify, streams and snapshots so far: scenarios
-//! needing pools are ignored with that reason, as are those needing the faults this harness
-//! cannot make yet (a proxy per member, terminated connections).
+//! needing pools are ignored with that reason, as are those needing connections ended from
+//! outside. Network faults go through a proxy in front of every member (`Harness::proxy`),
+//! switched together.
 
 #[cfg(feature = "etcd")]
 mod conformance;
@@ -15,7 +16,7 @@ use accord::{Client, ClientOptions, ErrorKind};
 #[cfg(feature = "etcd")]
 mod suite {
     use super::support::Harness;
-    crate::conformance_suite!(Harness::etcd, has[member_failure, streams, snapshot]);
+    crate::conformance_suite!(Harness::etcd, has[member_failure, network_faults, streams, snapshot]);
 }
 
 /// Without the feature, an etcd URL is refused as unsupported, naming the feature.

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use accord::{AcquireOptions, ErrorKind};
 
-use crate::support::{Harness, Mode};
+use crate::conformance::leases::holds;
+use crate::support::{eventually, Harness, Mode};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -44,6 +45,13 @@ async fn lost_fires_in_flight(h: &Harness, done: bool) {
     while h.now().await <= expires_at + chrono::Duration::milliseconds(100) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // And until the coordinator no longer records the grant: etcd frees it at its own lease's
+    // expiry (its ttl raised to etcd's minimum, 1.5 election timeouts, then its revoke loop's
+    // pass), later than the `expires_at` this client shows.
+    assert!(
+        eventually(30 * SEC, || async { !holds(h, "o1", "a").await }).await,
+        "the coordinator still records the grant 30 s after its expiry"
+    );
     proxy.set(Mode::Pass);
     let (result, lease) = tokio::time::timeout(30 * SEC, ending)
         .await

@@ -506,7 +506,7 @@ pub async fn l8_woken_at_expiry(h: &Harness) {
 }
 
 /// Whether the coordinator records `owner` as holding `key` right now.
-async fn holds(h: &Harness, owner: &str, key: &str) -> bool {
+pub(crate) async fn holds(h: &Harness, owner: &str, key: &str) -> bool {
     let client = h.client("inspector").await;
     let page = client.list(ListQuery::new().prefix(key)).await.unwrap();
     page.items

@@ -14,7 +14,7 @@
 //! - `connection_termination`: the coordinator ends a client's connections from outside
 //!   (`pg_terminate_backend`) and counts them (`pg_stat_activity`); the client then reconnects.
 //! - `member_failure`: the coordinator is a cluster whose members a test kills (-9) and
-//!   restarts one at a time (`support/etcd.rs`; etcd only).
+//!   restarts, or stops (SIGSTOP) and continues, one at a time (`support/etcd.rs`; etcd only).
 //!
 //! And what a store offers beyond leases, locks, waiting and notify (every store but etcd has
 //! them all; etcd gains them in steps):
@@ -112,7 +112,10 @@ macro_rules! conformance_suite {
             members::k1_a_killed_leader_loses_no_lease: [member_failure],
             members::k2_a_killed_follower_loses_no_lease: [member_failure],
             members::k3_restarted_members_are_used_again: [member_failure],
-            members::k4_a_killed_leader_loses_no_event: [member_failure, streams],
+            members::k4_a_hung_leader_loses_no_lease: [member_failure, network_faults],
+            members::k5_a_hung_follower_loses_no_lease: [member_failure, network_faults],
+            members::k6_a_frozen_path_loses_no_lease: [member_failure, network_faults],
+            members::k7_a_killed_leader_loses_no_event: [member_failure, streams],
         );
     };
 }

@@ -119,6 +119,19 @@ impl Cluster {
             .map(|(i, _, _)| *i)
     }
 
+    /// A proxy in front of each member (in member order), and the cluster URL through them
+    /// listing member `first` first (the member a new accord client calls until it fails), with
+    /// `query` (e.g. a harness's `prefix=…`): a network fault of one member without touching
+    /// its process.
+    pub async fn proxied_from(&self, first: usize, query: &str) -> (Vec<Proxy>, String) {
+        let (proxies, _) = self.proxied().await;
+        let n = proxies.len();
+        let hosts: Vec<String> = (0..n)
+            .map(|step| format!("127.0.0.1:{}", proxies[(first + step) % n].port()))
+            .collect();
+        (proxies, format!("etcd://{}?{query}", hosts.join(",")))
+    }
+
     /// A proxy in front of each member (in member order), and the cluster URL through them:
     /// a network fault of one member without touching its process.
     pub async fn proxied(&self) -> (Vec<Proxy>, String) {
@@ -171,6 +184,19 @@ impl Member {
         Down {
             member: self,
             restarted: false,
+        }
+    }
+
+    /// SIGSTOP: the member hangs (its connections stay open, nothing answers) until the
+    /// returned guard is dropped or resumes it (SIGCONT).
+    pub fn stop(&self) -> Stopped<'_> {
+        assert!(self.is_running(), "member {} is not running", self.name);
+        // SAFETY: kill(2) with a pid and a signal number has no memory effects.
+        let rc = unsafe { libc::kill(self.pid(), libc::SIGSTOP) };
+        assert_eq!(rc, 0, "SIGSTOP member {}", self.name);
+        Stopped {
+            member: self,
+            resumed: false,
         }
     }
 
@@ -236,6 +262,35 @@ impl Drop for Down<'_> {
         // Never a panic here: a test that failed with a member down is unwinding already.
         if !self.restarted {
             self.member.start();
+        }
+    }
+}
+
+/// A member stopped with SIGSTOP, continued by `resume` or when dropped.
+pub struct Stopped<'a> {
+    member: &'a Member,
+    resumed: bool,
+}
+
+impl Stopped<'_> {
+    fn cont(&self) -> bool {
+        // SAFETY: as in `Member::stop`.
+        unsafe { libc::kill(self.member.pid(), libc::SIGCONT) == 0 }
+    }
+
+    /// SIGCONT, then waits until the member serves linearizable reads again (it caught up).
+    pub async fn resume(mut self) {
+        self.resumed = true;
+        assert!(self.cont(), "SIGCONT member {}", self.member.name);
+        self.member.wait_ready().await;
+    }
+}
+
+impl Drop for Stopped<'_> {
+    fn drop(&mut self) {
+        // Never a panic here: a failed test must not leave the member stopped for the next.
+        if !self.resumed {
+            self.cont();
         }
     }
 }

@@ -217,8 +217,25 @@ impl Harness {
             .get(0)
     }
 
-    /// A proxy in front of the coordinator, and the URL that goes through it.
+    /// A proxy in front of the coordinator, and the URL that goes through it. For an etcd
+    /// cluster, one port in front of each member, all switched together: the client's whole
+    /// network, as on the other stores.
     pub async fn proxy(&self) -> (Proxy, String) {
+        if let Some(rest) = self.url.strip_prefix("etcd://") {
+            let (hosts, query) = rest.split_once('?').unwrap_or((rest, ""));
+            let upstreams: Vec<std::net::SocketAddr> = hosts
+                .split(',')
+                .map(|h| h.parse().expect("a test cluster member's ip:port"))
+                .collect();
+            let proxy = Proxy::start_all(&upstreams).await;
+            let through: Vec<String> = proxy
+                .ports()
+                .iter()
+                .map(|p| format!("127.0.0.1:{p}"))
+                .collect();
+            let url = format!("etcd://{}?{query}", through.join(","));
+            return (proxy, url);
+        }
         let upstream = upstream_addr(&self.url);
         let proxy = Proxy::start(upstream).await;
         let url = self.url.replace(

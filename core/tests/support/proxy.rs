@@ -1,5 +1,7 @@
 //! A TCP proxy between a client and the coordinator that the test can switch to cut or stall
 //! every connection: the network faults the fault tests need (a cut, a stall), without touching the server.
+//! One proxy may front several servers (an etcd cluster's members), one port each: one switch
+//! then cuts or stalls the client's way to all of them.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,23 +28,31 @@ pub enum Mode {
 }
 
 pub struct Proxy {
-    port: u16,
+    /// One port per upstream, in the order given.
+    ports: Vec<u16>,
     mode: Arc<watch::Sender<Mode>>,
     /// Whether a `FailOnceOn` fault happened (it happens once per setting of the mode).
     failed: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<()>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Proxy {
     pub async fn start(upstream: SocketAddr) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
+        Proxy::start_all(&[upstream]).await
+    }
+
+    /// A proxy in front of each of `upstreams`, all switched together.
+    pub async fn start_all(upstreams: &[SocketAddr]) -> Proxy {
         let mode = Arc::new(watch::channel(Mode::Pass).0);
         let failed = Arc::new(AtomicBool::new(false));
-        let task = {
+        let mut ports = Vec::new();
+        let mut tasks = Vec::new();
+        for &upstream in upstreams {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            ports.push(listener.local_addr().unwrap().port());
             let mode = mode.clone();
             let failed = failed.clone();
-            tokio::spawn(async move {
+            tasks.push(tokio::spawn(async move {
                 loop {
                     let Ok((client, _)) = listener.accept().await else {
                         return;
@@ -55,18 +65,24 @@ impl Proxy {
                     let rx = mode.subscribe();
                     tokio::spawn(forward(client, upstream, rx, failed.clone()));
                 }
-            })
-        };
+            }));
+        }
         Proxy {
-            port,
+            ports,
             mode,
             failed,
-            task,
+            tasks,
         }
     }
 
+    /// The port in front of the first upstream.
     pub fn port(&self) -> u16 {
-        self.port
+        self.ports[0]
+    }
+
+    /// The ports, one per upstream in the order given.
+    pub fn ports(&self) -> &[u16] {
+        &self.ports
     }
 
     pub fn set(&self, mode: Mode) {
@@ -82,7 +98,9 @@ impl Proxy {
 
 impl Drop for Proxy {
     fn drop(&mut self) {
-        self.task.abort();
+        for task in &self.tasks {
+            task.abort();
+        }
         self.mode.send_replace(Mode::Cut);
     }
 }

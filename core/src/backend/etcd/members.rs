@@ -10,12 +10,22 @@
 //! Only a call that provably never reached a member (its connection was refused) is sent again,
 //! to the next member: a call whose connection broke after sending may have been applied, so it
 //! fails as `Connection` and its caller resolves it by reading again.
+//!
+//! A member that hangs (a stopped process, a partition that drops packets) refuses nothing and
+//! breaks nothing: its calls simply go unanswered. So a call unanswered for [`SUSPECT_AFTER`]
+//! asks the member whether it runs (a serializable read: answered from the member's own state,
+//! with no leader needed, so an election or a slow transaction does not count as a hang); a
+//! member that does not answer within [`ALIVE_TIMEOUT`] is taken for down, and the call fails
+//! as `Connection` (its outcome unknown, resolved by reading again elsewhere). The streams
+//! bound to a member (keep-alive, watch) move when it is taken for down ([`Members::until_down`]).
+//! HTTP/2 keep-alive pings are the backstop for a stream nobody calls beside.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions, GetOptions};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 /// How often a down member is read through to see whether it is back.
@@ -24,10 +34,25 @@ const PROBE_EVERY: Duration = Duration::from_millis(250);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Pause before sending again when every member refused the call (a member restarting).
 const ALL_DOWN_PAUSE: Duration = Duration::from_millis(100);
+/// How long a call may go unanswered before its member is asked whether it runs. A healthy
+/// member answers a transaction in milliseconds; a slower answer only costs that question.
+pub(crate) const SUSPECT_AFTER: Duration = Duration::from_millis(500);
+/// How long a running member takes at most to answer that question (a serializable count-only
+/// read, served from its own state): one that takes longer hangs, for this client.
+pub(crate) const ALIVE_TIMEOUT: Duration = Duration::from_millis(500);
+/// HTTP/2 keep-alive of each member's channel: a ping after this long without a frame read,
+/// while a call or stream is open (no pings on an idle channel: etcd's server counts those as
+/// abuse and closes the connection, `--grpc-keepalive-min-time`, 5 s by default, being the
+/// shortest interval it tolerates while streams are open) ...
+pub(crate) const PING_AFTER: Duration = Duration::from_secs(5);
+/// ... and how long its answer may take before the connection is dropped.
+pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(2);
 
 struct Member {
     client: Client,
-    down: AtomicBool,
+    /// Taken for down (true) until a probe reads through it again; a watch, so that the
+    /// streams on it move at once ([`Members::until_down`]).
+    down: watch::Sender<bool>,
     /// A prober runs for it (at most one).
     probing: AtomicBool,
 }
@@ -82,7 +107,7 @@ impl Members {
         for endpoint in endpoints {
             members.push(Member {
                 client: Client::connect([endpoint], Some(options.clone())).await?,
-                down: AtomicBool::new(false),
+                down: watch::Sender::new(false),
                 probing: AtomicBool::new(false),
             });
         }
@@ -101,7 +126,7 @@ impl Members {
         let current = self.current.load(Ordering::Relaxed);
         let chosen = (0..n)
             .map(|step| (current + step) % n)
-            .find(|&i| !self.members[i].down.load(Ordering::Relaxed))
+            .find(|&i| !*self.members[i].down.borrow())
             .unwrap_or(current);
         if chosen != current {
             self.current.store(chosen, Ordering::Relaxed);
@@ -121,7 +146,7 @@ impl Members {
     /// to another until a probe reads through it again.
     pub fn lost(self: &Arc<Self>, i: usize, e: &dyn std::fmt::Display) {
         let member = &self.members[i];
-        if member.down.swap(true, Ordering::Relaxed) {
+        if member.down.send_replace(true) {
             return;
         }
         tracing::warn!(target: "accord", member = i, error = %e, "etcd member unreachable; using another until it serves again");
@@ -142,7 +167,7 @@ impl Members {
                 if members.probe(i).await {
                     let member = &members.members[i];
                     member.probing.store(false, Ordering::Relaxed);
-                    member.down.store(false, Ordering::Relaxed);
+                    member.down.send_replace(false);
                     tracing::info!(target: "accord", member = i, "etcd member serves again");
                     return;
                 }
@@ -158,6 +183,65 @@ impl Members {
             Some(GetOptions::new().with_count_only()),
         );
         matches!(tokio::time::timeout(PROBE_TIMEOUT, read).await, Ok(Ok(_)))
+    }
+
+    /// Whether member `i` is taken for down.
+    pub fn is_down(&self, i: usize) -> bool {
+        *self.members[i].down.borrow()
+    }
+
+    /// Returns once member `i` is taken for down (at once if it is): a stream on it moves.
+    pub async fn until_down(&self, i: usize) {
+        let mut down = self.members[i].down.subscribe();
+        // The sender lives as long as `self`: the wait ends only with a down.
+        let _ = down.wait_for(|down| *down).await;
+    }
+
+    /// Whether member `i` runs and answers this client: a serializable count-only read (no
+    /// leader needed, nothing to catch up) within [`ALIVE_TIMEOUT`].
+    async fn answers(&self, i: usize) -> bool {
+        let mut client = self.members[i].client.clone();
+        let read = client.get(
+            self.probe_key.as_str(),
+            Some(GetOptions::new().with_count_only().with_serializable()),
+        );
+        matches!(tokio::time::timeout(ALIVE_TIMEOUT, read).await, Ok(Ok(_)))
+    }
+
+    /// `call`'s answer from member `i`, unless the member hangs: every [`SUSPECT_AFTER`]
+    /// without an answer it is asked whether it runs, and if it does not answer that either
+    /// it is taken for down and the call fails (an `IoError`, timed out: `Connection`, its
+    /// outcome unknown). A member that answers the question may take its time with the call
+    /// (a large transaction, an election that etcd ends with an error of its own).
+    pub async fn answered<T>(
+        self: &Arc<Self>,
+        i: usize,
+        call: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, etcd_client::Error> {
+        tokio::pin!(call);
+        loop {
+            tokio::select! {
+                answer = &mut call => return answer,
+                _ = tokio::time::sleep(SUSPECT_AFTER) => {}
+            }
+            let answers = self.answers(i);
+            tokio::pin!(answers);
+            let runs = tokio::select! {
+                answer = &mut call => return answer,
+                runs = &mut answers => runs,
+            };
+            if !runs {
+                let e = etcd_client::Error::IoError(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "etcd member {i} hangs: no answer within {SUSPECT_AFTER:?}, nor to a \
+                         serializable read within {ALIVE_TIMEOUT:?}"
+                    ),
+                ));
+                self.lost(i, &e);
+                return Err(e);
+            }
+        }
     }
 
     /// Runs `call` on a member up, moving on to the next one (at most twice round the
@@ -183,7 +267,7 @@ impl Members {
         let mut tried = 0;
         loop {
             let (i, client) = self.pick();
-            let e = match call(client).await {
+            let e = match self.answered(i, call(client)).await {
                 Ok(answer) => return Ok((i, answer)),
                 Err(e) => e,
             };

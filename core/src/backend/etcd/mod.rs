@@ -153,7 +153,8 @@ impl EtcdBackend {
         let parsed = url::parse(url)?;
         let connect = ConnectOptions::new()
             .with_connect_timeout(CONNECT_TIMEOUT)
-            .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5));
+            .with_keep_alive(members::PING_AFTER, members::PING_TIMEOUT)
+            .with_keep_alive_while_idle(false);
         let layout = Layout::new(&parsed.prefix);
         let members = Members::connect(&parsed.endpoints, connect, layout.rows(""))
             .await

@@ -176,12 +176,17 @@ impl Leases {
         // is taken out while in use: a call dropped between a keep-alive and its answer drops
         // the stream with it, so no later call reads that answer as its own.
         let mut ttl = None;
-        if let Some((member, mut keeper, mut replies)) = stream.take() {
-            let answer = counted(&self.stats, async {
+        // A stream whose member was taken for down (a call to it went unanswered) is dropped
+        // unused: the keep-alive goes to a live member before the lease's ttl runs out.
+        let usable = stream
+            .take()
+            .filter(|(member, _, _)| !self.members.is_down(*member));
+        if let Some((member, mut keeper, mut replies)) = usable {
+            let round_trip = async {
                 keeper.keep_alive().await?;
                 replies.message().await
-            })
-            .await;
+            };
+            let answer = counted(&self.stats, self.members.answered(member, round_trip)).await;
             match answer {
                 Ok(Some(reply)) => {
                     ttl = Some(reply.ttl());

@@ -161,13 +161,33 @@ impl Watcher {
 
     /// Opens both watches on one stream, the channels' and the locks' from the revisions
     /// given (0: from now), on the member calls go to; returns the stream, the revision each
-    /// watch's events start after, and the member.
+    /// watch's events start after, and the member. A member that hangs fails it
+    /// (`Members::answered`).
     async fn open(&self, from: (i64, i64)) -> Result<Opened> {
         let (member, client) = self.members.pick();
-        let failed = |e: etcd_client::Error| {
-            self.members.failed(member, &e);
-            etcd_error("watch", e)
-        };
+        let opening = self.open_on(client, from);
+        match self.members.answered(member, opening).await {
+            Ok(Ok((stream, seen))) => Ok(Opened {
+                stream,
+                seen,
+                member,
+            }),
+            Ok(Err(e)) => Err(e),
+            Err(e) => {
+                self.members.failed(member, &e);
+                Err(etcd_error("watch", e))
+            }
+        }
+    }
+
+    /// [`Watcher::open`] on one member's client: the member's failures as its own errors, the
+    /// rest (compacted, the stream ended) as accord's.
+    async fn open_on(
+        &self,
+        client: etcd_client::Client,
+        from: (i64, i64),
+    ) -> std::result::Result<Result<(etcd_client::WatchStream, (i64, i64))>, etcd_client::Error>
+    {
         let channels = WatchOptions::new()
             .with_range(range_end(&self.channels_prefix))
             .with_filters([WatchFilterType::NoDelete])
@@ -179,23 +199,22 @@ impl Watcher {
         let mut stream = client
             .watch_client()
             .watch(self.channels_prefix.as_bytes(), Some(channels))
-            .await
-            .map_err(failed)?;
+            .await?;
         stream
             .watch(self.locks_prefix.as_bytes(), Some(locks))
-            .await
-            .map_err(failed)?;
+            .await?;
         // Creations are answered in the order asked: the channels' first.
         let mut seen = [from.0 - 1, from.1 - 1];
         let mut created = 0;
         while created < 2 {
-            let response = stream
-                .message()
-                .await
-                .map_err(failed)?
-                .ok_or_else(|| Error::new(ErrorKind::Connection, "watch: the stream ended"))?;
+            let Some(response) = stream.message().await? else {
+                return Ok(Err(Error::new(
+                    ErrorKind::Connection,
+                    "watch: the stream ended",
+                )));
+            };
             if response.canceled() {
-                return Err(compacted(&response));
+                return Ok(Err(compacted(&response)));
             }
             if response.created() {
                 if seen[created] < 0 {
@@ -204,11 +223,7 @@ impl Watcher {
                 created += 1;
             }
         }
-        Ok(Opened {
-            stream,
-            seen: (seen[0], seen[1]),
-            member,
-        })
+        Ok(Ok((stream, (seen[0], seen[1]))))
     }
 
     async fn run(self: Arc<Self>, opened: Opened) {
@@ -217,10 +232,23 @@ impl Watcher {
             mut seen,
             mut member,
         } = opened;
+        let mut down_at_open = self.members.is_down(member);
         loop {
+            // A member taken for down (a call to it went unanswered: it may hang, and its
+            // stream with it) is left at once, as a broken stream is; unless the stream was
+            // opened on it while down (every member was), which would only open it again.
+            let leave = async {
+                if down_at_open {
+                    std::future::pending::<()>().await;
+                }
+                self.members.until_down(member).await;
+            };
             let next = tokio::select! {
                 _ = self.shutdown.cancelled() => return,
                 m = stream.message() => m,
+                _ = leave => Err(etcd_client::Error::IoError(
+                    std::io::Error::new(std::io::ErrorKind::TimedOut, "the member hangs"),
+                )),
             };
             match next {
                 Ok(Some(response)) if !response.canceled() => {
@@ -269,6 +297,7 @@ impl Watcher {
                     }
                     stream = fresh.stream;
                     member = fresh.member;
+                    down_at_open = self.members.is_down(member);
                     seen = (seen.0.max(fresh.seen.0), seen.1.max(fresh.seen.1));
                 }
             }
