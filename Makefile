@@ -13,6 +13,11 @@
 # end up in the value).
 
 CARGO ?= cargo
+# The core's features in every cargo command that builds it as a package of its own (its tests,
+# its examples: contend, demo_worker, chaos_worker): the ones the bindings and the CLI enable
+# (their Cargo.toml), so that the core's examples and tests all reuse one build of it, with
+# the etcd store, and every worker reaches etcd.
+CORE_FEATURES := --features etcd
 WITH_PG := scripts/with-postgres.sh
 # The Python venv (mk/python.mk makes it). Set here, before the fragments are included in name
 # order, because mk/demo.mk and mk/polyglot.mk name a stamp in it as a prerequisite, and
@@ -56,15 +61,19 @@ test: lint ## lint, then every test suite against a throwaway PostgreSQL and etc
 
 test-suites: $(TEST_SUITES) ## every test suite, without the lints (db, etcd)
 
-# With the feature `etcd`, so that the etcd store's tests (core/tests/etcd*.rs) run too (on
-# every line: one build of the core serves them all).
-test-rust: ## the core's tests and doc tests, and README's quick start run twice (db, etcd)
-	$(CARGO) test -p accord-coord --all-targets --features etcd
-	$(CARGO) test -p accord-coord --doc --features etcd
+# With the feature `etcd` (CORE_FEATURES), so that the etcd store's tests (core/tests/etcd*.rs)
+# run too (on every line: one build of the core serves them all, and the examples other suites
+# build).
+test-rust: ## the core's tests and doc tests, and README's quick start run twice on each server (db, etcd)
+	$(CARGO) test -p accord-coord --all-targets $(CORE_FEATURES)
+	$(CARGO) test -p accord-coord --doc $(CORE_FEATURES)
 	@# README's Rust quick start (core/examples/quickstart.rs), twice in a row: it must run again.
-	$(CARGO) build -p accord-coord --features etcd --example quickstart
+	$(CARGO) build -p accord-coord $(CORE_FEATURES) --example quickstart
 	ACCORD_URL="$$ACCORD_TEST_DATABASE_URL" target/debug/examples/quickstart
 	ACCORD_URL="$$ACCORD_TEST_DATABASE_URL" target/debug/examples/quickstart
+	@# And twice on the etcd cluster (mk/etcd.mk).
+	$(call on_etcd,target/debug/examples/quickstart)
+	$(call on_etcd,target/debug/examples/quickstart)
 
 lint: $(LINTS) ## every lint: rustfmt, clippy, ruff, mypy, tsc, gofmt (no database)
 

@@ -116,6 +116,14 @@ def main() -> int:
             return 2
 
     client = accord.Client.connect(url, namespace=namespace, owner="orchestrator")  # migrates once
+    try:
+        # The tasks are a work pool: a store that has none yet (etcd, for now) stops the demo
+        # here, saying so, rather than ten workers failing at their first offer.
+        client.counts("task/")
+    except accord.Unsupported as e:
+        print(f"demo: {shown_url} cannot run the demo, which needs work pools: {e}", file=sys.stderr)
+        client.close()
+        return 2
     events: queue.Queue[tuple[str, Any]] = queue.Queue()
     stop, ready = threading.Event(), threading.Event()
     listener = threading.Thread(target=listen, args=(url, namespace, events, stop, ready), daemon=True)

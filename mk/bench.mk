@@ -25,7 +25,7 @@ bench: ## the whole benchmark (own PostgreSQL): docs/benchmarks.md and .png
 # Everything is built before anything is measured, so that no compiler competes with a run.
 bench-build: build-bench-c build-bench-go build-node $(BENCH_NODE_STAMP) bench-python-venv wheel-python
 	$(CARGO) build --release -p accord-bench
-	$(CARGO) build --release -p accord-coord --example contend
+	$(CARGO) build --release -p accord-coord $(CORE_FEATURES) --example contend
 
 bench-all: bench-build
 	rm -rf $(BENCH_OUT_DIR) && mkdir -p $(BENCH_OUT_DIR)
@@ -42,7 +42,7 @@ bench-rust: ## the Rust bench program alone, scenarios 1-5, 8, 10-13 → target/
 
 bench-fleet: python-venv ## scenario 9, fleets: members as processes → target/bench/fleet.json (db)
 	@mkdir -p $(BENCH_OUT_DIR)
-	$(CARGO) build --release -p accord-coord --example contend
+	$(CARGO) build --release -p accord-coord $(CORE_FEATURES) --example contend
 	ACCORD_CONTEND=target/release/examples/contend $(PY) bench/fleet_bench.py $(BENCH_OUT_DIR)/fleet.json
 
 bench-report: bench-python-venv ## the report from whatever target/bench holds
@@ -62,7 +62,7 @@ test-bench: python-venv ## the Rust bench and the report at a tiny size, so they
 	ACCORD_BENCH_URL="$$ACCORD_TEST_DATABASE_URL" ACCORD_BENCH_OUT=target/bench-smoke/rust.json \
 	  ACCORD_BENCH_TLS_ROOT_CERT="$$ACCORD_TEST_SSL_ROOT_CERT" target/debug/accord-bench --pairs 40 --warmup 4 --keepalive-seconds 3 --keepalive-leases 300 \
 	  --pool-keys 120 --pool-workers 3 --million-keys 2000
-	$(CARGO) build -p accord-coord --example contend
+	$(CARGO) build -p accord-coord $(CORE_FEATURES) --example contend
 	$(PY) bench/fleet_bench.py target/bench-smoke/fleet.json --quick
 	$(PY) bench/report.py target/bench-smoke target/bench-smoke/benchmarks.md - --expect 1,2,3,4,5,8,9,10,11,12,13
 

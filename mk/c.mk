@@ -70,6 +70,8 @@ test-c: build-c-tests ## the C tests against an installed debug libaccord, then 
 	@# Twice: a quick start runs again and again (it resets the key it marks done).
 	env -u LD_LIBRARY_PATH ACCORD_URL="$$ACCORD_TEST_DATABASE_URL" target/quickstart_c
 	env -u LD_LIBRARY_PATH ACCORD_URL="$$ACCORD_TEST_DATABASE_URL" target/quickstart_c
+	@# And on the etcd cluster (mk/etcd.mk), the library being built with the feature `etcd`.
+	$(call on_etcd,env -u LD_LIBRARY_PATH target/quickstart_c)
 	$(MAKE) --no-print-directory test-c-valgrind
 
 # The valgrind pass proves that accord's C ABI handles memory correctly: no leak, no invalid
@@ -108,3 +110,4 @@ test-go: build-c-tests ## go vet and go test of bindings/go, then examples/go (d
 	cd examples/go && go vet ./... && go build -o ../../target/quickstart_go . && \
 	  ACCORD_URL="$$ACCORD_TEST_DATABASE_URL" ../../target/quickstart_go && \
 	  ACCORD_URL="$$ACCORD_TEST_DATABASE_URL" ../../target/quickstart_go
+	$(call on_etcd,target/quickstart_go)

@@ -25,7 +25,7 @@ CHAOS_RUN = ACCORD_PAIR_FSYNC=on scripts/failover-pair.sh run $(PY) chaos/run.py
 # The stamp of mk/demo.mk (read after this file, so named here): the package installed.
 chaos-build: $(PY_VENV)/.accord-demo-python build-node-debug
 	$(MAKE) --no-print-directory build-c C_PROFILE=debug
-	$(CARGO) build -p accord-coord --example chaos_worker
+	$(CARGO) build -p accord-coord $(CORE_FEATURES) --example chaos_worker
 	$(CARGO) build -p accord-coord-cli
 	mkdir -p $(CHAOS_BIN) $(GO_LIB_DIR) && cp target/debug/libaccord.a $(GO_LIB_DIR)/libaccord.a
 	$(CC) -std=c11 -Wall -Wextra -Werror -O1 -Iinclude $$(pkg-config --cflags libpq) \

@@ -62,7 +62,7 @@ lint-python: python-venv ## ruff and mypy --strict on python/
 # match the compiled module.
 test-python: python-install lint-python ## release install, stubtest, pytest, then the clean-venv wheel check (db)
 	mkdir -p target && cd target && $(CURDIR)/$(PY) -m mypy.stubtest accord
-	$(CARGO) build -p accord-coord --example contend
+	$(CARGO) build -p accord-coord $(CORE_FEATURES) --example contend
 	cd python && ../$(PY_VENV)/bin/pytest -p no:cacheprovider -q -ra
 	$(MAKE) --no-print-directory test-python-wheel
 

@@ -1,6 +1,7 @@
 //! The `accord` command, run as a separate process against the PostgreSQL named by
-//! `ACCORD_TEST_DATABASE_URL` (`scripts/with-postgres.sh cargo test -p accord-coord-cli`). Each test
-//! uses its own namespace.
+//! `ACCORD_TEST_DATABASE_URL` (`scripts/with-postgres.sh cargo test -p accord-coord-cli`), and
+//! its quick start on the etcd cluster named by `ACCORD_TEST_ETCD_URL` (skipped without it).
+//! Each test uses its own namespace.
 
 mod support;
 
@@ -32,6 +33,21 @@ impl Env {
             url: database_url(),
             namespace: format!("cli-{test}-{}-{}", std::process::id(), nanos()),
         }
+    }
+
+    /// A key prefix of its own on the etcd cluster named by `ACCORD_TEST_ETCD_URL` (the one
+    /// scripts/with-etcd.sh starts for `make test`); `None`, after saying so, without it.
+    fn etcd(test: &str) -> Option<Env> {
+        let Ok(url) = std::env::var("ACCORD_TEST_ETCD_URL") else {
+            eprintln!("{test}: skipped, ACCORD_TEST_ETCD_URL is not set (an etcd:// URL)");
+            return None;
+        };
+        let separator = if url.contains('?') { '&' } else { '?' };
+        let namespace = format!("cli-{test}-{}-{}", std::process::id(), nanos());
+        Some(Env {
+            url: format!("{url}{separator}prefix=/accord-test/{namespace}"),
+            namespace,
+        })
     }
 
     /// A fresh embedded store in a temporary file (no server needed).
@@ -678,6 +694,96 @@ fn notify_reaches_listen() {
     signal(&listener, libc::SIGTERM);
     let out = wait_within(listener, Duration::from_secs(10));
     assert_eq!(out.status.code(), Some(0));
+}
+
+/// The quick start on etcd (the command is built with the cargo feature `etcd`): `run` passes
+/// the fence, a held key refuses `--timeout 0`, a waiting `run` is granted once the holder
+/// lets go (with a larger fence), `--done` and `reset`, `ls`, and `notify` reaches `listen`.
+#[test]
+fn quick_start_on_etcd() {
+    let Some(env) = Env::etcd("etcd") else { return };
+    let out = env.run(&[
+        "run",
+        "job/1",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$ACCORD_KEY $ACCORD_FENCE\"",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("job/1 "), "{}", stdout(&out));
+
+    let mut holder = env
+        .cmd(&["acquire", "lock", "--ttl", "10s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let held = lines_of(holder.stdout.take().unwrap());
+    let first: i64 = expect_line(&held, "", Duration::from_secs(20))
+        .trim()
+        .parse()
+        .expect("acquire prints the fence");
+    let out = env.run(&["run", "--timeout", "0", "lock", "--", "true"]);
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert_eq!(env.state_of("lock").as_deref(), Some("held"));
+    // Granted once the holder lets go: within the wait's 30 s bound, long before the
+    // holder's 10 s ttl would free the key by itself (it renews it).
+    let waiter = env
+        .cmd(&[
+            "run",
+            "--timeout",
+            "30s",
+            "lock",
+            "--",
+            "sh",
+            "-c",
+            "echo $ACCORD_FENCE",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    signal(&holder, libc::SIGINT);
+    assert_eq!(
+        wait_within(holder, Duration::from_secs(10)).status.code(),
+        Some(0)
+    );
+    let out = wait_within(waiter, Duration::from_secs(60));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let second: i64 = stdout(&out).trim().parse().expect("run passes the fence");
+    assert!(second > first, "{second} after {first}");
+
+    let out = env.run(&["run", "--done", "job/2", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(env.state_of("job/2").as_deref(), Some("done"));
+    let out = env.run(&["run", "job/2", "--", "true"]);
+    assert_eq!(code(&out), 4, "{}", stderr(&out));
+    // reset deletes the key's row: unlisted, and acquirable again.
+    let out = env.run(&["reset", "job/2"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(env.state_of("job/2"), None);
+    let out = env.run(&["run", "--timeout", "0", "job/2", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+
+    let mut listener = env
+        .cmd(&["listen", "jobs"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out_lines = lines_of(listener.stdout.take().unwrap());
+    let err_lines = lines_of(listener.stderr.take().unwrap());
+    expect_line(&err_lines, "listening on", Duration::from_secs(20));
+    let out = env.run(&["notify", "jobs", "report ready"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let line = expect_line(&out_lines, "report", Duration::from_secs(10));
+    assert_eq!(line, "jobs\treport ready");
+    signal(&listener, libc::SIGINT);
+    assert_eq!(
+        wait_within(listener, Duration::from_secs(10)).status.code(),
+        Some(0)
+    );
 }
 
 /// Text lines escape what could forge a line or drive a terminal; the next notification is

@@ -4,8 +4,9 @@
 # -->`: what `cargo add` writes), with crates.io's accord-coord replaced by the unpacked .crate
 # ([patch]: the crate is not published yet, and this is the file `cargo publish` uploads), builds
 # the quick start the package ships (examples/quickstart.rs) and runs it against an embedded
-# store. Offline, with the workspace's Cargo.lock (the versions the tests ran with), and into
-# the workspace's target/ so that the dependencies already built there are reused.
+# store, and sees an etcd:// URL refused for want of the feature `etcd`. Offline, with the
+# workspace's Cargo.lock (the versions the tests ran with), and into the workspace's target/ so
+# that the dependencies already built there are reused.
 #
 #   tests/dist/rust.sh target/package/accord-coord-VERSION.crate
 source "$(dirname "$0")/lib.sh"
@@ -50,4 +51,13 @@ CARGO_TARGET_DIR="$REPO/target" cargo build --offline --quiet
 ACCORD_URL="sqlite://$WORK/accord.db" "$REPO/target/debug/accord-dist-rust-check" >"$WORK/out" 2>&1 ||
   { cat "$WORK/out" >&2; echo "the Rust quick start failed" >&2; exit 1; }
 expect_quickstart_output "$WORK/out"
-echo "ok: accord-coord $VERSION from its .crate, quick start against sqlite"
+# README's dependency line leaves the feature `etcd` off (no protoc needed): an etcd:// URL is
+# refused at connect, naming the feature to turn on. This is the one build of the core without
+# the feature in `make test` (the bindings, the CLI and the core's own tests all enable it).
+if ACCORD_URL="etcd://127.0.0.1:1" "$REPO/target/debug/accord-dist-rust-check" >"$WORK/out" 2>&1 ||
+  ! grep -q 'feature `etcd`' "$WORK/out"; then
+  cat "$WORK/out" >&2
+  echo "an etcd:// URL without the feature \`etcd\` was not refused naming it" >&2
+  exit 1
+fi
+echo "ok: accord-coord $VERSION from its .crate, quick start against sqlite; etcd:// refused without the feature"

@@ -2,7 +2,8 @@
  * The scenarios of docs/semantics.md that reach C (L1-L9, N1-N6, P1, P3, P4, P6, M1, F2, F4,
  * X1, X2, E1-E3), durable streams, bad input, the client event queue, stats, fork detection, the
  * client options' timeouts, listen_url behind a PgBouncer (O1) and every status code, through the
- * installed header and library, against the PostgreSQL named by ACCORD_TEST_DATABASE_URL. Exit
+ * installed header and library, against the PostgreSQL named by ACCORD_TEST_DATABASE_URL; the
+ * quick start on the etcd cluster named by ACCORD_TEST_ETCD_URL (test_etcd, skipped without it). Exit
  * status 0 when every check passed, and when every status but ACCORD_INTERNAL was returned by
  * some check (see seen[] and check_every_status_seen()).
  *
@@ -2201,6 +2202,59 @@ static void test_embedded_stores(void) {
   unlink(path);
 }
 
+/* The quick start on etcd (ACCORD_TEST_ETCD_URL, an etcd:// URL of the cluster that
+ * scripts/with-etcd.sh starts; skipped, saying so, without it), under a key prefix of its own:
+ * connect, acquire with metadata, a second client refused and then woken by the release, done,
+ * reset, and a notification heard. The library is built with the cargo feature `etcd`. */
+static void test_etcd(void) {
+  const char *etcd = getenv("ACCORD_TEST_ETCD_URL");
+  if (!etcd || !*etcd) {
+    fprintf(stderr, "test_etcd: skipped, ACCORD_TEST_ETCD_URL is not set (an etcd:// URL)\n");
+    return;
+  }
+  char at[512];
+  fmt(at, sizeof at, "%s%sprefix=/accord-test/%s", etcd, strchr(etcd, '?') ? "&" : "?", ns_prefix);
+  accord_client *o1 = client_at(at, NULL, NULL, "etcd", "o1");
+  accord_client *o2 = client_at(at, NULL, NULL, "etcd", "o2");
+  accord_acquire_options *o = acquire_opts(10000, 5000, "{\"k\":\"v\"}");
+  accord_lease *held = NULL, *none = NULL;
+  MUST(accord_client_acquire(o1, "daily", o, &held, &err));
+  accord_acquire_options_free(o);
+  CHECK(accord_lease_fence(held) > 0 && !strcmp(accord_lease_owner(held), "o1"));
+  EXPECT(ACCORD_HELD, accord_client_try_acquire(o2, "daily", NULL, &none, &err));
+  CHECK(none == NULL && held_by(o2, "daily", "o1") == 1);
+
+  /* A waiter is granted once the holder releases: long before the holder's 10 s ttl would
+   * free the key, within the wait's 20 s bound (only the release's wake-up does that). */
+  struct waiter w = {o2, "daily", 20000, NULL, -1, 0, NULL};
+  pthread_t t;
+  pthread_create(&t, NULL, wait_for_key, &w);
+  sleep_ms(300);
+  MUST(accord_lease_release(held, &err));
+  pthread_join(t, NULL);
+  CHECK(w.status == ACCORD_OK);
+  CHECK(accord_lease_fence(w.lease) > accord_lease_fence(held));
+  MUST(accord_lease_done(w.lease, "{\"rows\":42}", &err));
+  EXPECT(ACCORD_DONE, accord_client_try_acquire(o1, "daily", NULL, &none, &err));
+  MUST(accord_client_reset(o1, "daily", NULL, &err));
+  MUST(accord_client_try_acquire(o1, "daily", NULL, &none, &err));
+  MUST(accord_lease_release(none, &err));
+  accord_lease_free(none);
+  accord_lease_free(w.lease);
+  accord_lease_free(held);
+
+  const char *channel = "jobs";
+  accord_subscription *sub = NULL;
+  MUST(accord_client_listen(o2, &channel, 1, &sub, &err));
+  MUST(accord_client_notify(o1, channel, "report ready", &err));
+  expect_message(sub, channel, "report ready");
+  accord_subscription_free(sub);
+  accord_client_close(o1);
+  accord_client_free(o1);
+  accord_client_close(o2);
+  accord_client_free(o2);
+}
+
 /* O1 behind PgBouncer's transaction pool (ACCORD_TEST_PGBOUNCER_TRANSACTION_URL, started by
  * scripts/with-postgres.sh): LISTEN there cannot hear, and listen says so naming listen_url;
  * with listen_url naming the server, a notification sent through the pooler arrives. The
@@ -2522,6 +2576,7 @@ static const struct {
     TEST(test_streams),
     TEST(test_stream_payloads_retention_bad_input),
     TEST(test_embedded_stores),
+    TEST(test_etcd),
     TEST(test_listen_url),
     TEST(test_statement_timeout),
 };
