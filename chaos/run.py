@@ -469,6 +469,8 @@ class Nemesis:
         self.rng = random.Random(args.seed)
         self.ttl = args.ttl_ms / 1000
         self.args = args
+        #: The fault kinds, each a method of this name (a run on another store has its own).
+        self.kinds = KINDS
 
     def record(self, kind: str, **detail: Any) -> None:
         detail |= {"kind": kind, "t": time.time()}
@@ -631,7 +633,7 @@ class Nemesis:
         self.rounds(until)
         # An injection that failed in its round (say, a standby rebuild on a very loaded
         # machine) is tried once more, so that every kind is injected whenever it can be.
-        for kind in KINDS:
+        for kind in self.kinds:
             if not any(f["kind"] == kind for f in self.run.faults):
                 time.sleep(self.rng.uniform(*self.args.gap))
                 try:
@@ -643,7 +645,7 @@ class Nemesis:
     def rounds(self, until: float) -> None:
         first = True
         while first or time.time() < until:
-            kinds = list(KINDS)
+            kinds = list(self.kinds)
             self.rng.shuffle(kinds)
             for kind in kinds:
                 time.sleep(self.rng.uniform(*self.args.gap))
@@ -1492,6 +1494,18 @@ def report(
     return "\n".join(lines) + "\n"
 
 
+#: The etcd run's section of the report (chaos/etcd_run.py writes it): the report ends with it.
+ETCD_SECTION = "\n## On etcd\n"
+
+
+def write_report(path: Path, text: str) -> None:
+    """Writes this run's report, keeping the etcd run's section of the one it replaces (each
+    store's run writes only its own part)."""
+    old = path.read_text() if path.exists() else ""
+    at = old.find(ETCD_SECTION)
+    path.write_text(text + (old[at:] if at >= 0 else ""))
+
+
 # --------------------------------------------------------------------------------------------
 
 
@@ -1558,7 +1572,7 @@ def main() -> int:
     wall = time.time() - began
     text = report(args, result, recipes, latencies, run, workers, missing, wall)
     if args.report:
-        args.report.write_text(text)
+        write_report(args.report, text)
         log(f"report written to {args.report}")
     print(text)
     counts = {kind: sum(1 for f in run.faults if f["kind"] == kind) for kind in KINDS}

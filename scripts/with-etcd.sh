@@ -29,8 +29,11 @@ version=$("$etcd_bin" --version | sed -n 's/^etcd Version: //p')
 
 # Data on tmpfs: etcd fsyncs its WAL on every write, and the throwaway cluster needs no
 # durability beyond a killed process (the page cache keeps what a kill -9 interrupts).
+# ETCD_DATA_BASE names another folder: the benchmark puts the data on disk, where
+# PostgreSQL's is, so that both stores pay for their fsyncs.
 base=${TMPDIR:-/tmp}
 if [ -d /dev/shm ] && [ -w /dev/shm ]; then base=/dev/shm; fi
+base=${ETCD_DATA_BASE:-$base}
 tmp=$(mktemp -d "$base/accord-etcd.XXXXXX")
 
 # Six distinct free ports: a client and a peer port for each member.

@@ -1,10 +1,12 @@
 //! `accord-bench`: the Rust part of `make bench` (bench/README.md). Runs scenarios 1–5, 8 (a
 //! work pool), 10 (waiting in line, elections), 11 (durable streams), 12 (a million keys) and 13
 //! (the cost of stats) of the
-//! benchmark against the database in ACCORD_BENCH_URL and writes their raw samples to
+//! benchmark, and with the feature `etcd` scenario 14 (accord on etcd, ACCORD_BENCH_ETCD_URL), against the database in ACCORD_BENCH_URL and writes their raw samples to
 //! ACCORD_BENCH_OUT for bench/report.py.
 
 mod concurrent;
+#[cfg(feature = "etcd")]
+mod etcd;
 mod handoff;
 mod keepalive;
 mod line;
@@ -70,6 +72,12 @@ struct Args {
     /// Scenario 12's keys in one namespace.
     #[arg(long, default_value_t = 1_000_000)]
     million_keys: usize,
+    /// Scenario 14's etcd cluster (`etcd://host:port,…`; the build needs the feature `etcd`).
+    #[arg(long, env = "ACCORD_BENCH_ETCD_URL")]
+    etcd_url: Option<String>,
+    /// Scenario 14's leases kept alive (on etcd, and on PostgreSQL beside it).
+    #[arg(long, default_value_t = 10_000)]
+    etcd_keepalive_leases: usize,
 }
 
 pub struct Config {
@@ -82,6 +90,8 @@ pub struct Config {
     pub pool_keys: usize,
     pub pool_workers: usize,
     pub million_keys: usize,
+    pub etcd_url: Option<String>,
+    pub etcd_keepalive_leases: usize,
 }
 
 /// The scenarios measured in both fsync modes by this file (the others do it themselves).
@@ -99,8 +109,16 @@ async fn run_scenario(scenario: u8, config: &Config) -> BenchResult<Vec<Record>>
         11 => streams::run(config).await?,
         12 => million::run(config).await?,
         13 => stats_cost::run(config).await?,
+        #[cfg(feature = "etcd")]
+        14 => etcd::run(config).await?,
+        #[cfg(not(feature = "etcd"))]
+        14 => {
+            return Err(
+                "scenario 14 (etcd) needs accord-bench built with the feature `etcd`".into(),
+            )
+        }
         other => {
-            return Err(format!("there is no scenario {other} (1-5, 8, 10, 11, 12, 13)").into())
+            return Err(format!("there is no scenario {other} (1-5, 8, 10, 11, 12, 13, 14)").into())
         }
     })
 }
@@ -125,6 +143,8 @@ async fn main() -> BenchResult<()> {
         pool_keys: args.pool_keys.max(1),
         pool_workers: args.pool_workers.max(1),
         million_keys: args.million_keys.max(10),
+        etcd_url: args.etcd_url.filter(|u| !u.is_empty()),
+        etcd_keepalive_leases: args.etcd_keepalive_leases.max(1),
     };
     let server_version: String = raw::connect(&config.url)
         .await?
