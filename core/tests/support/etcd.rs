@@ -239,3 +239,33 @@ impl Drop for Down<'_> {
         }
     }
 }
+
+/// A client of one member of the cluster an `etcd://user:password@host,…` URL names,
+/// authenticated as that user, whose token is never renewed (a witness of token expiry).
+pub async fn authenticated(url: &str) -> Client {
+    let rest = url.strip_prefix("etcd://").expect("an etcd:// URL");
+    let (user, hosts) = rest.split_once('@').expect("a user in the URL");
+    let (name, password) = user.split_once(':').expect("user:password");
+    let host = hosts.split([',', '?']).next().expect("a host");
+    Client::connect(
+        [host],
+        Some(ConnectOptions::new().with_user(name, password)),
+    )
+    .await
+    .expect("authenticate a witness client")
+}
+
+/// The witness's token expired: etcd refuses its next call as an invalid token.
+pub async fn assert_token_expired(mut witness: Client) {
+    let err = witness
+        .get(
+            "/accord-test/witness",
+            Some(GetOptions::new().with_count_only()),
+        )
+        .await
+        .expect_err("the witness's token should have expired by now");
+    assert!(
+        err.to_string().contains("invalid auth token"),
+        "the witness failed otherwise: {err}"
+    );
+}
