@@ -200,9 +200,10 @@ async fn auth_wrong_password_or_no_user_is_refused_naming_the_field() {
     assert!(err.message().starts_with("url: user:"), "{err}");
 }
 
-/// etcd's simple tokens expire when unused for --auth-token-ttl (1 s on the test cluster):
-/// a client that holds a lease and does nothing else for longer than that still renews,
-/// releases and acquires, each call re-authenticating when etcd says its token expired.
+/// etcd's simple tokens expire when unused for --auth-token-ttl (1 s on the test cluster).
+/// A lease held longer than that stays held (its keep-alives and renewals go on with the
+/// token); a client idle for longer than that (nothing held, so nothing sent) finds its token
+/// expired, and its next calls authenticate again instead of failing.
 #[tokio::test]
 async fn auth_leases_outlive_their_token() {
     let test = "auth_token_expiry";
@@ -216,19 +217,19 @@ async fn auth_leases_outlive_their_token() {
         .acquire("job", AcquireOptions::new())
         .await
         .expect("acquire");
-    // A witness: a raw client of the same user whose token is left to expire, so that the
-    // test knows etcd dropped tokens unused for this long (the claim under test).
+    // A witness: a raw client of the same user whose token is left unused, so that the test
+    // knows etcd dropped tokens unused for as long as this client waits.
     let witness = support::etcd::authenticated(&url).await;
-    // The lease's keep-alives go on meanwhile (the core renews at a third of the 2 s ttl);
-    // the witness confirms that etcd dropped tokens unused for this long.
     tokio::time::sleep(Duration::from_secs(3)).await;
     support::etcd::assert_token_expired(witness).await;
-    assert!(
-        !lease.is_lost(),
-        "the lease was lost while its token expired"
-    );
-    lease.renew().await.expect("renew after the token expired");
+    assert!(!lease.is_lost(), "the lease was lost while held past the token's ttl");
+    lease.renew().await.expect("renew");
     lease.release().await.expect("release");
+
+    // Idle: nothing held, nothing sent; the client's tokens expire.
+    let witness = support::etcd::authenticated(&url).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    support::etcd::assert_token_expired(witness).await;
     let again = client
         .acquire("job", AcquireOptions::new().timeout(BOUND))
         .await
