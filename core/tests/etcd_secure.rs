@@ -222,7 +222,10 @@ async fn auth_leases_outlive_their_token() {
     let witness = support::etcd::authenticated(&url).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     support::etcd::assert_token_expired(witness).await;
-    assert!(!lease.is_lost(), "the lease was lost while held past the token's ttl");
+    assert!(
+        !lease.is_lost(),
+        "the lease was lost while held past the token's ttl"
+    );
     lease.renew().await.expect("renew");
     lease.release().await.expect("release");
 
@@ -236,4 +239,31 @@ async fn auth_leases_outlive_their_token() {
         .expect("acquire after the token expired");
     again.release().await.expect("release");
     client.close().await;
+}
+
+/// A watch stream carries the token it opens with, and etcd checks it when the stream's
+/// watches are created: a client idle past the token's ttl that then listens must
+/// authenticate again rather than take etcd's cancel for a compaction or a failure.
+#[tokio::test]
+async fn auth_listening_after_the_token_expired() {
+    let test = "auth_listen_expired";
+    let Some(url) = env("ACCORD_TEST_ETCD_AUTH_URL", test) else {
+        return;
+    };
+    let url = with_prefix(&url, test);
+    let listener = connect(&url).await.expect("connect");
+    let witness = support::etcd::authenticated(&url).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    support::etcd::assert_token_expired(witness).await;
+    let subscription = listener.listen(["news"]).await.expect("listen");
+    listener.notify("news", "after").await.expect("notify");
+    let event = tokio::time::timeout(BOUND, subscription.recv())
+        .await
+        .expect("recv hung")
+        .expect("recv");
+    match event {
+        Some(accord::Event::Message(m)) => assert_eq!(m.payload, "after"),
+        other => panic!("expected the notification, got {other:?}"),
+    }
+    listener.close().await;
 }

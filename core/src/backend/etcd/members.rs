@@ -139,6 +139,11 @@ impl Members {
         Ok(members)
     }
 
+    /// Whether the cluster is reached as a user (auth enabled).
+    pub fn has_user(&self) -> bool {
+        self.user.is_some()
+    }
+
     /// Authenticates member `i`'s client (once; the crate renews its token after that).
     async fn authenticate(&self, i: usize) -> Result<(), etcd_client::Error> {
         let member = &self.members[i];

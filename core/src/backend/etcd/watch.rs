@@ -150,7 +150,7 @@ impl Watcher {
     pub async fn start(self: &Arc<Self>) -> Result<()> {
         self.started
             .get_or_try_init(|| async {
-                let opened = self.open((0, 0)).await?;
+                let opened = self.open_as_user((0, 0)).await?;
                 let me = self.clone();
                 tokio::spawn(async move { me.run(opened).await });
                 Ok::<(), Error>(())
@@ -159,14 +159,36 @@ impl Watcher {
         Ok(())
     }
 
+    /// [`Watcher::open`], once more after authenticating again when etcd refused the watch:
+    /// a watch stream carries the token it was opened with, and etcd checks it when a watch
+    /// is created on the stream, answering an expired one with a cancel ("permission
+    /// denied"), not with the error the crate re-authenticates on.
+    async fn open_as_user(&self, from: (i64, i64)) -> Result<Opened> {
+        match self.open(from).await {
+            Err(Refused(Some(client), e)) => {
+                if !self.members.has_user() {
+                    return Err(e);
+                }
+                client
+                    .refresh_token()
+                    .await
+                    .map_err(|e| etcd_error("watch", e))?;
+                self.open(from).await.map_err(|Refused(_, e)| e)
+            }
+            answer => answer.map_err(|Refused(_, e)| e),
+        }
+    }
+
     /// Opens both watches on one stream, the channels' and the locks' from the revisions
     /// given (0: from now), on the member calls go to; returns the stream, the revision each
-    /// watch's events start after, and the member.
-    async fn open(&self, from: (i64, i64)) -> Result<Opened> {
+    /// watch's events start after, and the member. A refusal comes with the member's client
+    /// (`Refused.0`, `Some` when etcd cancelled a watch for another reason than compaction).
+    async fn open(&self, from: (i64, i64)) -> std::result::Result<Opened, Refused> {
         let (member, client) = self.members.pick();
+        let refusing = client.clone();
         let failed = |e: etcd_client::Error| {
             self.members.failed(member, &e);
-            etcd_error("watch", e)
+            Refused(None, etcd_error("watch", e))
         };
         let channels = WatchOptions::new()
             .with_range(range_end(&self.channels_prefix))
@@ -189,13 +211,23 @@ impl Watcher {
         let mut seen = [from.0 - 1, from.1 - 1];
         let mut created = 0;
         while created < 2 {
-            let response = stream
-                .message()
-                .await
-                .map_err(failed)?
-                .ok_or_else(|| Error::new(ErrorKind::Connection, "watch: the stream ended"))?;
+            let response = stream.message().await.map_err(failed)?.ok_or_else(|| {
+                Refused(
+                    None,
+                    Error::new(ErrorKind::Connection, "watch: the stream ended"),
+                )
+            })?;
+            if response.canceled() && response.compact_revision() > 0 {
+                return Err(Refused(None, compacted(&response)));
+            }
             if response.canceled() {
-                return Err(compacted(&response));
+                return Err(Refused(
+                    Some(refusing),
+                    Error::new(
+                        ErrorKind::Database,
+                        format!("watch: etcd refused it: {}", response.cancel_reason()),
+                    ),
+                ));
             }
             if response.created() {
                 if seen[created] < 0 {
@@ -251,11 +283,11 @@ impl Watcher {
                         } else {
                             (seen.0 + 1, seen.1 + 1)
                         };
-                        match self.open(from).await {
+                        match self.open_as_user(from).await {
                             Ok(opened) => break opened,
-                            Err(e) if e.kind() == ErrorKind::Database => {
+                            Err(e) if is_compaction(&e) => {
                                 // Compacted while away: what was missed is gone.
-                                if let Ok(opened) = self.open((0, 0)).await {
+                                if let Ok(opened) = self.open_as_user((0, 0)).await {
                                     self.missed();
                                     break opened;
                                 }
@@ -377,6 +409,9 @@ impl Watcher {
     }
 }
 
+/// Why a watch did not open, and, when etcd refused it, the client of the member that did.
+struct Refused(Option<etcd_client::Client>, Error);
+
 /// A watch stream opened on a member.
 struct Opened {
     stream: etcd_client::WatchStream,
@@ -385,11 +420,18 @@ struct Opened {
     member: usize,
 }
 
+/// Whether a watch failed to open because etcd compacted the revision it was to start from.
+fn is_compaction(e: &Error) -> bool {
+    e.kind() == ErrorKind::Database && e.message().starts_with(COMPACTED)
+}
+
+const COMPACTED: &str = "watch: etcd compacted the history";
+
 fn compacted(response: &WatchResponse) -> Error {
     Error::new(
         ErrorKind::Database,
         format!(
-            "watch: etcd compacted the history (to revision {}): {}",
+            "{COMPACTED} (to revision {}): {}",
             response.compact_revision(),
             response.cancel_reason()
         ),
