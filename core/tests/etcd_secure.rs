@@ -90,8 +90,7 @@ async fn tls_server_name_is_the_name_checked() {
     connect(&good).await.expect("connect").close().await;
     let err = connect(&with_prefix(&format!("{url}&server_name=other.test"), test))
         .await
-        .err()
-        .expect("a name the certificate does not carry is refused");
+        .expect_err("a name the certificate does not carry is refused");
     assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
     assert!(err.message().contains("url: server_name:"), "{err}");
     assert!(err.message().contains("other.test"), "{err}");
@@ -110,8 +109,7 @@ async fn tls_with_the_wrong_ca_is_refused_naming_cacert() {
     let url = url.replace(&format!("{dir}/ca.pem"), &format!("{dir}/other-ca.pem"));
     let err = connect(&with_prefix(&url, test))
         .await
-        .err()
-        .expect("a wrong CA is refused");
+        .expect_err("a wrong CA is refused");
     assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
     assert!(err.message().contains("url: cacert:"), "{err}");
     assert!(err.message().contains("other-ca.pem"), "{err}");
@@ -131,8 +129,7 @@ async fn tls_without_a_client_certificate_is_refused_naming_cert() {
     let url = format!("{hosts}?cacert={dir}/ca.pem");
     let err = connect(&with_prefix(&url, test))
         .await
-        .err()
-        .expect("no client certificate is refused");
+        .expect_err("no client certificate is refused");
     assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
     assert!(err.message().contains("url: cert:"), "{err}");
     assert!(err.message().contains("cert= and key="), "{err}");
@@ -157,7 +154,7 @@ async fn tls_files_that_cannot_serve_are_refused_naming_the_parameter() {
         ("client-key.pem", "client.pem", "key"),
     ] {
         let bad = url.replace(&format!("{dir}/{from}"), &format!("{dir}/{to}"));
-        let err = connect(&bad).await.err().expect("refused");
+        let err = connect(&bad).await.expect_err("refused");
         assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{param}: {err}");
         assert!(
             err.message().starts_with(&format!("url: {param}: ")),
@@ -181,8 +178,7 @@ async fn auth_wrong_password_or_no_user_is_refused_naming_the_field() {
     let wrong = format!("etcd://{name}:not-the-password-42@{hosts}");
     let err = connect(&with_prefix(&wrong, test))
         .await
-        .err()
-        .expect("a wrong password is refused");
+        .expect_err("a wrong password is refused");
     assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
     assert!(err.message().starts_with("url: password:"), "{err}");
     assert!(err.message().contains(&format!("{name:?}")), "{err}");
@@ -195,8 +191,7 @@ async fn auth_wrong_password_or_no_user_is_refused_naming_the_field() {
     let anonymous = format!("etcd://{hosts}");
     let err = connect(&with_prefix(&anonymous, test))
         .await
-        .err()
-        .expect("no user is refused");
+        .expect_err("no user is refused");
     assert!(err.message().starts_with("url: user:"), "{err}");
 }
 

@@ -12,6 +12,7 @@ use tokio_postgres::{AsyncMessage, Client, Config};
 use tokio_postgres_rustls::MakeRustlsConnect;
 use tokio_util::task::AbortOnDropHandle;
 
+#[cfg(feature = "etcd")]
 pub(crate) use self::tls::explain as explain_tls;
 use self::tls::TlsPlan;
 use crate::error::{Error, ErrorKind, Result};
