@@ -227,6 +227,7 @@ if [ "$nclusters" = 3 ]; then
   export ACCORD_TEST_ETCD_TLS_URL="etcds://$(IFS=,; echo "${tls_clients[*]}")?$q"
   export ACCORD_TEST_ETCD_TLS_DIR="$tmp/certs"
   export ACCORD_TEST_ETCD_AUTH_URL="etcd://accord:$password@$(IFS=,; echo "${auth_clients[*]}")"
+  export ACCORD_TEST_ETCD_AUTH_MEMBERS="$tmp/auth/members"
 fi
 clients=("${plain[@]}")
 

@@ -22,6 +22,8 @@ use tokio_util::sync::CancellationToken;
 const PROBE_EVERY: Duration = Duration::from_millis(250);
 /// How long a probe may take: a member that answers later counts as still down.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long authenticating through a member may take before it counts as down.
+const AUTH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Pause before sending again when every member refused the call (a member restarting).
 const ALL_DOWN_PAUSE: Duration = Duration::from_millis(100);
 
@@ -153,11 +155,17 @@ impl Members {
         if member.authenticated.load(Ordering::Relaxed) {
             return Ok(());
         }
-        member
-            .client
-            .clone()
-            .update_user(Some(user.clone()))
-            .await?;
+        // Authenticate is a write through etcd's consensus: a member cut off from its
+        // leader would hold the connect forever without a bound.
+        let mut client = member.client.clone();
+        tokio::time::timeout(AUTH_TIMEOUT, client.update_user(Some(user.clone())))
+            .await
+            .map_err(|_| {
+                etcd_client::Error::IoError(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("authenticating through member {i} took over {AUTH_TIMEOUT:?}"),
+                ))
+            })??;
         member.authenticated.store(true, Ordering::Relaxed);
         Ok(())
     }
