@@ -48,16 +48,26 @@ impl Cluster {
     /// The cluster that `scripts/with-etcd.sh` started (ACCORD_TEST_ETCD_URL and
     /// ACCORD_TEST_ETCD_MEMBERS).
     pub fn from_env() -> Cluster {
+        Cluster::from_vars("ACCORD_TEST_ETCD_URL", "ACCORD_TEST_ETCD_MEMBERS")
+    }
+
+    /// A cluster named by the two variables given (its URL, its members' file).
+    pub fn from_vars(url_var: &str, members_var: &str) -> Cluster {
         super::init_tracing();
-        let url = std::env::var("ACCORD_TEST_ETCD_URL").expect(
-            "ACCORD_TEST_ETCD_URL is not set: run the tests with `make test` \
-             (or scripts/with-etcd.sh cargo test -p accord-coord --features etcd)",
-        );
-        let file = std::env::var("ACCORD_TEST_ETCD_MEMBERS").expect(
-            "ACCORD_TEST_ETCD_MEMBERS is not set: the member-failure tests need the cluster \
-             that scripts/with-etcd.sh starts",
-        );
-        let text = std::fs::read_to_string(&file).expect("read ACCORD_TEST_ETCD_MEMBERS");
+        let url = std::env::var(url_var).unwrap_or_else(|_| {
+            panic!(
+                "{url_var} is not set: run the tests with `make test` \
+                 (or scripts/with-etcd.sh cargo test -p accord-coord --features etcd)"
+            )
+        });
+        let file = std::env::var(members_var).unwrap_or_else(|_| {
+            panic!(
+                "{members_var} is not set: the member-failure tests need the cluster \
+                 that scripts/with-etcd.sh starts"
+            )
+        });
+        let text = std::fs::read_to_string(&file)
+            .unwrap_or_else(|e| panic!("read {members_var} ({file}): {e}"));
         let members = text
             .lines()
             .filter(|line| !line.trim().is_empty())
@@ -293,4 +303,34 @@ impl Drop for Stopped<'_> {
             self.cont();
         }
     }
+}
+
+/// A client of one member of the cluster an `etcd://user:password@host,…` URL names,
+/// authenticated as that user, whose token is never renewed (a witness of token expiry).
+pub async fn authenticated(url: &str) -> Client {
+    let rest = url.strip_prefix("etcd://").expect("an etcd:// URL");
+    let (user, hosts) = rest.split_once('@').expect("a user in the URL");
+    let (name, password) = user.split_once(':').expect("user:password");
+    let host = hosts.split([',', '?']).next().expect("a host");
+    Client::connect(
+        [host],
+        Some(ConnectOptions::new().with_user(name, password)),
+    )
+    .await
+    .expect("authenticate a witness client")
+}
+
+/// The witness's token expired: etcd refuses its next call as an invalid token.
+pub async fn assert_token_expired(mut witness: Client) {
+    let err = witness
+        .get(
+            "/accord-test/witness",
+            Some(GetOptions::new().with_count_only()),
+        )
+        .await
+        .expect_err("the witness's token should have expired by now");
+    assert!(
+        err.to_string().contains("invalid auth token"),
+        "the witness failed otherwise: {err}"
+    );
 }

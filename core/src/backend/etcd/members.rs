@@ -32,6 +32,8 @@ use tokio_util::sync::CancellationToken;
 const PROBE_EVERY: Duration = Duration::from_millis(250);
 /// How long a probe may take: a member that answers later counts as still down.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long authenticating through a member may take before it counts as down.
+const AUTH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Pause before sending again when every member refused the call (a member restarting).
 const ALL_DOWN_PAUSE: Duration = Duration::from_millis(100);
 /// How long a call may go unanswered before its member is asked whether it runs. A healthy
@@ -50,6 +52,9 @@ pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(2);
 
 struct Member {
     client: Client,
+    /// Its client has a token (auth enabled): etcd's tokens are per member's client, got by
+    /// authenticating through it, and renewed by the crate when etcd says one expired.
+    authenticated: AtomicBool,
     /// Taken for down (true) until a probe reads through it again; a watch, so that the
     /// streams on it move at once ([`Members::until_down`]).
     down: watch::Sender<bool>,
@@ -63,6 +68,8 @@ pub(crate) struct Members {
     current: AtomicUsize,
     /// A key a probe reads (count only), under the store's prefix.
     probe_key: String,
+    /// etcd's user and password, when the cluster has auth enabled (never shown).
+    user: Option<(String, String)>,
     pub shutdown: CancellationToken,
 }
 
@@ -97,26 +104,95 @@ fn connection_failed(e: &etcd_client::Error) -> bool {
 }
 
 impl Members {
-    /// One client per endpoint; none connects before its first call.
+    /// One client per endpoint; none connects before its first call, unless the cluster has
+    /// auth enabled (`user`): then each member is authenticated through now, all at once. A
+    /// member that cannot be reached is taken for down (its probe authenticates it once it
+    /// serves); a refusal (a wrong password) fails the connect.
     pub async fn connect(
         endpoints: &[String],
         options: ConnectOptions,
         probe_key: String,
+        user: Option<(String, String)>,
     ) -> Result<Arc<Members>, etcd_client::Error> {
+        // The user is not given to the crate's connect, which would authenticate through a
+        // member that may be down; each member's client authenticates on its own instead.
+        // With it set, a call refused for an expired token (etcd's simple tokens expire
+        // after --auth-token-ttl unused) authenticates again and is sent once more.
+        let options = options.with_auto_token_refresh(user.is_some());
         let mut members = Vec::with_capacity(endpoints.len());
         for endpoint in endpoints {
             members.push(Member {
                 client: Client::connect([endpoint], Some(options.clone())).await?,
+                authenticated: AtomicBool::new(false),
                 down: watch::Sender::new(false),
                 probing: AtomicBool::new(false),
             });
         }
-        Ok(Arc::new(Members {
+        let members = Arc::new(Members {
             members,
             current: AtomicUsize::new(0),
             probe_key,
+            user,
             shutdown: CancellationToken::new(),
-        }))
+        });
+        if members.user.is_some() {
+            let tries = (0..members.members.len()).map(|i| members.authenticate(i));
+            let outcomes = futures_util::future::join_all(tries).await;
+            let mut unreachable = None;
+            for (i, outcome) in outcomes.into_iter().enumerate() {
+                match outcome {
+                    Ok(()) => {}
+                    Err(e) if connection_failed(&e) => {
+                        members.lost(i, &e);
+                        unreachable.get_or_insert(e);
+                    }
+                    Err(refused) => {
+                        members.shutdown.cancel();
+                        return Err(refused);
+                    }
+                }
+            }
+            if let Some(e) = unreachable {
+                if members
+                    .members
+                    .iter()
+                    .all(|m| *m.down.borrow())
+                {
+                    members.shutdown.cancel();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(members)
+    }
+
+    /// Whether the cluster is reached as a user (auth enabled).
+    pub fn has_user(&self) -> bool {
+        self.user.is_some()
+    }
+
+    /// Authenticates member `i`'s client (once; the crate renews its token after that).
+    async fn authenticate(&self, i: usize) -> Result<(), etcd_client::Error> {
+        let member = &self.members[i];
+        let Some(user) = &self.user else {
+            return Ok(());
+        };
+        if member.authenticated.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        // Authenticate is a write through etcd's consensus: a member cut off from its
+        // leader would hold the connect forever without a bound.
+        let mut client = member.client.clone();
+        tokio::time::timeout(AUTH_TIMEOUT, client.update_user(Some(user.clone())))
+            .await
+            .map_err(|_| {
+                etcd_client::Error::IoError(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("authenticating through member {i} took over {AUTH_TIMEOUT:?}"),
+                ))
+            })??;
+        member.authenticated.store(true, Ordering::Relaxed);
+        Ok(())
     }
 
     /// The member to send to, and its client: the current one if up, else the next one up
@@ -177,6 +253,10 @@ impl Members {
 
     /// Whether member `i` serves a linearizable read (it runs, has a leader and caught up).
     async fn probe(&self, i: usize) -> bool {
+        let authenticated = tokio::time::timeout(PROBE_TIMEOUT, self.authenticate(i));
+        if !matches!(authenticated.await, Ok(Ok(()))) {
+            return false;
+        }
         let mut client = self.members[i].client.clone();
         let read = client.get(
             self.probe_key.as_str(),

@@ -2,6 +2,7 @@
 //! feature `etcd`. Every operation is one or a few etcd transactions; the rules they apply to
 //! what they read are `crate::rules`', as on the other stores. Modules:
 //! - `url`: what the URL names;
+//! - `secure`: TLS settings, and refusals (certificates, passwords) worded by URL parameter;
 //! - `keys`: where the records live, and fences from create_revisions;
 //! - `members`: which member calls go to, and which are down;
 //! - `records`: the records' values, and one key read at one revision as the rules see it;
@@ -19,6 +20,7 @@ mod keys;
 mod members;
 mod read;
 mod records;
+mod secure;
 mod session;
 mod snapshot;
 mod stream;
@@ -151,14 +153,25 @@ impl EtcdBackend {
             ));
         }
         let parsed = url::parse(url)?;
-        let connect = ConnectOptions::new()
+        let mut connect = ConnectOptions::new()
             .with_connect_timeout(CONNECT_TIMEOUT)
             .with_keep_alive(members::PING_AFTER, members::PING_TIMEOUT)
             .with_keep_alive_while_idle(false);
+        if let Some(files) = &parsed.tls {
+            connect = secure::with_tls(connect, files)?;
+        }
+        let refused = |e: etcd_client::Error| {
+            secure::explain(&e, &parsed).unwrap_or_else(|| etcd_error("connect to etcd", e))
+        };
         let layout = Layout::new(&parsed.prefix);
-        let members = Members::connect(&parsed.endpoints, connect, layout.rows(""))
-            .await
-            .map_err(|e| etcd_error("connect to etcd", e))?;
+        let members = Members::connect(
+            &parsed.endpoints,
+            connect,
+            layout.rows(""),
+            parsed.user.clone(),
+        )
+        .await
+        .map_err(refused)?;
         let watcher = Watcher::new(members.clone(), sink, layout.clone());
         let backend = EtcdBackend {
             leases: Arc::new(Leases::new(members.clone(), stats.clone())),
@@ -181,7 +194,7 @@ impl EtcdBackend {
                 }
             })
             .await
-            .map_err(|e| etcd_error("connect to etcd", e))?;
+            .map_err(refused)?;
         Ok(backend)
     }
 

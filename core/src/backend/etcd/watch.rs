@@ -150,7 +150,7 @@ impl Watcher {
     pub async fn start(self: &Arc<Self>) -> Result<()> {
         self.started
             .get_or_try_init(|| async {
-                let opened = self.open((0, 0)).await?;
+                let opened = self.open_as_user((0, 0)).await?;
                 let me = self.clone();
                 tokio::spawn(async move { me.run(opened).await });
                 Ok::<(), Error>(())
@@ -159,11 +159,32 @@ impl Watcher {
         Ok(())
     }
 
+    /// [`Watcher::open`], once more after authenticating again when etcd refused the watch:
+    /// a watch stream carries the token it was opened with, and etcd checks it when a watch
+    /// is created on the stream, answering an expired one with a cancel ("permission
+    /// denied"), not with the error the crate re-authenticates on.
+    async fn open_as_user(&self, from: (i64, i64)) -> Result<Opened> {
+        match self.open(from).await {
+            Err(Refused(Some(client), e)) => {
+                if !self.members.has_user() {
+                    return Err(e);
+                }
+                client
+                    .refresh_token()
+                    .await
+                    .map_err(|e| etcd_error("watch", e))?;
+                self.open(from).await.map_err(|Refused(_, e)| e)
+            }
+            answer => answer.map_err(|Refused(_, e)| e),
+        }
+    }
+
     /// Opens both watches on one stream, the channels' and the locks' from the revisions
     /// given (0: from now), on the member calls go to; returns the stream, the revision each
     /// watch's events start after, and the member. A member that hangs fails it
-    /// (`Members::answered`).
-    async fn open(&self, from: (i64, i64)) -> Result<Opened> {
+    /// (`Members::answered`). A refusal comes with the member's client (`Refused.0`, `Some`
+    /// when etcd cancelled a watch for another reason than compaction).
+    async fn open(&self, from: (i64, i64)) -> std::result::Result<Opened, Refused> {
         let (member, client) = self.members.pick();
         let opening = self.open_on(client, from);
         match self.members.answered(member, opening).await {
@@ -172,22 +193,25 @@ impl Watcher {
                 seen,
                 member,
             }),
-            Ok(Err(e)) => Err(e),
+            Ok(Err(refused)) => Err(refused),
             Err(e) => {
                 self.members.failed(member, &e);
-                Err(etcd_error("watch", e))
+                Err(Refused(None, etcd_error("watch", e)))
             }
         }
     }
 
     /// [`Watcher::open`] on one member's client: the member's failures as its own errors, the
-    /// rest (compacted, the stream ended) as accord's.
+    /// rest (compacted, refused, the stream ended) as accord's.
     async fn open_on(
         &self,
         client: etcd_client::Client,
         from: (i64, i64),
-    ) -> std::result::Result<Result<(etcd_client::WatchStream, (i64, i64))>, etcd_client::Error>
-    {
+    ) -> std::result::Result<
+        std::result::Result<(etcd_client::WatchStream, (i64, i64)), Refused>,
+        etcd_client::Error,
+    > {
+        let refusing = client.clone();
         let channels = WatchOptions::new()
             .with_range(range_end(&self.channels_prefix))
             .with_filters([WatchFilterType::NoDelete])
@@ -208,13 +232,22 @@ impl Watcher {
         let mut created = 0;
         while created < 2 {
             let Some(response) = stream.message().await? else {
-                return Ok(Err(Error::new(
-                    ErrorKind::Connection,
-                    "watch: the stream ended",
+                return Ok(Err(Refused(
+                    None,
+                    Error::new(ErrorKind::Connection, "watch: the stream ended"),
                 )));
             };
+            if response.canceled() && response.compact_revision() > 0 {
+                return Ok(Err(Refused(None, compacted(&response))));
+            }
             if response.canceled() {
-                return Ok(Err(compacted(&response)));
+                return Ok(Err(Refused(
+                    Some(refusing),
+                    Error::new(
+                        ErrorKind::Database,
+                        format!("watch: etcd refused it: {}", response.cancel_reason()),
+                    ),
+                )));
             }
             if response.created() {
                 if seen[created] < 0 {
@@ -279,11 +312,11 @@ impl Watcher {
                         } else {
                             (seen.0 + 1, seen.1 + 1)
                         };
-                        match self.open(from).await {
+                        match self.open_as_user(from).await {
                             Ok(opened) => break opened,
-                            Err(e) if e.kind() == ErrorKind::Database => {
+                            Err(e) if is_compaction(&e) => {
                                 // Compacted while away: what was missed is gone.
-                                if let Ok(opened) = self.open((0, 0)).await {
+                                if let Ok(opened) = self.open_as_user((0, 0)).await {
                                     self.missed();
                                     break opened;
                                 }
@@ -406,6 +439,9 @@ impl Watcher {
     }
 }
 
+/// Why a watch did not open, and, when etcd refused it, the client of the member that did.
+struct Refused(Option<etcd_client::Client>, Error);
+
 /// A watch stream opened on a member.
 struct Opened {
     stream: etcd_client::WatchStream,
@@ -414,11 +450,18 @@ struct Opened {
     member: usize,
 }
 
+/// Whether a watch failed to open because etcd compacted the revision it was to start from.
+fn is_compaction(e: &Error) -> bool {
+    e.kind() == ErrorKind::Database && e.message().starts_with(COMPACTED)
+}
+
+const COMPACTED: &str = "watch: etcd compacted the history";
+
 fn compacted(response: &WatchResponse) -> Error {
     Error::new(
         ErrorKind::Database,
         format!(
-            "watch: etcd compacted the history (to revision {}): {}",
+            "{COMPACTED} (to revision {}): {}",
             response.compact_revision(),
             response.cancel_reason()
         ),

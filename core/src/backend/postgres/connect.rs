@@ -12,6 +12,8 @@ use tokio_postgres::{AsyncMessage, Client, Config};
 use tokio_postgres_rustls::MakeRustlsConnect;
 use tokio_util::task::AbortOnDropHandle;
 
+#[cfg(feature = "etcd")]
+pub(crate) use self::tls::explain as explain_tls;
 use self::tls::TlsPlan;
 use crate::error::{Error, ErrorKind, Result};
 
@@ -192,7 +194,7 @@ impl ConnectSpec {
 /// An error and its causes, outermost first. `io::Error::source` skips the error it wraps (it
 /// returns that error's own source), so a wrapped error is reached through `get_ref`: that is
 /// where rustls' verdict sits inside tokio-postgres' TLS error.
-fn causes<'a>(e: &'a (dyn StdError + 'static)) -> Vec<&'a (dyn StdError + 'static)> {
+pub(crate) fn causes<'a>(e: &'a (dyn StdError + 'static)) -> Vec<&'a (dyn StdError + 'static)> {
     let mut chain = Vec::new();
     let mut next = Some(e);
     while let Some(cause) = next {
@@ -350,7 +352,7 @@ fn quote_value(value: &str) -> String {
 }
 
 /// Decodes `%XX` escapes of a URL component (bytes, so that no multi-byte character is cut).
-fn percent_decode(s: &str) -> String {
+pub(crate) fn percent_decode(s: &str) -> String {
     let hex = |b: u8| (b as char).to_digit(16);
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());

@@ -19,6 +19,10 @@ use tokio_postgres::types::ToSql;
 use tracing::Instrument;
 
 use self::connect::ConnectSpec;
+/// URL components are percent-decoded, and TLS failures worded, alike on every store that
+/// takes a URL (the etcd store uses them).
+#[cfg(feature = "etcd")]
+pub(crate) use self::connect::{causes, explain_tls, percent_decode};
 use self::listener::Listener;
 use self::pool::{Failure, Pool};
 use self::sql::Sql;
