@@ -2,8 +2,8 @@
 //! scenario skips, saying why, without it), built with the cargo feature `etcd`; and how an
 //! `etcd://` URL is refused without that feature.
 //!
-//! This step of the etcd store has leases, locks, waiting and notify: scenarios needing pools,
-//! streams or snapshots are ignored with that reason, as are those needing the faults this
+//! This step of the etcd store has leases, locks, waiting, notify and work pools: scenarios
+//! needing streams or snapshots are ignored with that reason, as are those needing the faults this
 //! harness cannot make yet (a proxy per member, terminated connections).
 
 #[cfg(feature = "etcd")]
@@ -15,7 +15,7 @@ use accord::{Client, ClientOptions, ErrorKind};
 #[cfg(feature = "etcd")]
 mod suite {
     use super::support::Harness;
-    crate::conformance_suite!(Harness::etcd, has[member_failure]);
+    crate::conformance_suite!(Harness::etcd, has[member_failure, pools]);
 }
 
 /// Without the feature, an etcd URL is refused as unsupported, naming the feature.

@@ -6,6 +6,9 @@
 //! - `P/l/s/<ns>/<key>/<id>`: one shared holder, on its session's lease.
 //! - `P/l/q/<ns>/<key>/<id>`: one waiter in line, on its session's lease; its ticket is its
 //!   create_revision.
+//! - `P/l/p/<ns>/<pool><key>`: a key offered to a pool (no lease, never changed); its
+//!   create_revision and slot (in the value) are the offer's order. Under `P/l/` so that the
+//!   one watch of lock records sees offers (a put wakes the pool's claimers).
 //! - `P/c/<channel>/<id>`: notifications, one record each (`<channel>` length-prefixed), on a
 //!   lease that is never kept alive: etcd deletes them within a minute.
 //! - `P/x/<lease>`: when a session's lease expires at the earliest, on its client's clock (what
@@ -14,7 +17,9 @@
 //! `<ns>` is length-prefixed (`3:abc`) so that no namespace is a prefix of another's range;
 //! in the `l/s` and `l/q` ranges the key is too, since an id follows it. Row keys keep the key's
 //! own bytes last, so that a range of rows is in the key's code point order (UTF-8 byte order)
-//! and a list prefix is a range. The lock records (`P/l/`) are watched for deletes only.
+//! and a list prefix is a range (a pool's rows and holders too: its keys start with the pool).
+//! The lock records (`P/l/`) are watched for deletes, and for puts of offers. `<pool>` is
+//! length-prefixed too: no pool's entries are a range of another's.
 
 /// Fences and tickets are a key's create_revision times this, plus its place in the
 /// transaction that created it: the keys one transaction creates share a revision, and a
@@ -85,6 +90,28 @@ impl Layout {
         format!("{}/l/q/{}/{}/", self.prefix, counted(ns), counted(key))
     }
 
+    /// Where the entries of the keys offered to `pool` start; a key follows.
+    pub fn pool(&self, ns: &str, pool: &str) -> String {
+        format!("{}{}/{}", self.pools(), counted(ns), counted(pool))
+    }
+
+    pub fn pool_entry(&self, ns: &str, pool: &str, key: &str) -> String {
+        format!("{}{key}", self.pool(ns, pool))
+    }
+
+    /// Every pool entry of every namespace.
+    fn pools(&self) -> String {
+        format!("{}/l/p/", self.prefix)
+    }
+
+    /// The namespace and pool a pool entry (under [`Layout::pool`]) is of.
+    pub fn pool_of<'a>(&self, record: &'a [u8]) -> Option<(&'a str, &'a str)> {
+        let rest = record.strip_prefix(self.pools().as_bytes())?;
+        let (ns, rest) = split_counted(rest)?;
+        let (pool, _) = split_counted(rest.strip_prefix(b"/")?)?;
+        Some((ns, pool))
+    }
+
     /// Every record a release, expiry or leave deletes (watched for deletes).
     pub fn locks(&self) -> String {
         format!("{}/l/", self.prefix)
@@ -125,6 +152,14 @@ impl Layout {
     }
 }
 
+/// `<len>:<text>` at the start of `bytes`: the text, and what follows it.
+fn split_counted(bytes: &[u8]) -> Option<(&str, &[u8])> {
+    let colon = bytes.iter().position(|&b| b == b':')?;
+    let len: usize = std::str::from_utf8(&bytes[..colon]).ok()?.parse().ok()?;
+    let text = bytes.get(colon + 1..colon + 1 + len)?;
+    Some((std::str::from_utf8(text).ok()?, &bytes[colon + 1 + len..]))
+}
+
 /// The end of the range of keys starting with `start` (etcd's `range_end`).
 pub(crate) fn range_end(start: &str) -> Vec<u8> {
     let mut end = start.as_bytes().to_vec();
@@ -154,6 +189,10 @@ mod tests {
         let note = l.notification("c/1:x", "00");
         assert_eq!(l.channel_of(note.as_bytes()), Some("c/1:x"));
         assert_eq!(range_end("/p/k/"), b"/p/k0".to_vec());
+        let entry = l.pool_entry("n:1", "a/", "a/b");
+        assert_eq!(l.pool_of(entry.as_bytes()), Some(("n:1", "a/")));
+        assert!(!l.pool("n", "a/b/").starts_with(&l.pool("n", "a/")));
+        assert!(entry.starts_with(&l.locks()));
         assert_eq!(fence_of(7, 3) / FENCE_SCALE, 7);
         assert_eq!(revision_of(fence_of(7, 3)), 7);
     }

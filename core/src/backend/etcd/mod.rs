@@ -8,14 +8,16 @@
 //! - `session`: the client's leases (one per ttl class) and their keep-alives;
 //! - `grant`: the transactions that grant, renew, release, finish and reset;
 //! - `read`: list and holder;
+//! - `pool`: work pools (offer, claim, counts);
 //! - `watch`: notifications, and the wake-ups of waiters from deletes of what they wait behind.
 //!
-//! This first step has leases, locks, waiting and notify; pools, streams and snapshots answer
+//! This store has leases, locks, waiting, notify and work pools; streams and snapshots answer
 //! `Unsupported`.
 
 mod grant;
 mod keys;
 mod members;
+mod pool;
 mod read;
 mod records;
 mod session;
@@ -83,7 +85,7 @@ pub(crate) fn etcd_error(what: &str, e: etcd_client::Error) -> Error {
 fn unsupported(what: &str) -> Error {
     Error::new(
         ErrorKind::Unsupported,
-        format!("{what} is not supported on etcd yet (this store has leases, locks, waiting and notify)"),
+        format!("{what} is not supported on etcd yet (this store has leases, locks, waiting, notify and work pools)"),
     )
 }
 
@@ -448,16 +450,22 @@ impl Backend for EtcdBackend {
         Ok(())
     }
 
-    async fn offer(&self, _: &str, _: &str, _: &[String], _: Option<&str>) -> Result<u64> {
-        Err(unsupported("work pools (offer)"))
+    async fn offer(
+        &self,
+        namespace: &str,
+        pool: &str,
+        keys: &[String],
+        metadata: Option<&str>,
+    ) -> Result<u64> {
+        self.offer_keys(namespace, pool, keys, metadata).await
     }
 
-    async fn claim(&self, _: &ClaimRequest<'_>) -> Result<Claimed> {
-        Err(unsupported("work pools (claim)"))
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claimed> {
+        self.claim_keys(request).await
     }
 
-    async fn counts(&self, _: &str, _: &str) -> Result<PoolCounts> {
-        Err(unsupported("work pools (counts)"))
+    async fn counts(&self, namespace: &str, pool: &str) -> Result<PoolCounts> {
+        resolving(|| self.pool_counts(namespace, pool)).await
     }
 
     async fn snapshot(
