@@ -258,8 +258,8 @@ impl EtcdBackend {
     ///
     /// The first try takes the oldest free keys, as the other stores do. A try that fails (a
     /// key it compared was granted or changed meanwhile) reads the pool again in its failure
-    /// branch and takes its keys at random among the free ones: claimers that collided on the
-    /// head spread over the pool, so each round of N claimers grants many, not one.
+    /// branch and takes a window of the free keys chosen at random: claimers that collided on
+    /// the head spread over the pool, so each round of N claimers grants many, not one.
     pub(super) async fn claim_keys(&self, r: &ClaimRequest<'_>) -> Result<Claimed> {
         let (ns, pool) = (r.namespace, r.pool);
         // A freed key of this pool wakes one of this client's claimers from now on.
@@ -427,15 +427,22 @@ struct Picked {
 }
 
 /// `wanted` of the free keys (oldest offer first): the oldest, or (`spread`, after a lost
-/// race) a random choice among them, kept in offer order.
+/// race) one of the free list's consecutive windows of `wanted` keys, at random. Windows, not
+/// random keys: two claimers that pick different windows share no key, so N claimers of large
+/// batches collide only when they pick the same window, where random samples of a pool barely
+/// larger than their demand would almost always share a key.
 fn pick(free: Vec<&Entry>, wanted: usize, spread: bool) -> Vec<Picked> {
-    let chosen: Vec<&Entry> = if spread && free.len() > wanted {
-        let mut at = rand::seq::index::sample(&mut rand::rng(), free.len(), wanted).into_vec();
-        at.sort_unstable();
-        at.into_iter().map(|i| free[i]).collect()
+    let windows = free.len().div_ceil(wanted.max(1));
+    let window = if spread && windows > 1 {
+        rand::random_range(0..windows)
     } else {
-        free.into_iter().take(wanted).collect()
+        0
     };
+    let chosen: Vec<&Entry> = free
+        .into_iter()
+        .skip(window * wanted)
+        .take(wanted)
+        .collect();
     chosen
         .into_iter()
         .map(|e| Picked {
