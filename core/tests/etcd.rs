@@ -2,9 +2,9 @@
 //! scenario skips, saying why, without it), built with the cargo feature `etcd`; and how an
 //! `etcd://` URL is refused without that feature.
 //!
-//! The etcd store has leases, locks, waiting, notify, streams and snapshots so far: scenarios
-//! needing pools are ignored with that reason, as are those needing connections ended from
-//! outside. Network faults go through a proxy in front of every member (`Harness::proxy`),
+//! The etcd store has every recipe (leases, locks, waiting, notify, pools, streams and
+//! snapshots): only the scenarios needing connections ended from outside are ignored, with that
+//! reason. Network faults go through a proxy in front of every member (`Harness::proxy`),
 //! switched together.
 
 #[cfg(feature = "etcd")]
@@ -16,7 +16,10 @@ use accord::{Client, ClientOptions, ErrorKind};
 #[cfg(feature = "etcd")]
 mod suite {
     use super::support::Harness;
-    crate::conformance_suite!(Harness::etcd, has[member_failure, network_faults, streams, snapshot]);
+    crate::conformance_suite!(
+        Harness::etcd,
+        has[member_failure, network_faults, pools, streams, snapshot]
+    );
 }
 
 /// Without the feature, an etcd URL is refused as unsupported, naming the feature.

@@ -78,6 +78,7 @@ macro_rules! conformance_suite {
             pool::p1_offer_is_idempotent_and_counted: [pools],
             pool::p3_claims_are_batched_and_never_shared: [pools],
             pool::p3_claims_of_one_client_share_out_the_keys: [pools],
+            pool::p3_concurrent_claimers_get_disjoint_keys: [pools],
             pool::p4_waiting_claims_are_woken: [pools],
             pool::p4_a_dead_claimers_keys_return: [pools, network_faults],
             pool::p6_semaphore_admits_its_limit: [pools],

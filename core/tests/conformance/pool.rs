@@ -126,6 +126,48 @@ pub async fn p3_claims_are_batched_and_never_shared(h: &Harness) {
     }
 }
 
+/// P3: many claimers of one pool at once, each in its own client, claiming until the pool is
+/// empty: together they get every key, and no key twice (an optimistic store's claimers that
+/// collide must each still end with keys of their own, not lose them or share them).
+pub async fn p3_concurrent_claimers_get_disjoint_keys(h: &Harness) {
+    let c = h.client("o1").await;
+    let all = keys("race/", 240);
+    assert_eq!(c.offer("race/", all.clone(), None).await.unwrap(), 240);
+    let mut claimers = Vec::new();
+    for i in 0..8 {
+        claimers.push(h.client(&format!("w{i}")).await);
+    }
+    let drains = claimers.iter().map(|w| async move {
+        let mut got = Vec::new();
+        loop {
+            let leases = w
+                .claim("race/", ClaimOptions::new().limit(7).ttl(60 * SEC))
+                .await
+                .unwrap();
+            if leases.is_empty() {
+                return got;
+            }
+            got.extend(leases);
+        }
+    });
+    let drained = futures_util::future::join_all(drains).await;
+    let mut seen = HashSet::new();
+    let mut fences = HashSet::new();
+    for lease in drained.iter().flatten() {
+        assert!(seen.insert(lease.key()), "{} granted twice", lease.key());
+        assert!(
+            fences.insert(lease.fence()),
+            "fence {} twice",
+            lease.fence()
+        );
+    }
+    assert_eq!(seen.len(), all.len(), "every key claimed");
+    assert_eq!(c.counts("race/").await.unwrap(), counts(0, 240, 0));
+    for w in &claimers {
+        w.close().await;
+    }
+}
+
 /// P4: a claim with a timeout on an exhausted pool is woken by a release and by an offer (well
 /// before its timeout, which a missed wake-up would wait out); it comes back empty, not failed,
 /// when its timeout passes.

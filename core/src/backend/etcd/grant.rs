@@ -33,7 +33,7 @@ fn row_unchanged(record: &str, look: &Look) -> Compare {
 
 /// Nothing in the range `[start, end(start))`: etcd compares every key of a range, and an
 /// empty range compares as one absent key.
-fn range_empty(start: &str) -> Compare {
+pub(super) fn range_empty(start: &str) -> Compare {
     Compare::version(start, CompareOp::Equal, 0).with_range(range_end(start))
 }
 
@@ -188,7 +188,11 @@ impl EtcdBackend {
                 HolderRecord::value(r.owner, r.attempt, 0),
                 on_lease(),
             ));
-            then.push(TxnOp::put(row, Row::granted(&metadata, r.owner, 0), None));
+            then.push(TxnOp::put(
+                row,
+                Row::granted(&metadata, r.owner, 0, look.pool()),
+                None,
+            ));
         }
         let answer = self
             .txn("acquire", Txn::new().when(when).and_then(then))
@@ -338,7 +342,7 @@ impl EtcdBackend {
                             ])
                             .and_then([TxnOp::put(
                                 row,
-                                Row::settled(&metadata, Some(l.owner), l.fence, false),
+                                Row::settled(&metadata, Some(l.owner), l.fence, false, look.pool()),
                                 None,
                             )]),
                     )
@@ -456,7 +460,7 @@ impl EtcdBackend {
                 .settle(
                     l,
                     &look,
-                    Row::settled(&metadata, None, l.fence, false),
+                    Row::settled(&metadata, None, l.fence, false, look.pool()),
                     "release",
                 )
                 .await?
@@ -486,7 +490,7 @@ impl EtcdBackend {
                 .settle(
                     l,
                     &look,
-                    Row::settled(&metadata, Some(l.owner), l.fence, true),
+                    Row::settled(&metadata, Some(l.owner), l.fence, true, look.pool()),
                     "done",
                 )
                 .await?
@@ -529,7 +533,7 @@ impl EtcdBackend {
     }
 
     /// Deletes up to `SWEEP_LIMIT` rows under `prefix` that nobody holds
-    /// (`rules::member_row_is_sweepable`; this store has no pools yet), each only if unchanged
+    /// (`rules::member_row_is_sweepable`: a pool's keys stay), each only if unchanged
     /// since read and still without a holder.
     pub(super) async fn sweep_rows(&self, ns: &str, prefix: &str) -> Result<u64> {
         let rows = self.layout.row(ns, prefix);
@@ -589,7 +593,8 @@ impl EtcdBackend {
                     .contains(String::from_utf8_lossy(key).as_ref())
                     .then_some(super::records::LIVE),
             };
-            if rules::member_row_is_sweepable(&stored, false, NOW) && sweepable.len() < SWEEP_LIMIT
+            let pooled = row.pool.is_some();
+            if rules::member_row_is_sweepable(&stored, pooled, NOW) && sweepable.len() < SWEEP_LIMIT
             {
                 sweepable.push((kv.key().to_vec(), kv.mod_revision(), key.to_vec()));
             }
@@ -630,6 +635,11 @@ impl EtcdBackend {
                 return Ok(ResetOutcome::NotFound);
             }
             let row = self.layout.row(ns, key);
+            // A reset key leaves its pool (as its row goes on the other stores).
+            let mut then = vec![TxnOp::delete(row.as_str(), None)];
+            if let Some(pool) = look.pool() {
+                then.push(TxnOp::delete(self.layout.pool_entry(ns, pool, key), None));
+            }
             let answer = self
                 .txn(
                     "reset",
@@ -638,7 +648,7 @@ impl EtcdBackend {
                             row_unchanged(&row, &look),
                             Compare::version(self.layout.holder(ns, key), CompareOp::Equal, 0),
                         ])
-                        .and_then([TxnOp::delete(row, None)]),
+                        .and_then(then),
                 )
                 .await?;
             if answer.succeeded() {

@@ -6,6 +6,9 @@
 //! - `P/l/s/<ns>/<key>/<id>`: one shared holder, on its session's lease.
 //! - `P/l/q/<ns>/<key>/<id>`: one waiter in line, on its session's lease; its ticket is its
 //!   create_revision.
+//! - `P/l/p/<ns>/<pool><key>`: a key offered to a pool (no lease, never changed); its
+//!   create_revision and slot (in the value) are the offer's order. Under `P/l/` so that the
+//!   one watch of lock records sees offers (a put wakes the pool's claimers).
 //! - `P/c/<channel>/<id>`: notifications, one record each (`<channel>` length-prefixed), on a
 //!   lease that is never kept alive: etcd deletes them within a minute.
 //! - `P/x/<lease>`: when a session's lease expires at the earliest, on its client's clock (what
@@ -19,7 +22,9 @@
 //! `<ns>` is length-prefixed (`3:abc`) so that no namespace is a prefix of another's range;
 //! in the `l/s` and `l/q` ranges the key is too, since an id follows it. Row keys keep the key's
 //! own bytes last, so that a range of rows is in the key's code point order (UTF-8 byte order)
-//! and a list prefix is a range. The lock records (`P/l/`) are watched for deletes only.
+//! and a list prefix is a range (a pool's rows and holders too: its keys start with the pool).
+//! The lock records (`P/l/`) are watched for deletes, and for puts of offers. `<pool>` is
+//! length-prefixed too: no pool's entries are a range of another's.
 
 /// Fences and tickets are a key's create_revision times this, plus its place in the
 /// transaction that created it: the keys one transaction creates share a revision, and a
@@ -88,6 +93,28 @@ impl Layout {
     /// The waiters in line for one key (an id follows).
     pub fn line(&self, ns: &str, key: &str) -> String {
         format!("{}/l/q/{}/{}/", self.prefix, counted(ns), counted(key))
+    }
+
+    /// Where the entries of the keys offered to `pool` start; a key follows.
+    pub fn pool(&self, ns: &str, pool: &str) -> String {
+        format!("{}{}/{}", self.pools(), counted(ns), counted(pool))
+    }
+
+    pub fn pool_entry(&self, ns: &str, pool: &str, key: &str) -> String {
+        format!("{}{key}", self.pool(ns, pool))
+    }
+
+    /// Every pool entry of every namespace.
+    fn pools(&self) -> String {
+        format!("{}/l/p/", self.prefix)
+    }
+
+    /// The namespace and pool a pool entry (under [`Layout::pool`]) is of.
+    pub fn pool_of<'a>(&self, record: &'a [u8]) -> Option<(&'a str, &'a str)> {
+        let rest = record.strip_prefix(self.pools().as_bytes())?;
+        let (ns, rest) = split_counted(rest)?;
+        let (pool, _) = split_counted(rest.strip_prefix(b"/")?)?;
+        Some((ns, pool))
     }
 
     /// Every record a release, expiry or leave deletes (watched for deletes).
@@ -172,9 +199,15 @@ impl Layout {
 
 /// The length-prefixed text `rest` starts with (`3:abc/…` → `abc`).
 fn counted_head(rest: &str) -> Option<&str> {
-    let (len, rest) = rest.split_once(':')?;
-    let len: usize = len.parse().ok()?;
-    rest.get(..len)
+    split_counted(rest.as_bytes()).map(|(text, _)| text)
+}
+
+/// `<len>:<text>` at the start of `bytes`: the text, and what follows it.
+fn split_counted(bytes: &[u8]) -> Option<(&str, &[u8])> {
+    let colon = bytes.iter().position(|&b| b == b':')?;
+    let len: usize = std::str::from_utf8(&bytes[..colon]).ok()?.parse().ok()?;
+    let text = bytes.get(colon + 1..colon + 1 + len)?;
+    Some((std::str::from_utf8(text).ok()?, &bytes[colon + 1 + len..]))
 }
 
 /// The end of the range of keys starting with `start` (etcd's `range_end`).
@@ -215,6 +248,10 @@ mod tests {
         let ack = l.ack("n", "s/1:x", "c/2");
         assert_eq!(l.ack_of("n", &ack), Some(("s/1:x", "c/2")));
         assert!(!l.stream('h', "n", "s").starts_with(&l.streams('h', "n2")));
+        let entry = l.pool_entry("n:1", "a/", "a/b");
+        assert_eq!(l.pool_of(entry.as_bytes()), Some(("n:1", "a/")));
+        assert!(!l.pool("n", "a/b/").starts_with(&l.pool("n", "a/")));
+        assert!(entry.starts_with(&l.locks()));
         assert_eq!(fence_of(7, 3) / FENCE_SCALE, 7);
         assert_eq!(revision_of(fence_of(7, 3)), 7);
     }

@@ -10,14 +10,14 @@
 //! - `grant`: the transactions that grant, renew, release, finish and reset;
 //! - `read`: list and holder;
 //! - `watch`: notifications, and the wake-ups of waiters from deletes of what they wait behind;
+//! - `pool`: work pools (offer, claim, counts);
 //! - `stream`: durable streams (publish, read, retention, consumers' positions);
 //! - `snapshot`: what `accord top` shows, read at one revision.
-//!
-//! Pools answer `Unsupported` so far.
 
 mod grant;
 mod keys;
 mod members;
+mod pool;
 mod read;
 mod records;
 mod secure;
@@ -82,13 +82,6 @@ pub(crate) fn etcd_error(what: &str, e: etcd_client::Error) -> Error {
         _ => ErrorKind::Database,
     };
     Error::new(kind, format!("{what}: etcd error: {e}")).with_source(e)
-}
-
-fn unsupported(what: &str) -> Error {
-    Error::new(
-        ErrorKind::Unsupported,
-        format!("{what} is not supported on etcd yet (this store has leases, locks, waiting, notify, streams and snapshots)"),
-    )
 }
 
 /// How long an operation that can be sent again waits out a member's failure (the test
@@ -436,16 +429,22 @@ impl Backend for EtcdBackend {
         Ok(())
     }
 
-    async fn offer(&self, _: &str, _: &str, _: &[String], _: Option<&str>) -> Result<u64> {
-        Err(unsupported("work pools (offer)"))
+    async fn offer(
+        &self,
+        namespace: &str,
+        pool: &str,
+        keys: &[String],
+        metadata: Option<&str>,
+    ) -> Result<u64> {
+        self.offer_keys(namespace, pool, keys, metadata).await
     }
 
-    async fn claim(&self, _: &ClaimRequest<'_>) -> Result<Claimed> {
-        Err(unsupported("work pools (claim)"))
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claimed> {
+        self.claim_keys(request).await
     }
 
-    async fn counts(&self, _: &str, _: &str) -> Result<PoolCounts> {
-        Err(unsupported("work pools (counts)"))
+    async fn counts(&self, namespace: &str, pool: &str) -> Result<PoolCounts> {
+        resolving(|| self.pool_counts(namespace, pool)).await
     }
 
     async fn snapshot(

@@ -269,7 +269,7 @@ pub(super) fn stored_key<'a>(
 }
 
 /// Lease id → expiry, from the gets of expiry records (`P/x/<lease in hex>` → milliseconds).
-fn expiry_records(responses: &[TxnOpResponse]) -> HashMap<i64, Option<DateTime<Utc>>> {
+pub(super) fn expiry_records(responses: &[TxnOpResponse]) -> HashMap<i64, Option<DateTime<Utc>>> {
     let mut found = HashMap::new();
     for response in responses {
         let TxnOpResponse::Get(got) = response else {

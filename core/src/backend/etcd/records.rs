@@ -53,6 +53,8 @@ pub(crate) struct Row {
     pub fence: i64,
     pub done: bool,
     pub updated_ms: i64,
+    /// The pool the key was offered to (it stays in it until reset).
+    pub pool: Option<String>,
 }
 
 impl Row {
@@ -74,19 +76,59 @@ impl Row {
             fence,
             done: v.get("d").and_then(Value::as_bool).unwrap_or(false),
             updated_ms: v.get("u").and_then(Value::as_i64).unwrap_or(0),
+            pool: text(&v, "p"),
         })
     }
 
-    /// The row a grant writes (slot: its place in the transaction).
-    pub fn granted(metadata: &Metadata, owner: &str, slot: i64) -> String {
-        json!({"m": metadata, "o": owner, "s": slot, "d": false, "u": client_ms()}).to_string()
+    /// The row a grant writes (slot: its place in the transaction; `pool`: the row's, kept).
+    pub fn granted(metadata: &Metadata, owner: &str, slot: i64, pool: Option<&str>) -> String {
+        json!({"m": metadata, "o": owner, "s": slot, "d": false, "u": client_ms(), "p": pool})
+            .to_string()
     }
 
     /// The row with a known fence: after a renewal's metadata, a release (owner `None`) or a
-    /// done.
-    pub fn settled(metadata: &Metadata, owner: Option<&str>, fence: i64, done: bool) -> String {
-        json!({"m": metadata, "o": owner, "f": fence, "d": done, "u": client_ms()}).to_string()
+    /// done (`pool`: the row's, kept), or an offer.
+    pub fn settled(
+        metadata: &Metadata,
+        owner: Option<&str>,
+        fence: i64,
+        done: bool,
+        pool: Option<&str>,
+    ) -> String {
+        json!({"m": metadata, "o": owner, "f": fence, "d": done, "u": client_ms(), "p": pool})
+            .to_string()
     }
+}
+
+/// A key as the rules read it, from its row, exclusive holder and whether shared holders live.
+pub(crate) fn stored<'a>(
+    row: Option<&'a Row>,
+    holder: Option<&'a HolderRecord>,
+    shared: bool,
+) -> Option<StoredKey<'a>> {
+    if row.is_none() && holder.is_none() && !shared {
+        return None;
+    }
+    let done = row.is_some_and(|r| r.done);
+    Some(StoredKey {
+        owner: match holder {
+            Some(h) => Some(h.owner.as_str()),
+            None => row.and_then(|r| r.owner.as_deref()),
+        },
+        fence: match holder {
+            Some(h) => h.fence(),
+            None => row.map_or(0, |r| r.fence),
+        },
+        expires_at_ms: match holder {
+            Some(_) => Some(LIVE),
+            // Granted, never released, record gone: expired.
+            None if row.is_some_and(|r| r.owner.is_some()) && !done => Some(EXPIRED),
+            None => None,
+        },
+        done,
+        attempt: holder.map(|h| h.attempt),
+        shared_until_ms: shared.then_some(LIVE),
+    })
 }
 
 /// The exclusive holder's record.
@@ -185,30 +227,16 @@ pub(crate) struct Look {
 impl Look {
     /// The key as the rules read it.
     pub fn stored(&self) -> Option<StoredKey<'_>> {
-        if self.row.is_none() && self.holder.is_none() && self.shared.is_empty() {
-            return None;
-        }
-        let row = self.row.as_ref();
-        let done = row.is_some_and(|r| r.done);
-        Some(StoredKey {
-            owner: match &self.holder {
-                Some(h) => Some(h.owner.as_str()),
-                None => row.and_then(|r| r.owner.as_deref()),
-            },
-            fence: match &self.holder {
-                Some(h) => h.fence(),
-                None => row.map_or(0, |r| r.fence),
-            },
-            expires_at_ms: match &self.holder {
-                Some(_) => Some(LIVE),
-                // Granted, never released, record gone: expired.
-                None if row.is_some_and(|r| r.owner.is_some()) && !done => Some(EXPIRED),
-                None => None,
-            },
-            done,
-            attempt: self.holder.as_ref().map(|h| h.attempt),
-            shared_until_ms: (!self.shared.is_empty()).then_some(LIVE),
-        })
+        stored(
+            self.row.as_ref(),
+            self.holder.as_ref(),
+            !self.shared.is_empty(),
+        )
+    }
+
+    /// The pool the key is in, if any.
+    pub fn pool(&self) -> Option<&str> {
+        self.row.as_ref().and_then(|r| r.pool.as_deref())
     }
 
     pub fn metadata(&self) -> Metadata {

@@ -2,6 +2,9 @@
 //! records (a holder released or expired, a waiter that left or died) wake the waiters of this
 //! client that registered that record as what they wait behind: the predecessor in line, or
 //! the holders when first in line. Nothing else wakes, so a release wakes one waiter (no herd).
+//! Work pools: the put of a pool's entry (an offer) wakes every claimer of that pool in this
+//! client, and the delete of a holder under a pool's prefix that this client claims from (a
+//! release, an expiry, a done) wakes one of them.
 //!
 //! A broken stream resumes from the last revision seen + 1 (nothing missed); if etcd compacted
 //! that history meanwhile, listeners get `Reconnected` and every registered waiter looks again.
@@ -70,6 +73,9 @@ pub(crate) struct Watcher {
     /// Channels listened on, reference-counted.
     pub channels: Mutex<HashMap<String, usize>>,
     interests: Mutex<Interests>,
+    /// The pools this client claimed from: the prefix of their keys' holder records → the
+    /// pool's wake-up tag.
+    pools: Mutex<HashMap<Vec<u8>, String>>,
     started: OnceCell<()>,
     pub shutdown: CancellationToken,
 }
@@ -95,6 +101,7 @@ impl Watcher {
             layout,
             channels: Mutex::new(HashMap::new()),
             interests: Mutex::new(Interests::default()),
+            pools: Mutex::new(HashMap::new()),
             started: OnceCell::new(),
             shutdown: CancellationToken::new(),
         })
@@ -136,6 +143,16 @@ impl Watcher {
                 .insert(interest.clone());
         }
         interests.by_ticket.insert(ticket, records);
+    }
+
+    /// This client claims from the pool whose keys' holder records start with `holders`
+    /// (tagged `tag`): a delete of one of them wakes one of its claimers.
+    pub fn claims_from(&self, holders: String, tag: String) {
+        self.pools
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(holders.into_bytes())
+            .or_insert(tag);
     }
 
     /// The waiter no longer waits (granted, or left the line).
@@ -354,13 +371,21 @@ impl Watcher {
 
     fn handle(&self, response: &WatchResponse) {
         let events = response.events();
+        let mut offered = HashSet::new();
         for event in events {
             let Some(kv) = event.kv() else { continue };
             let is_lock = kv.key().starts_with(self.locks_prefix.as_bytes());
             match event.event_type() {
                 EventType::Put if !is_lock => self.notification(kv),
-                EventType::Put => {}
+                EventType::Put => {
+                    if let Some((ns, pool)) = self.layout.pool_of(kv.key()) {
+                        offered.insert(crate::rules::wake_tag(super::WAKE_SECRET, ns, pool));
+                    }
+                }
                 EventType::Delete => {
+                    if kv.key().starts_with(self.holders_prefix.as_bytes()) {
+                        self.freed(kv.key());
+                    }
                     // A place in line deleted by its grant: the holder's record is put in the
                     // same transaction (same revision, same response).
                     let granted = events.iter().filter_map(|e| e.kv()).find(|g| {
@@ -379,6 +404,35 @@ impl Watcher {
                     self.deleted(kv.mod_revision(), kv.key(), handover);
                 }
             }
+        }
+        // An offer: every claimer of the pool looks (once per response, however many keys).
+        for tag in offered {
+            self.sink.deliver(BackendEvent::Wakeup {
+                tag: Some(tag),
+                tickets: None,
+                pool: None,
+            });
+        }
+    }
+
+    /// A holder's record went: if its key is in a pool this client claims from, one claimer
+    /// of that pool looks. The wake-up's own tag is empty, no key's (tags are hex digests), so
+    /// no acquire waiter wakes for it: those wait on their own records.
+    fn freed(&self, record: &[u8]) {
+        let tags: Vec<String> = self
+            .pools
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(prefix, _)| record.starts_with(prefix))
+            .map(|(_, tag)| tag.clone())
+            .collect();
+        for tag in tags {
+            self.sink.deliver(BackendEvent::Wakeup {
+                tag: Some(String::new()),
+                tickets: None,
+                pool: Some(tag),
+            });
         }
     }
 
