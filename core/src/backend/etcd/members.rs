@@ -153,11 +153,7 @@ impl Members {
                 }
             }
             if let Some(e) = unreachable {
-                if members
-                    .members
-                    .iter()
-                    .all(|m| *m.down.borrow())
-                {
+                if members.members.iter().all(|m| *m.down.borrow()) {
                     members.shutdown.cancel();
                     return Err(e);
                 }
