@@ -89,6 +89,19 @@ fn unreached(e: &etcd_client::Error) -> bool {
     }
 }
 
+/// Whether a live member refused a call for want of a leader ("etcdserver: leader changed",
+/// "no leader", "request timed out"): an election, which passes.
+fn in_election(e: &etcd_client::Error) -> bool {
+    const DEADLINE_EXCEEDED: i32 = 4;
+    match e {
+        etcd_client::Error::GRpcStatus(s) => {
+            matches!(s.code() as i32, UNAVAILABLE | DEADLINE_EXCEEDED)
+                && s.message().starts_with("etcdserver")
+        }
+        _ => false,
+    }
+}
+
 /// Whether a call failed on the connection to its member (refused, reset, closed), rather than
 /// with the member's answer: that member is taken for down until a probe reads through it.
 /// etcd's own refusals ("etcdserver: no leader", "leader changed") come from a live member.
@@ -177,16 +190,30 @@ impl Members {
             return Ok(());
         }
         // Authenticate is a write through etcd's consensus: a member cut off from its
-        // leader would hold the connect forever without a bound.
+        // leader would hold the connect forever without a bound. In an election (a member
+        // killed a moment ago) a live member answers "leader changed" or "no leader": asked
+        // again within the bound, not taken for a refusal.
         let mut client = member.client.clone();
-        tokio::time::timeout(AUTH_TIMEOUT, client.update_user(Some(user.clone())))
-            .await
-            .map_err(|_| {
-                etcd_client::Error::IoError(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("authenticating through member {i} took over {AUTH_TIMEOUT:?}"),
-                ))
-            })??;
+        let until = tokio::time::Instant::now() + AUTH_TIMEOUT;
+        loop {
+            let answer =
+                tokio::time::timeout_at(until, client.update_user(Some(user.clone()))).await;
+            match answer {
+                Err(_) => {
+                    return Err(etcd_client::Error::IoError(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("authenticating through member {i} took over {AUTH_TIMEOUT:?}"),
+                    )))
+                }
+                Ok(Err(e)) if in_election(&e) => {
+                    tokio::time::sleep(ALL_DOWN_PAUSE).await;
+                }
+                Ok(answer) => {
+                    answer?;
+                    break;
+                }
+            }
+        }
         member.authenticated.store(true, Ordering::Relaxed);
         Ok(())
     }
