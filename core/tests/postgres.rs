@@ -1030,23 +1030,7 @@ async fn a_turn_named_while_leaving_is_passed_on() {
         .unwrap();
     cancel.cancel();
     // The leaver's leave is in flight, waiting for the row lock.
-    let app = h.app_name("leaver");
-    loop {
-        let blocked: i64 = h
-            .admin()
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity
-                  WHERE application_name = $1 AND wait_event_type = 'Lock'",
-                &[&app],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if blocked > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    until_waiting_for_a_lock(&h, "leaver").await;
     // Released while the leaver's place still stands: the release names the leaver.
     lease.release().await.unwrap();
     locker.batch_execute("COMMIT").await.unwrap();
@@ -1700,23 +1684,7 @@ async fn a_grant_landing_during_close_is_given_back() {
         let closing = closing.clone();
         tokio::spawn(async move { closing.try_acquire("k", long()).await })
     };
-    let app = h.app_name("closing");
-    loop {
-        let blocked: i64 = h
-            .admin()
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity
-                  WHERE application_name = $1 AND wait_event_type = 'Lock'",
-                &[&app],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if blocked > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    until_waiting_for_a_lock(&h, "closing").await;
     let close = {
         let closing = closing.clone();
         tokio::spawn(async move { closing.close().await })
@@ -1745,4 +1713,25 @@ async fn a_grant_landing_during_close_is_given_back() {
         holder, None,
         "the grant that landed during the close is held"
     );
+}
+
+/// Returns once a statement of `owner`'s client waits for a row lock on the server.
+async fn until_waiting_for_a_lock(h: &Harness, owner: &str) {
+    let app = h.app_name(owner);
+    loop {
+        let blocked: i64 = h
+            .admin()
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE application_name = $1 AND wait_event_type = 'Lock'",
+                &[&app],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if blocked > 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
