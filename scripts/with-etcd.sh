@@ -103,6 +103,9 @@ start_cluster() {
     # --quota-backend-bytes: etcd's default (2 GiB), stated so that 3.4 and 3.6 agree.
     # --election-timeout: 2.5 s rather than 1 s, so that a loaded 2-core test machine does not
     #   see leader changes that no test caused.
+    # --pre-vote: a member restarted after a kill asks the others whether it could win before it
+    #   raises the term, so its return does not depose a leader the others still follow (an
+    #   election no test caused, which a 6 s lease may not outlive). 3.6's default; 3.4's is off.
     cat >"$dir/start" <<START
 #!/bin/sh
 # Starts member $name of the throwaway cluster in the background; its pid goes to $dir/pid.
@@ -114,7 +117,7 @@ start_cluster() {
   --max-txn-ops 10240 --max-request-bytes 10485760 \\
   --auto-compaction-mode periodic --auto-compaction-retention 1h \\
   --quota-backend-bytes 2147483648 \\
-  --heartbeat-interval 100 --election-timeout 2500 $extra \\
+  --heartbeat-interval 100 --election-timeout 2500 --pre-vote $extra \\
   >>"$dir/log" 2>&1 </dev/null &
 echo \$! >"$dir/pid"
 START
