@@ -13,11 +13,18 @@
 # end up in the value).
 
 CARGO ?= cargo
-# The core's features in every cargo command that builds it as a package of its own (its tests,
-# its examples: contend, demo_worker, chaos_worker): the ones the bindings and the CLI enable
-# (their Cargo.toml), so that the core's examples and tests all reuse one build of it, with
-# the etcd store, and every worker reaches etcd.
+# The core's features where a release build selects it alone (the bench's contender): the ones
+# the bindings and the CLI enable (their Cargo.toml), so that every worker reaches etcd.
 CORE_FEATURES := --features etcd
+# The Rust crates that `make test` builds in debug through cargo (every one but the Python and
+# Node extensions, which maturin and napi build), selected together in every cargo command that
+# builds any of them, so that each such command resolves the same features: cargo unifies
+# features over the packages a command selects, and a command selecting one crate alone (the
+# CLI's crossterm asks mio and rustix for more, cbindgen asks syn for more, and so on) would
+# build tokio, tonic, etcd-client and the core once more, for that feature set. Selected so,
+# the tests and every debug binary share one build of each (the core's tests build it in the
+# test profile, the binaries in dev: the core itself twice, its dependencies once).
+RUST_CRATES := -p accord-coord -p accord-coord-cli -p accord-c -p accord-bench --features accord-coord/etcd
 WITH_PG := scripts/with-postgres.sh
 # The Python venv (mk/python.mk makes it). Set here, before the fragments are included in name
 # order, because mk/demo.mk and mk/polyglot.mk name a stamp in it as a prerequisite, and
@@ -61,14 +68,14 @@ test: lint ## lint, then every test suite against a throwaway PostgreSQL and etc
 
 test-suites: $(TEST_SUITES) ## every test suite, without the lints (db, etcd)
 
-# With the feature `etcd` (CORE_FEATURES), so that the etcd store's tests (core/tests/etcd*.rs)
-# run too (on every line: one build of the core serves them all, and the examples other suites
-# build).
-test-rust: ## the core's tests and doc tests, and README's quick start run twice on each server (db, etcd)
-	$(CARGO) test -p accord-coord --all-targets $(CORE_FEATURES)
-	$(CARGO) test -p accord-coord --doc $(CORE_FEATURES)
+# Every crate of RUST_CRATES at once (the core's tests, the CLI's, the C ABI crate's unit tests):
+# one build serves them all, and the examples other suites build. With the core's feature `etcd`,
+# so that the etcd store's tests (core/tests/etcd*.rs) run too.
+test-rust: ## the Rust crates' tests (core, CLI, C ABI) and doc tests, and README's quick start run twice on each server (db, etcd)
+	$(CARGO) test $(RUST_CRATES) --all-targets
+	$(CARGO) test $(RUST_CRATES) --doc
 	@# README's Rust quick start (core/examples/quickstart.rs), twice in a row: it must run again.
-	$(CARGO) build -p accord-coord $(CORE_FEATURES) --example quickstart
+	$(CARGO) build $(RUST_CRATES) --example quickstart
 	ACCORD_URL="$$ACCORD_TEST_DATABASE_URL" target/debug/examples/quickstart
 	ACCORD_URL="$$ACCORD_TEST_DATABASE_URL" target/debug/examples/quickstart
 	@# And twice on the etcd cluster (mk/etcd.mk).

@@ -90,7 +90,7 @@ TEST_SUITES += test-bench
 LINTS += lint-bench
 
 test-bench: python-venv ## the Rust bench and the report at a tiny size, so they do not rot (db, etcd)
-	$(CARGO) build -p accord-bench --features etcd
+	$(CARGO) build $(RUST_CRATES) --bin accord-bench
 	rm -rf target/bench-smoke && mkdir -p target/bench-smoke
 	ACCORD_BENCH_URL="$$ACCORD_TEST_DATABASE_URL" ACCORD_BENCH_OUT=target/bench-smoke/rust.json \
 	  ACCORD_BENCH_TLS_ROOT_CERT="$$ACCORD_TEST_SSL_ROOT_CERT" target/debug/accord-bench --pairs 40 --warmup 4 --keepalive-seconds 3 --keepalive-leases 300 \
@@ -101,7 +101,7 @@ test-bench: python-venv ## the Rust bench and the report at a tiny size, so they
 	cd bench/etcd-go && GOTOOLCHAIN=local go build -o ../../target/bench-smoke/etcd-go .
 	ACCORD_BENCH_ETCD_URL="$$ACCORD_TEST_ETCD_URL" ACCORD_BENCH_OUT=target/bench-smoke/go-etcd.json \
 	  ACCORD_BENCH_PAIRS=40 ACCORD_BENCH_WARMUP=4 target/bench-smoke/etcd-go
-	$(CARGO) build -p accord-coord $(CORE_FEATURES) --example contend
+	$(CARGO) build $(RUST_CRATES) --example contend
 	$(PY) bench/fleet_bench.py target/bench-smoke/fleet.json --quick
 	$(PY) bench/report.py target/bench-smoke target/bench-smoke/benchmarks.md - --expect 1,2,3,4,5,8,9,10,11,12,13,14
 

@@ -35,8 +35,7 @@ CHAOS_RUN = ACCORD_PAIR_FSYNC=on scripts/failover-pair.sh run $(PY) chaos/run.py
 # The stamp of mk/demo.mk (read after this file, so named here): the package installed.
 chaos-build: $(PY_VENV)/.accord-demo-python build-node-debug
 	$(MAKE) --no-print-directory build-c C_PROFILE=debug
-	$(CARGO) build -p accord-coord $(CORE_FEATURES) --example chaos_worker
-	$(CARGO) build -p accord-coord-cli
+	$(CARGO) build $(RUST_CRATES) --example chaos_worker --bin accord
 	mkdir -p $(CHAOS_BIN) $(GO_LIB_DIR) && cp target/debug/libaccord.a $(GO_LIB_DIR)/libaccord.a
 	$(CC) -std=c11 -Wall -Wextra -Werror -O1 -Iinclude $$(pkg-config --cflags libpq) \
 	  -o $(CHAOS_BIN)/worker_c chaos/workers/worker.c target/debug/libaccord.a \
@@ -50,7 +49,7 @@ chaos: chaos-build ## the full chaos run: every language, every fault, then on e
 
 # The Rust worker with the etcd store in it (the same binary serves the PostgreSQL run).
 chaos-etcd-build:
-	$(CARGO) build -p accord-coord $(CORE_FEATURES) --example chaos_worker
+	$(CARGO) build $(RUST_CRATES) --example chaos_worker
 
 # Each starts its own PostgreSQL and etcd cluster unless the environment names them (as
 # `make test` does).

@@ -17,13 +17,13 @@ DEMO_BIN := target/demo
 # The Python package is reinstalled only when its sources or the core's changed.
 DEMO_PY_STAMP := $(PY_VENV)/.accord-demo-python
 $(DEMO_PY_STAMP): $(shell find core/src python/src python/accord python/Cargo.toml python/pyproject.toml -type f 2>/dev/null)
-	$(MAKE) --no-print-directory python-install
+	$(MAKE) --no-print-directory python-install DIST_PROFILE=$(DIST_PROFILE)
 	@touch $@
 
 # The C and Go workers link the debug libaccord (C_PROFILE=debug: faster to build).
 demo-build: $(DEMO_PY_STAMP) build-node-debug
 	$(MAKE) --no-print-directory build-c C_PROFILE=debug
-	$(CARGO) build -p accord-coord $(CORE_FEATURES) --example demo_worker
+	$(CARGO) build $(RUST_CRATES) --example demo_worker
 	mkdir -p $(DEMO_BIN) $(GO_LIB_DIR) && cp target/debug/libaccord.a $(GO_LIB_DIR)/libaccord.a
 	$(CC) -std=c11 -Wall -Wextra -Werror -O1 -Iinclude -o $(DEMO_BIN)/worker_c demo/worker.c \
 	  target/debug/libaccord.a -lpthread -ldl -lm
@@ -38,7 +38,7 @@ test-demo: demo-build ## the demo with 60 tasks and plain output, on PostgreSQL 
 	ACCORD_URL="$$ACCORD_TEST_DATABASE_URL" DEMO_TASKS=60 DEMO_PLAIN=1 DEMO_DEADLINE=60 $(PY) demo/run.py
 
 demo-fleet-build: $(DEMO_PY_STAMP) build-node-debug
-	$(CARGO) build -p accord-coord $(CORE_FEATURES) --example contend
+	$(CARGO) build $(RUST_CRATES) --example contend
 
 demo-fleet: demo-fleet-build ## a fleet of workers in three languages splitting 64 shards, live (SQLite unless ACCORD_URL)
 	$(PY) demo/fleet.py

@@ -40,12 +40,15 @@ $(PY_DIST_TOOLS_STAMP): mk/dist-pynode.mk | python-venv
 	@touch $@
 
 # This wheel is also the one .venv, the demo and the bench install (mk/python.mk: wheel-python,
-# python-install): `make test` builds the Python extension in release once, with zig's linker
-# (target/x86_64-unknown-linux-gnu). maturin finds zig through the venv's `python -m ziglang`,
-# hence the venv first on PATH.
+# python-install). `make test` builds it in debug (DIST_PROFILE=debug, into target/dist-debug,
+# as test-dist-c packs the debug libaccord): the same packing, tags and install lines, for a
+# third of a release build's time; `make dist` and the bench build it in release. Either way
+# with zig's linker (target/x86_64-unknown-linux-gnu); maturin finds zig through the venv's
+# `python -m ziglang`, hence the venv first on PATH.
+PY_DIST_FLAGS = $(if $(filter release,$(DIST_PROFILE)),--release --strip,)
 dist-python: $(PY_DIST_TOOLS_STAMP) ## dist/: the Python abi3 wheel (manylinux2014, via zig) and the sdist
 	@mkdir -p $(DIST) && rm -f $(DIST)/accord_coord-*
-	PATH="$(CURDIR)/$(PY_VENV)/bin:$$PATH" $(PY_VENV)/bin/maturin build --release --strip --quiet \
+	PATH="$(CURDIR)/$(PY_VENV)/bin:$$PATH" $(PY_VENV)/bin/maturin build $(PY_DIST_FLAGS) --quiet \
 	  --zig --compatibility $(PY_DIST_COMPAT) -m python/Cargo.toml --out $(DIST)
 	PATH="$(CURDIR)/$(PY_VENV)/bin:$$PATH" $(PY_VENV)/bin/maturin sdist -m python/Cargo.toml --out $(DIST)
 	@ls -l $(DIST)/accord_coord-*
@@ -54,16 +57,24 @@ dist-python: $(PY_DIST_TOOLS_STAMP) ## dist/: the Python abi3 wheel (manylinux20
 # node/scripts/dist.js compares with the committed ones), so that node/ keeps whatever addon it
 # has (test-node's debug one). --cross-compile with a versioned target: cargo zigbuild (from
 # .venv, with the venv's zig) links against glibc 2.17; the loader is the same.
+# `make test` (DIST_PROFILE=debug) packs test-node's debug addon instead (build-node-debug:
+# node/build/napi, with the loader and index.d.ts it generated), as test-dist-c packs the debug
+# libaccord: the packing and the install lines are the same code, and no second build of the
+# addon (a release one, with zig: six minutes of a 2-core machine) is paid for.
 dist-node: node-deps $(PY_DIST_TOOLS_STAMP) ## dist/: the npm package and its linux-x64-gnu addon package (release, glibc ≥ 2.17)
 	@mkdir -p $(DIST) && rm -f $(DIST)/accord-coord-*.tgz
-	rm -rf $(NODE_DIST_BUILD)
-	cd node && PATH="$(CURDIR)/$(PY_VENV)/bin:$$PATH" CARGO_TARGET_DIR=$(CURDIR)/$(NODE_DIST_CARGO) \
-	  $(NAPI) build --platform --release --strip --cross-compile --target x86_64-unknown-linux-gnu.2.17 \
-	  -o $(CURDIR)/$(NODE_DIST_BUILD)
-	cd node && node scripts/dist.js $(CURDIR)/$(NODE_DIST_BUILD) $(CURDIR)/$(DIST)
+	$(if $(filter release,$(DIST_PROFILE)),$(NODE_RELEASE_BUILD),@echo "dist-node: packing the debug addon of node/build/napi")
+	cd node && node scripts/dist.js $(CURDIR)/$(NODE_DIST_ADDONS) $(CURDIR)/$(DIST)
+
+NODE_RELEASE_BUILD = rm -rf $(NODE_DIST_BUILD) && cd node && PATH="$(CURDIR)/$(PY_VENV)/bin:$$PATH" \
+  CARGO_TARGET_DIR=$(CURDIR)/$(NODE_DIST_CARGO) $(NAPI) build --platform --release --strip \
+  --cross-compile --target x86_64-unknown-linux-gnu.2.17 -o $(CURDIR)/$(NODE_DIST_BUILD)
+# Where dist-node takes the addon from: its own release build, or test-node's debug one.
+NODE_DIST_ADDONS = $(if $(filter release,$(DIST_PROFILE)),$(NODE_DIST_BUILD),node/build/napi)
 
 test-dist-python: dist-python ## the wheel in a fresh venv without Rust: README's install line and quick start
-	PYTHON=$(PYTHON) tests/dist/python.sh
+	PYTHON=$(PYTHON) DIST_DIR=$(CURDIR)/$(DIST) tests/dist/python.sh
 
-test-dist-node: dist-node ## the npm tarballs in an empty project without Rust, offline: README's quick start
-	tests/dist/node.sh
+# build-node-debug: the addon that make test's dist-node packs (DIST_PROFILE=debug).
+test-dist-node: build-node-debug dist-node ## the npm tarballs in an empty project without Rust, offline: README's quick start
+	DIST_DIR=$(CURDIR)/$(DIST) tests/dist/node.sh

@@ -23,7 +23,12 @@
 .PHONY: dist dist-crates dist-c dist-go test-dist-c test-dist-go test-dist-rust lint-dist
 
 DIST_PROFILE ?= release
-test-dist-c test-dist-go: DIST_PROFILE = debug
+# Every test target that installs a package: the debug one (make test builds nothing in release).
+# Target-specific, so the packages these targets make (dist-c, dist-python, dist-node, the
+# wheel .venv installs) are debug ones in target/dist-debug; `make dist` builds dist/ in release.
+test-dist-c test-dist-go test-dist-python test-dist-node: DIST_PROFILE = debug
+test-python test-python-wheel test-failover test-demo test-demo-fleet test-polyglot: DIST_PROFILE = debug
+test-chaos test-chaos-etcd: DIST_PROFILE = debug
 # Recursive (=): the profile is target-specific.
 DIST = $(if $(filter release,$(DIST_PROFILE)),dist,target/dist-$(DIST_PROFILE))
 # Staging (the tarball's and the Go module's trees before they are packed): under target/.

@@ -21,7 +21,7 @@ on_etcd = $(if $(ACCORD_TEST_ETCD_URL),ACCORD_URL="$(ETCD_QUICKSTART_URL)" $(1),
 .PHONY: test-etcd etcd-3.6 test-etcd-3.6
 
 test-etcd: ## the etcd tests alone (core/tests/etcd*.rs) on a throwaway 3-member cluster (ETCD_BIN=… picks the server)
-	ETCD_BIN=$(ETCD_BIN) $(WITH_ETCD) $(CARGO) test -p accord-coord $(CORE_FEATURES) \
+	ETCD_BIN=$(ETCD_BIN) $(WITH_ETCD) $(CARGO) test $(RUST_CRATES) \
 	  $(patsubst core/tests/%.rs,--test %,$(wildcard core/tests/etcd*.rs))
 
 etcd-3.6: ## build etcd 3.6 (the version tests/etcd-server/go.mod pins) into target/etcd-3.6/etcd

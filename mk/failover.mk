@@ -8,5 +8,5 @@
 TEST_SUITES += test-failover
 
 test-failover: python-install ## O2: clients in Rust and Python follow a promoted synchronous standby
-	scripts/failover-pair.sh run sh -c '$(CARGO) test -p accord-coord $(CORE_FEATURES) --test failover && \
+	scripts/failover-pair.sh run sh -c '$(CARGO) test $(RUST_CRATES) --test failover && \
 	  cd python && ../$(PY_VENV)/bin/pytest -p no:cacheprovider -q -ra tests/test_failover.py'

@@ -43,5 +43,5 @@ lint-node: node-deps ## tsc --strict on the examples and the committed index.d.t
 	cd node && node_modules/.bin/tsc -p tsconfig.json
 
 test-node: lint-node build-node-debug ## lint-node, the debug addon, then node --test (db)
-	$(CARGO) build -p accord-coord $(CORE_FEATURES) --example contend
+	$(CARGO) build $(RUST_CRATES) --example contend
 	cd node && node --test --test-timeout=180000 test/*.test.js

@@ -11,7 +11,7 @@
 TEST_SUITES += test-polyglot
 
 test-polyglot: $(DEMO_PY_STAMP) build-node-debug ## the grant audit, the pool, fleet, waiting and stream runs: Rust, Python and Node workers (db)
-	$(CARGO) build -p accord-coord $(CORE_FEATURES) --example contend
+	$(CARGO) build $(RUST_CRATES) --example contend
 	$(PY) tests/polyglot/run.py
 	$(PY) tests/polyglot/pool.py
 	$(PY) tests/polyglot/fleet.py
@@ -20,7 +20,7 @@ test-polyglot: $(DEMO_PY_STAMP) build-node-debug ## the grant audit, the pool, f
 	$(PY) tests/polyglot/streams.py
 
 fleet-churn: $(DEMO_PY_STAMP) build-node-debug ## the fleet's property run for a minute: random joins, leaves, kills (db)
-	$(CARGO) build -p accord-coord $(CORE_FEATURES) --example contend
+	$(CARGO) build $(RUST_CRATES) --example contend
 	ACCORD_CHURN_SECONDS=60 $(PY) tests/polyglot/fleet_churn.py
 
 LINTS += lint-polyglot

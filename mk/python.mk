@@ -2,11 +2,12 @@
 # maturin; on PyPI `accord-coord`). Everything Python runs from a venv the Makefile makes in .venv (git-ignored), with
 # packages from PyPI.
 #
-#   make test-python        install the release wheel of dist-python (mk/dist-pynode.mk) into
-#                           .venv, pytest against a database (see scripts/with-postgres.sh), the lints,
-#                           and the clean-venv wheel check
+#   make test-python        install the wheel of dist-python (mk/dist-pynode.mk; a debug build
+#                           here, as every test target's package) into .venv, pytest against a
+#                           database (see scripts/with-postgres.sh), the lints, and the clean-venv
+#                           wheel check
 #   make lint-python        ruff + mypy --strict on the package, its stubs, examples and tests
-#   make wheel-python       the release wheel: dist-python's, in dist/
+#   make wheel-python       the wheel: dist-python's, in dist/ (target/dist-debug for the tests)
 #   make test-python-wheel  the wheel installs into a clean venv and works there
 #   make develop-python     a debug build installed editable into .venv (maturin develop): the
 #                           quick loop while changing the code; not what the tests use
@@ -18,7 +19,8 @@ PY := $(PY_VENV)/bin/python
 PY_TOOLS := "maturin>=1.9.4,<2" "pytest>=8,<10" "pytest-asyncio>=1.0,<2" "pytest-timeout>=2,<3" \
 	"mypy>=2.4,<2.5" "ruff>=0.17,<0.18" "psycopg[binary]>=3.1,<4"
 PY_TOOLS_STAMP := $(PY_VENV)/.accord-python-tools
-# The release wheel: the one of dist-python (mk/dist-pynode.mk), the one people install.
+# The wheel of dist-python (mk/dist-pynode.mk), the one people install: in dist/ (release), or
+# target/dist-debug for the test targets (DIST_PROFILE=debug, mk/dist.mk).
 PY_WHEELS = $(DIST)
 PY_CLEAN_VENV := target/python-clean-venv
 
@@ -35,10 +37,11 @@ $(PY_TOOLS_STAMP): mk/python.mk
 
 python-venv: $(PY_TOOLS_STAMP) ## .venv with maturin, pytest, mypy, ruff, psycopg
 
-# The package as users install it: the release wheel that goes to PyPI (dist-python). One
-# release build serves the tests, the demo, the bench and dist/ (`pip install ./python` would be a
-# second one, with another linker: it builds from source as the sdist does).
-python-install: python-venv wheel-python ## the release wheel (dist-python's) into .venv, as users get it
+# The package as users install it: the wheel that goes to PyPI (dist-python). One build serves
+# the tests, the demo and the clean-venv check (`pip install ./python` would be a second one, with
+# another linker: it builds from source as the sdist does): a debug one for the test targets
+# (mk/dist.mk), the release one for the demo, the bench and dist/.
+python-install: python-venv wheel-python ## the wheel (dist-python's; release unless DIST_PROFILE=debug) into .venv, as users get it
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-index --no-deps --force-reinstall \
 	  $$(ls -t $(PY_WHEELS)/accord_coord-*.whl | head -n 1)
 
@@ -60,13 +63,13 @@ lint-python: python-venv ## ruff and mypy --strict on python/
 # python/ through the venv's script (not `python -m`), so that `accord` is the installed package,
 # not the source folder; stubtest (from target/, for the same reason) checks that the stubs
 # match the compiled module.
-test-python: python-install lint-python ## release install, stubtest, pytest, then the clean-venv wheel check (db)
+test-python: python-install lint-python ## the wheel installed (debug), stubtest, pytest, then the clean-venv wheel check (db)
 	mkdir -p target && cd target && $(CURDIR)/$(PY) -m mypy.stubtest accord
-	$(CARGO) build -p accord-coord $(CORE_FEATURES) --example contend
+	$(CARGO) build $(RUST_CRATES) --example contend
 	cd python && ../$(PY_VENV)/bin/pytest -p no:cacheprovider -q -ra
 	$(MAKE) --no-print-directory test-python-wheel
 
-wheel-python: dist-python ## the release wheel: dist-python's (abi3, manylinux2014), in dist/
+wheel-python: dist-python ## the wheel: dist-python's (abi3, manylinux2014), in dist/ (release) or target/dist-debug
 
 # A venv with nothing but the wheel: import, connect, try_acquire, release.
 test-python-wheel: wheel-python ## the wheel installs into a clean venv and works there

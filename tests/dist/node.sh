@@ -26,9 +26,11 @@ section=$(awk '/^## Node quick start/ { on = 1; next } /^## / { on = 0 } on' "$R
 install=$(printf '%s\n' "$section" | grep -E '^npm install /path/to/accord/dist/' | sed 's/[[:space:]]*#.*$//') ||
   fail "README.md's Node quick start has no 'npm install /path/to/accord/dist/…' line"
 [ "$(printf '%s\n' "$install" | wc -l)" = 1 ] || fail "more than one local install line: $install"
-install=${install//\/path\/to\/accord/$REPO}
+# DIST_DIR: the packages' folder (make test's debug packages are in target/dist-debug).
+dist=${DIST_DIR:-$REPO/dist}
+install=${install//\/path\/to\/accord\/dist/$dist}
 for tarball in ${install#npm install }; do
-  [ -f "$tarball" ] || fail "README.md installs $tarball, which make dist-node did not build (ls dist/: $(ls "$REPO/dist" 2>&1))"
+  [ -f "$tarball" ] || fail "README.md installs $tarball, which make dist-node did not build (ls $dist: $(ls "$dist" 2>&1))"
 done
 require=$(printf '%s\n' "$section" | grep -oE "const \{ connect \} = require\('accord-coord'\)" | head -n 1) ||
   fail "README.md's Node quick start does not show the CommonJS require line"

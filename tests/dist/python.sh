@@ -23,9 +23,11 @@ section=$(awk '/^## Python quick start/ { on = 1; next } /^## / { on = 0 } on' "
 install=$(printf '%s\n' "$section" | grep -E '^pip install /path/to/accord/dist/' | sed 's/[[:space:]]*#.*$//') ||
   fail "README.md's Python quick start has no 'pip install /path/to/accord/dist/…' line"
 [ "$(printf '%s\n' "$install" | wc -l)" = 1 ] || fail "more than one local install line: $install"
-install=${install//\/path\/to\/accord/$REPO}
+# DIST_DIR: the packages' folder (make test's debug packages are in target/dist-debug).
+dist=${DIST_DIR:-$REPO/dist}
+install=${install//\/path\/to\/accord\/dist/$dist}
 wheel=${install#pip install }
-[ -f "$wheel" ] || fail "README.md installs $wheel, which make dist-python did not build (ls dist/: $(ls "$REPO/dist" 2>&1))"
+[ -f "$wheel" ] || fail "README.md installs $wheel, which make dist-python did not build (ls $dist: $(ls "$dist" 2>&1))"
 
 "$python" -m venv "$work/venv"
 export PATH="$work/venv/bin:$NO_RUST_PATH" VIRTUAL_ENV="$work/venv" PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -72,7 +74,7 @@ done
 # its build backend must stop at once saying what is served and what to do, not fetch a Rust
 # toolchain (maturin's backend alone would). pip from the repository's .venv, which has the
 # backend's maturin, without build isolation (no package index here).
-sdist="$REPO/dist/accord_coord-$VERSION.tar.gz"
+sdist="$dist/accord_coord-$VERSION.tar.gz"
 [ -f "$sdist" ] || fail "make dist-python did not build $sdist"
 if out=$(PATH="$REPO/.venv/bin:$NO_RUST_PATH" "$REPO/.venv/bin/python" -m pip wheel --no-build-isolation \
   --no-deps --no-index --no-cache-dir -w "$work/from-sdist" "$sdist" 2>&1); then
