@@ -73,7 +73,8 @@ pub(crate) struct Members {
     pub shutdown: CancellationToken,
 }
 
-/// gRPC's codes Unknown (2) and Unavailable (14).
+/// gRPC's codes Cancelled (1), Unknown (2) and Unavailable (14).
+const CANCELLED: i32 = 1;
 const UNKNOWN: i32 = 2;
 const UNAVAILABLE: i32 = 14;
 
@@ -105,13 +106,19 @@ fn in_election(e: &etcd_client::Error) -> bool {
 /// Whether a call failed on the connection to its member (refused, reset, closed), rather than
 /// with the member's answer: that member is taken for down until a probe reads through it.
 /// etcd's own refusals ("etcdserver: no leader", "leader changed") come from a live member.
+/// A connection that the far end closes as it is made fails a call either as Unknown
+/// ("transport error") or, about a third of the time, as Cancelled ("operation was canceled":
+/// the connection ended before the call was sent); both are the connection's failure. Neither is
+/// taken for a call that never arrived ([`unreached`]): the second may also come from a call
+/// already sent.
 fn connection_failed(e: &etcd_client::Error) -> bool {
     match e {
         etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
-        etcd_client::Error::GRpcStatus(s) => {
-            matches!(s.code() as i32, UNAVAILABLE | UNKNOWN)
-                && !s.message().starts_with("etcdserver")
-        }
+        etcd_client::Error::GRpcStatus(s) => match s.code() as i32 {
+            UNAVAILABLE | UNKNOWN => !s.message().starts_with("etcdserver"),
+            CANCELLED => s.message() == "operation was canceled",
+            _ => false,
+        },
         _ => false,
     }
 }
@@ -383,5 +390,45 @@ impl Members {
                 tokio::time::sleep(ALL_DOWN_PAUSE).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A member whose connections are closed as they are made (a cut network, a member that
+    /// exits): every call fails, and each failure is one of the connection's, so the member is
+    /// taken for down. The failures vary with the moment the close lands (Unknown "transport
+    /// error", Cancelled "operation was canceled"): many calls, so that each kind shows up.
+    #[tokio::test]
+    async fn a_connection_closed_as_it_is_made_is_a_connection_failure() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                drop(socket);
+            }
+        });
+        let mut client = Client::connect([format!("127.0.0.1:{port}")], None)
+            .await
+            .unwrap();
+        let mut kinds = std::collections::BTreeSet::new();
+        for _ in 0..100 {
+            let read = client.get("k", None);
+            let e = match tokio::time::timeout(Duration::from_secs(30), read).await {
+                Ok(Err(e)) => e,
+                other => panic!("a call through a closed connection answered {other:?}"),
+            };
+            assert!(
+                connection_failed(&e),
+                "not taken for the connection's failure: {e:?}"
+            );
+            kinds.insert(match &e {
+                etcd_client::Error::GRpcStatus(s) => format!("{:?}", s.code()),
+                other => format!("{other}"),
+            });
+        }
+        eprintln!("failures seen: {kinds:?}");
     }
 }

@@ -27,6 +27,14 @@ use crate::error::{Error, ErrorKind, Result};
 const RECENT_DELETES: usize = 4096;
 /// Pause between attempts to reopen a broken watch.
 const RETRY_EVERY: Duration = Duration::from_millis(100);
+/// How long the stream may stay silent before it is asked for a progress notification (etcd
+/// answers one at once on a live stream, with no event and no write) ...
+const QUIET_FOR: Duration = Duration::from_secs(10);
+/// ... and how long that answer may take: a stream that answers neither is taken for broken and
+/// opened again from the revisions seen (nothing is missed). A stream can stall with no error
+/// while its member answers every other call (an HTTP/2 stream stuck behind a connection that
+/// the network kept half-open); calls go on, and without this the listeners would hear nothing.
+const PROGRESS_WITHIN: Duration = Duration::from_secs(5);
 
 /// One waiter of this client: the wake-up to deliver when a record it waits behind goes.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -283,6 +291,10 @@ impl Watcher {
             mut member,
         } = opened;
         let mut down_at_open = self.members.is_down(member);
+        // When the stream must have said something (an event, or the answer to a progress
+        // request), and whether that request went out.
+        let mut quiet_until = tokio::time::Instant::now() + QUIET_FOR;
+        let mut progress_asked = false;
         loop {
             // A member taken for down (a call to it went unanswered: it may hang, and its
             // stream with it) is left at once, as a broken stream is; unless the stream was
@@ -295,11 +307,29 @@ impl Watcher {
             };
             let next = tokio::select! {
                 _ = self.shutdown.cancelled() => return,
-                m = stream.message() => m,
-                _ = leave => Err(etcd_client::Error::IoError(
+                m = stream.message() => Some(m),
+                _ = leave => Some(Err(etcd_client::Error::IoError(
                     std::io::Error::new(std::io::ErrorKind::TimedOut, "the member hangs"),
-                )),
+                ))),
+                _ = tokio::time::sleep_until(quiet_until) => progress_asked.then(|| {
+                    Err(etcd_client::Error::IoError(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!(
+                            "the watch stream answered no progress request within {PROGRESS_WITHIN:?}"
+                        ),
+                    )))
+                }),
             };
+            let Some(next) = next else {
+                // Quiet for QUIET_FOR: ask. The request only waits for room in the stream's
+                // send queue; a stream that broke says so through `message` instead.
+                let _ = tokio::time::timeout(PROGRESS_WITHIN, stream.request_progress()).await;
+                progress_asked = true;
+                quiet_until = tokio::time::Instant::now() + PROGRESS_WITHIN;
+                continue;
+            };
+            quiet_until = tokio::time::Instant::now() + QUIET_FOR;
+            progress_asked = false;
             match next {
                 Ok(Some(response)) if !response.canceled() => {
                     for kv in response.events().iter().filter_map(|e| e.kv()) {
