@@ -53,7 +53,7 @@ build-c-tests: header-fresh
 	$(MAKE) --no-print-directory install C_PROFILE=$(C_PROFILE) PREFIX=$(C_TEST_PREFIX)
 	PKG_CONFIG_PATH=$(C_TEST_PREFIX)/lib/pkgconfig; \
 	  $(CC) -std=c11 -Wall -Wextra -Werror -g -o target/test_accord bindings/c/tests/test_accord.c \
-	    $$(PKG_CONFIG_PATH=$$PKG_CONFIG_PATH pkg-config --cflags --libs accord) -lpthread \
+	    $$(PKG_CONFIG_PATH=$$PKG_CONFIG_PATH pkg-config --cflags --libs accord libpq) -lpthread \
 	    -Wl,-rpath,$(C_TEST_PREFIX)/lib
 	@# The C quick start, built with README's command as written (its rpath is what lets it
 	@# start without LD_LIBRARY_PATH), plus strict warnings; only the output file differs.
