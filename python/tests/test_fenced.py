@@ -111,6 +111,9 @@ def test_done_in_commits_with_the_write_or_not_at_all(
         with conn.transaction(force_rollback=True):
             conn.execute(insert, ("kept",))
             assert kept.done_in(conn, {"r": 1}) == {"r": 1}
+            # The server's refusal through the helper: the key is done in this transaction.
+            with pytest.raises(accord.LeaseLost, match="the key is done"):
+                kept.fenced(conn)
         assert rows(admin, table) == []
         assert kept.status == "held"
         assert b.try_acquire("kept") is None

@@ -152,6 +152,10 @@ func TestFencedWriteWithDatabaseSQL(t *testing.T) {
 	if err != nil || merged["r"] != float64(1) {
 		t.Fatalf("done in: %v %v", merged, err)
 	}
+	// The server's refusal through the helper: the key is done in this very transaction.
+	if err := kept.Fenced(f.ctx, tx); !errors.Is(err, accord.ErrLeaseLost) || !strings.Contains(err.Error(), "the key is done") || strings.Contains(err.Error(), "SQLSTATE") {
+		t.Fatalf("a fence check after done in the same transaction: %v", err)
+	}
 	tx.Rollback()
 	if got := f.rows(t); got != "live" {
 		t.Fatalf("rows %q", got)
