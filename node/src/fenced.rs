@@ -105,10 +105,7 @@ pub(crate) fn run<'e>(
     if let Some(lease) = &after {
         lease.done_in_sent();
     }
-    let promise = match sent {
-        Ok(promise) => promise,
-        Err(e) => return Err(e),
-    };
+    let promise = sent?;
     type Then<'f> = Function<
         'f,
         FnArgs<(
