@@ -3,8 +3,8 @@ statements a lease gives (``fence_check_sql()``, ``done_sql()``: the core makes 
 the server's refusal into accord's exception (the core's mapping, ``_fenced_refusal``).
 
 psycopg is not a dependency of accord: it is imported only here, when a helper is called. The
-statements take PostgreSQL's own placeholders (``$1``), which psycopg's raw cursors run as
-they are.
+statements take PostgreSQL's own placeholders (``$1``), which psycopg's raw cursors (psycopg
+3.2 and later) run as they are.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 from typing import TYPE_CHECKING, Any, NoReturn, Optional, Union, cast
 
 from ._accord import _fenced_refusal
-from ._errors import InvalidArgument
+from ._errors import InvalidArgument, Unsupported
 
 if TYPE_CHECKING:
     import psycopg
@@ -32,6 +32,11 @@ def _connection(conn: Any, asynchronous: bool) -> Any:
         import psycopg
     except ImportError:  # pragma: no cover - psycopg is what the caller passes
         psycopg = None  # type: ignore[assignment]
+    if psycopg is not None and not hasattr(psycopg, "RawCursor"):
+        raise Unsupported(
+            f"fenced writes need psycopg >= 3.2, whose raw cursors take PostgreSQL's own "
+            f"placeholders ($1), as the statements are written; this is {psycopg.__version__}"
+        )
     if psycopg is not None:
         kinds: tuple[type, ...] = (
             (psycopg.AsyncConnection,) if asynchronous else (psycopg.Connection,)
