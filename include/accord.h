@@ -1087,6 +1087,64 @@ const char *accord_error_message_in(const accord_error *error, int32_t words);
 void accord_error_free(accord_error *error);
 
 /**
+ * The statement that checks this lease in the application's transaction, for libpq's
+ * PQexecParams(conn, *out_text, *out_n_params, NULL, *out_params, NULL, NULL, 0): run it after
+ * BEGIN and before the writes. After it succeeds, every write of that transaction commits
+ * before any later grant of the key, even if the lease expires before the commit (the key's
+ * row is held until the transaction ends: the lease's own renewal waits for it, so keep such
+ * transactions well inside the ttl). A refusal (PGRES_FATAL_ERROR): pass its SQLSTATE and
+ * message to accord_fenced_refusal(), then roll back.
+ *
+ * `*out_text` is freed with accord_string_free(), `*out_params` (an array of `*out_n_params`
+ * strings) with accord_string_array_free(); NULL and 0 when the call fails. ACCORD_LEASE_LOST when the lease is already not
+ * held here; ACCORD_UNSUPPORTED on the embedded store (sqlite:), which no transaction of the
+ * application's database can see. Never blocks.
+ */
+accord_status accord_lease_fence_check_sql(const accord_lease *lease,
+                                           char **out_text,
+                                           char ***out_params,
+                                           uintptr_t *out_n_params,
+                                           accord_error **err);
+
+/**
+ * The statement that marks this lease's key done in the application's transaction, merging
+ * `metadata_json` (a JSON object, or NULL); it answers one row, one column: the key's metadata
+ * as JSON text. Run it as accord_lease_fence_check_sql()'s statement, then call
+ * accord_lease_done_sent(), then commit or roll back: the done commits with the transaction's
+ * writes or not at all. After the commit the lease settles as ACCORD_LEASE_STATUS_DONE (not
+ * lost); after a rollback it is still held and renewed.
+ *
+ * Frees and errors as accord_lease_fence_check_sql(); a shared lease:
+ * ACCORD_INVALID_ARGUMENT (acquire the key exclusively to finish it). Never blocks.
+ */
+accord_status accord_lease_done_sql(const accord_lease *lease,
+                                    const char *metadata_json,
+                                    char **out_text,
+                                    char ***out_params,
+                                    uintptr_t *out_n_params,
+                                    accord_error **err);
+
+/**
+ * Tells the lease that accord_lease_done_sql()'s statement ran in the application's
+ * transaction (answered or not): it settles as done at once after the commit (otherwise at its
+ * next renewal), and is renewed as before after a rollback. NULL is accepted. Never blocks.
+ */
+void accord_lease_done_sent(const accord_lease *lease);
+
+/**
+ * accord's error for a statement of accord_lease_fence_check_sql() or accord_lease_done_sql()
+ * that the server refused: `what` names the call ("check_fence", "done"), `sqlstate` and
+ * `message` are the server's (libpq: PQresultErrorField(res, PG_DIAG_SQLSTATE) and
+ * PG_DIAG_MESSAGE_PRIMARY). Returns the status and sets `*err`: ACCORD_LEASE_LOST when the
+ * lease is not the key's live grant (SQLSTATE AC001; the message names key, fence and why),
+ * ACCORD_INVALID_ARGUMENT for a refused argument, ACCORD_DATABASE otherwise.
+ */
+accord_status accord_fenced_refusal(const char *what,
+                                    const char *sqlstate,
+                                    const char *message,
+                                    accord_error **err);
+
+/**
  * Frees a string that accord returned as `char *` (documented per function). NULL is
  * accepted.
  */

@@ -54,7 +54,7 @@ build-c-tests: header-fresh
 	$(MAKE) --no-print-directory install C_PROFILE=$(C_PROFILE) PREFIX=$(C_TEST_PREFIX)
 	PKG_CONFIG_PATH=$(C_TEST_PREFIX)/lib/pkgconfig; \
 	  $(CC) -std=c11 -Wall -Wextra -Werror -g -o target/test_accord bindings/c/tests/test_accord.c \
-	    $$(PKG_CONFIG_PATH=$$PKG_CONFIG_PATH pkg-config --cflags --libs accord) -lpthread \
+	    $$(PKG_CONFIG_PATH=$$PKG_CONFIG_PATH pkg-config --cflags --libs accord libpq) -lpthread \
 	    -Wl,-rpath,$(C_TEST_PREFIX)/lib
 	@# The C quick start, built with README's command as written (its rpath is what lets it
 	@# start without LD_LIBRARY_PATH), plus strict warnings; only the output file differs.
@@ -104,10 +104,13 @@ go-lib: build-c ## bindings/go/lib/linux_amd64/libaccord.a (release), for Go bui
 # The Go package links libaccord.a from $(GO_LIB_DIR), whatever the profile. First, a build as
 # from a fresh clone (no lib/): its message, and README's pkg-config line against the installed
 # copy (tests/go-clone.sh).
-test-go: build-c-tests ## go vet and go test of bindings/go, then examples/go (db)
+test-go: build-c-tests ## go vet and go test of bindings/go (and its fencedtest module), then examples/go (db)
 	tests/go-clone.sh $(C_TEST_PREFIX)
 	mkdir -p $(GO_LIB_DIR) && cp $(C_LIBDIR)/libaccord.a $(GO_LIB_DIR)/libaccord.a
 	cd bindings/go && go vet ./... && go test -count=1 ./...
+	@# Fenced writes with real drivers (pgx, database/sql): a module of its own, so that the
+	@# accord module depends on no driver.
+	cd bindings/go/fencedtest && go vet ./... && go test -count=1 ./...
 	cd examples/go && go vet ./... && go build -o ../../target/quickstart_go . && \
 	  ACCORD_URL="$$ACCORD_TEST_DATABASE_URL" ../../target/quickstart_go && \
 	  ACCORD_URL="$$ACCORD_TEST_DATABASE_URL" ../../target/quickstart_go

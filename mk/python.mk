@@ -17,7 +17,7 @@ PY_VENV := .venv
 PY := $(PY_VENV)/bin/python
 # Lint tools pinned to a minor version: their new rules must not break a fresh clone's `make test`.
 PY_TOOLS := "maturin>=1.9.4,<2" "pytest>=8,<10" "pytest-asyncio>=1.0,<2" "pytest-timeout>=2,<3" \
-	"mypy>=2.4,<2.5" "ruff>=0.17,<0.18" "psycopg[binary]>=3.1,<4"
+	"mypy>=2.4,<2.5" "ruff>=0.17,<0.18" "psycopg[binary]>=3.2,<4"
 PY_TOOLS_STAMP := $(PY_VENV)/.accord-python-tools
 # The wheel of dist-python (mk/dist-pynode.mk), the one people install: in dist/ (release), or
 # target/dist-debug for the test targets (DIST_PROFILE=debug, mk/dist.mk).

@@ -367,6 +367,38 @@ export declare class Lease {
    */
   done(metadata?: Record<string, unknown> | null): Promise<void>
   /**
+   * The statement `fenced` runs (`accord.check_fence`), for a driver of your own: its text
+   * (`$1`, `$2`, …) and parameters as strings. `ACCORD_LEASE_LOST` when the lease is already
+   * not held here; `ACCORD_UNSUPPORTED` on the embedded store.
+   */
+  fenceCheckSql(): SqlCall
+  /**
+   * The statement `doneIn` runs (`accord.done`, merging `metadata`; it answers the key's
+   * metadata as JSON text), for a driver of your own; then call `doneSent()`.
+   */
+  doneSql(metadata?: Record<string, unknown> | null): SqlCall
+  /**
+   * Says that `doneSql()`'s statement ran in the application's transaction: the lease
+   * settles as done at once after the commit, and is renewed as before after a rollback.
+   */
+  doneSent(): void
+  /**
+   * Checks this lease in the application's transaction, before its writes: `client` is
+   * node-postgres's `Client` or `PoolClient` inside `BEGIN`. Once it resolves, every write of
+   * that transaction commits before any later grant of the key, even if the lease expires
+   * before the commit. Rejects with `ACCORD_LEASE_LOST` when the lease is not the key's live
+   * grant (or already lost here): roll back. The key's row is held until the transaction
+   * ends (the lease's own renewal waits for it): keep such transactions well inside the ttl.
+   */
+  fenced(client: { query(config: { text: string; values: Array<string | null>; rowMode: 'array' }): Promise<unknown> }): Promise<void>
+  /**
+   * Marks the key done in the application's transaction (`client` as `fenced`'s), merging
+   * `metadata`; resolves to the key's metadata. The done commits with the transaction's
+   * writes or not at all: after `COMMIT` the lease ends as `'done'` (not lost), after
+   * `ROLLBACK` it is still held and renewed.
+   */
+  doneIn(client: { query(config: { text: string; values: Array<string | null>; rowMode: 'array' }): Promise<unknown> }, metadata?: Record<string, unknown> | null): Promise<Record<string, unknown>>
+  /**
    * `await using lease = await client.acquire(key)` releases the lease at the end of the
    * block (the same as `release()`).
    */
@@ -925,6 +957,15 @@ export interface PoolCounts {
   held: number
   /** Marked done. */
   done: number
+}
+
+/**
+ * A statement for the application's transaction, with any driver: `text` takes `params` as
+ * `$1`, `$2`, … (strings, or null for NULL; the statement casts each to its type).
+ */
+export interface SqlCall {
+  text: string
+  params: Array<string | null>
 }
 
 /**

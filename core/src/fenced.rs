@@ -37,6 +37,17 @@ pub enum SqlParam {
 }
 
 impl SqlParam {
+    /// The value in PostgreSQL's text form, as drivers that take every parameter as a string
+    /// send it (libpq's `PQexecParams`; the bindings' helpers); `None` for NULL. The statement
+    /// casts each placeholder to its type.
+    pub fn to_text(&self) -> Option<String> {
+        match self {
+            SqlParam::Text(v) => Some(v.clone()),
+            SqlParam::BigInt(v) => Some(v.to_string()),
+            SqlParam::NullableText(v) => v.clone(),
+        }
+    }
+
     fn typed(&self) -> (&(dyn ToSql + Sync), Type) {
         match self {
             SqlParam::Text(v) => (v, Type::TEXT),
@@ -110,10 +121,36 @@ impl Lease {
     /// keepalive passes over it and tries again shortly, within the lease's deadline), so keep
     /// such transactions well inside the ttl.
     pub async fn fenced<C: GenericClient + Sync>(&self, tx: &C) -> Result<()> {
-        let call = self.fence_check_sql()?;
-        self.grant.require_held()?;
+        let call = self.fenced_call()?;
         run(tx, &call, "check_fence").await?;
         Ok(())
+    }
+
+    /// What [`Lease::fenced`] runs, for a driver of the caller's (the bindings' `fenced`
+    /// helpers): [`Lease::fence_check_sql`], after this client's own refusal (`LeaseLost` when
+    /// the lease is already not held here). A refusal by the server: [`fenced_refusal`].
+    pub fn fenced_call(&self) -> Result<SqlCall> {
+        let call = self.fence_check_sql()?;
+        self.grant.require_held()?;
+        Ok(call)
+    }
+
+    /// What [`Lease::done_in`] runs, for a driver of the caller's: [`Lease::done_sql`], after
+    /// this client's own refusals. Once it ran in the application's transaction (answered or
+    /// not), call [`Lease::done_in_sent`]; the answer is the key's metadata as JSON text.
+    pub fn done_in_call(&self, metadata: Option<&Metadata>) -> Result<SqlCall> {
+        let call = self.done_sql(metadata)?;
+        self.grant.require_held()?;
+        Ok(call)
+    }
+
+    /// Tells this client that [`Lease::done_in_call`]'s (or [`Lease::release_sql`]'s)
+    /// statement ran in the application's transaction: whichever way that transaction ends,
+    /// the keepalive looks at once, and while the transaction holds the key's row, again
+    /// shortly: the lease settles as `Done` at the commit (not lost), and is renewed as before
+    /// after a rollback. Without this call it settles all the same, at its next renewal.
+    pub fn done_in_sent(&self) {
+        self.session.keepalive.look_now(&self.grant);
     }
 
     /// Marks this lease's key done in `tx`, merging `metadata`; answers the key's metadata.
@@ -125,13 +162,10 @@ impl Lease {
         tx: &C,
         metadata: Option<Metadata>,
     ) -> Result<Metadata> {
-        let call = self.done_sql(metadata.as_ref())?;
-        self.grant.require_held()?;
+        let call = self.done_in_call(metadata.as_ref())?;
         let row = run(tx, &call, "done").await?;
         let merged: String = row.try_get(0).map_err(Error::internal)?;
-        // Whichever way `tx` ends, the keepalive looks at once, and while `tx` holds the row,
-        // again shortly: done at the commit, renewed as before after a rollback.
-        self.session.keepalive.look_now(&self.grant);
+        self.done_in_sent();
         serde_json::from_str(&merged)
             .map_err(|e| Error::internal(format!("stored metadata is not a JSON object: {e}")))
     }
@@ -170,15 +204,22 @@ fn refusal(what: &str, e: tokio_postgres::Error) -> Error {
         let message = format!("{what} in the application's transaction: {e}");
         return Error::new(ErrorKind::Connection, message).with_source(e);
     };
-    let code = db.code().code();
-    let kind = match code {
+    fenced_refusal(what, db.code().code(), db.message()).with_source(e)
+}
+
+/// accord's error for a statement of a fenced call (`what`: "check_fence", "done", "release")
+/// that the server refused with SQLSTATE `sqlstate` and `message`, whichever driver ran it:
+/// `LeaseLost` for a fence that is not the key's live grant (`AC001`, the server's message
+/// naming key, fence and why), `InvalidArgument` for a refused argument, `Database` otherwise.
+pub fn fenced_refusal(what: &str, sqlstate: &str, message: &str) -> Error {
+    let kind = match sqlstate {
         FENCE_REFUSED => ErrorKind::LeaseLost,
         SHARED_DONE | "22023" => ErrorKind::InvalidArgument,
         _ => ErrorKind::Database,
     };
     let message = match kind {
-        ErrorKind::Database => format!("{what}: PostgreSQL error {code}: {}", db.message()),
-        _ => db.message().to_string(),
+        ErrorKind::Database => format!("{what}: PostgreSQL error {sqlstate}: {message}"),
+        _ => message.to_string(),
     };
-    Error::new(kind, message).with_source(e)
+    Error::new(kind, message)
 }

@@ -11,7 +11,14 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
 use crate::convert::{millis, opt_metadata, settle_ok};
-use crate::error::Outcome;
+use crate::error::{Failure, Outcome};
+use crate::fenced::{self, sql_call, SqlCall};
+
+fn js_undefined(env: &Env) -> Result<Unknown<'static>> {
+    Ok(unsafe {
+        Unknown::from_raw_unchecked(env.raw(), ToNapiValue::to_napi_value(env.raw(), ())?)
+    })
+}
 
 /// A key held by this client, renewed in the background until it is released, done or lost.
 ///
@@ -242,6 +249,85 @@ impl Lease {
         };
         let lease = self.inner.clone();
         settle_ok(env, async move { Ok(lease.done(metadata?).await?) })
+    }
+
+    /// The statement `fenced` runs (`accord.check_fence`), for a driver of your own: its text
+    /// (`$1`, `$2`, …) and parameters as strings. `ACCORD_LEASE_LOST` when the lease is already
+    /// not held here; `ACCORD_UNSUPPORTED` on the embedded store.
+    #[napi]
+    pub fn fence_check_sql(&self, env: &Env) -> Result<SqlCall> {
+        self.inner
+            .fenced_call()
+            .map(sql_call)
+            .map_err(|e| Failure::from(e).into_napi(env))
+    }
+
+    /// The statement `doneIn` runs (`accord.done`, merging `metadata`; it answers the key's
+    /// metadata as JSON text), for a driver of your own; then call `doneSent()`.
+    #[napi(ts_args_type = "metadata?: Record<string, unknown> | null")]
+    pub fn done_sql(&self, env: &Env, metadata: Option<Unknown>) -> Result<SqlCall> {
+        let call = (|| -> Outcome<accord::SqlCall> {
+            let metadata = match metadata {
+                Some(m) => opt_metadata(env, "metadata", &m)?,
+                None => None,
+            };
+            Ok(self.inner.done_in_call(metadata.as_ref())?)
+        })();
+        call.map(sql_call).map_err(|f| f.into_napi(env))
+    }
+
+    /// Says that `doneSql()`'s statement ran in the application's transaction: the lease
+    /// settles as done at once after the commit, and is renewed as before after a rollback.
+    #[napi]
+    pub fn done_sent(&self) {
+        self.inner.done_in_sent();
+    }
+
+    /// Checks this lease in the application's transaction, before its writes: `client` is
+    /// node-postgres's `Client` or `PoolClient` inside `BEGIN`. Once it resolves, every write of
+    /// that transaction commits before any later grant of the key, even if the lease expires
+    /// before the commit. Rejects with `ACCORD_LEASE_LOST` when the lease is not the key's live
+    /// grant (or already lost here): roll back. The key's row is held until the transaction
+    /// ends (the lease's own renewal waits for it): keep such transactions well inside the ttl.
+    #[napi(
+        ts_args_type = "client: { query(config: { text: string; values: Array<string | null>; rowMode: 'array' }): Promise<unknown> }",
+        ts_return_type = "Promise<void>"
+    )]
+    pub fn fenced<'e>(&self, env: &'e Env, client: Unknown<'e>) -> Result<Unknown<'e>> {
+        let call = self.inner.fenced_call().map_err(Failure::from);
+        fenced::run(
+            env,
+            client,
+            "check_fence",
+            call,
+            |env, _| js_undefined(env),
+            None,
+        )
+    }
+
+    /// Marks the key done in the application's transaction (`client` as `fenced`'s), merging
+    /// `metadata`; resolves to the key's metadata. The done commits with the transaction's
+    /// writes or not at all: after `COMMIT` the lease ends as `'done'` (not lost), after
+    /// `ROLLBACK` it is still held and renewed.
+    #[napi(
+        ts_args_type = "client: { query(config: { text: string; values: Array<string | null>; rowMode: 'array' }): Promise<unknown> }, metadata?: Record<string, unknown> | null",
+        ts_return_type = "Promise<Record<string, unknown>>"
+    )]
+    pub fn done_in<'e>(
+        &self,
+        env: &'e Env,
+        client: Unknown<'e>,
+        metadata: Option<Unknown>,
+    ) -> Result<Unknown<'e>> {
+        let call = (|| -> Outcome<accord::SqlCall> {
+            let metadata = match metadata {
+                Some(m) => opt_metadata(env, "metadata", &m)?,
+                None => None,
+            };
+            Ok(self.inner.done_in_call(metadata.as_ref())?)
+        })();
+        let lease = call.is_ok().then(|| self.inner.clone());
+        fenced::run(env, client, "done", call, fenced::merged_metadata, lease)
     }
 
     /// `await using lease = await client.acquire(key)` releases the lease at the end of the

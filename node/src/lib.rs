@@ -13,6 +13,7 @@ mod client;
 mod convert;
 mod election;
 mod error;
+mod fenced;
 mod fleet;
 mod lease;
 mod membership;

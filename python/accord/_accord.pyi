@@ -7,6 +7,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal, Optional, Union, final
 
+import psycopg
 from typing_extensions import Self
 
 from ._aio import Opening
@@ -95,6 +96,7 @@ __all__ = [
     "__version__",
     "_close_on_sigterm",
     "_error_for_code",
+    "_fenced_refusal",
     "close_all",
     "migration_sql",
 ]
@@ -123,6 +125,10 @@ def _close_on_sigterm() -> bool:
 
 def _error_for_code(code: str, message: str) -> BaseException:
     """The exception the module raises for a core error of the kind ``code`` (for tests)."""
+
+def _fenced_refusal(what: str, sqlstate: str, message: str) -> BaseException:
+    """accord's exception for a fenced statement the server refused with ``sqlstate``
+    (``LeaseLost`` for AC001), the core's mapping (for ``accord/_fenced.py``)."""
 
 @final
 class Completer:
@@ -245,6 +251,28 @@ class Lease:
     def renew(self, metadata: Optional[_Metadata] = None) -> None: ...
     def release(self) -> None: ...
     def done(self, metadata: Optional[_Metadata] = None) -> None: ...
+    def fenced(self, conn: Union[psycopg.Connection[Any], psycopg.Cursor[Any]]) -> None:
+        """Checks this lease in the application's transaction (a psycopg 3 connection or
+        cursor), before its writes: they then commit before any later grant of the key.
+        LeaseLost when the lease is not the key's live grant: roll back."""
+    def done_in(
+        self,
+        conn: Union[psycopg.Connection[Any], psycopg.Cursor[Any]],
+        metadata: Optional[_Metadata] = None,
+    ) -> _Metadata:
+        """Marks the key done in the application's transaction, merging ``metadata``; returns
+        the key's metadata. After the commit the lease ends as "done", after a rollback it is
+        still held."""
+    def fence_check_sql(self) -> tuple[str, list[Optional[str]]]:
+        """The statement ``fenced`` runs (``accord.check_fence``) for a driver of your own: its
+        text (``$1``, ``$2``, …) and parameters as strings. LeaseLost when the lease is already
+        not held here; Unsupported on the embedded store."""
+    def done_sql(self, metadata: Optional[_Metadata] = None) -> tuple[str, list[Optional[str]]]:
+        """The statement ``done_in`` runs (``accord.done``; it answers the key's metadata as
+        JSON text) for a driver of your own; then call ``done_sent()``."""
+    def done_sent(self) -> None:
+        """Says that ``done_sql()``'s statement ran in the application's transaction: the
+        lease settles as done at once after the commit, renewed as before after a rollback."""
     def __enter__(self) -> Self: ...
     def __exit__(
         self,
@@ -290,6 +318,26 @@ class AsyncLease:
     async def renew(self, metadata: Optional[_Metadata] = None) -> None: ...
     async def release(self) -> None: ...
     async def done(self, metadata: Optional[_Metadata] = None) -> None: ...
+    async def fenced(
+        self, conn: Union[psycopg.AsyncConnection[Any], psycopg.AsyncCursor[Any]]
+    ) -> None:
+        """``Lease.fenced`` for psycopg 3's async connection or cursor."""
+    async def done_in(
+        self,
+        conn: Union[psycopg.AsyncConnection[Any], psycopg.AsyncCursor[Any]],
+        metadata: Optional[_Metadata] = None,
+    ) -> _Metadata:
+        """``Lease.done_in`` for psycopg 3's async connection or cursor."""
+    def fence_check_sql(self) -> tuple[str, list[Optional[str]]]:
+        """The statement ``fenced`` runs (``accord.check_fence``) for a driver of your own: its
+        text (``$1``, ``$2``, …) and parameters as strings. LeaseLost when the lease is already
+        not held here; Unsupported on the embedded store."""
+    def done_sql(self, metadata: Optional[_Metadata] = None) -> tuple[str, list[Optional[str]]]:
+        """The statement ``done_in`` runs (``accord.done``; it answers the key's metadata as
+        JSON text) for a driver of your own; then call ``done_sent()``."""
+    def done_sent(self) -> None:
+        """Says that ``done_sql()``'s statement ran in the application's transaction: the
+        lease settles as done at once after the commit, renewed as before after a rollback."""
     async def __aenter__(self) -> Self: ...
     async def __aexit__(
         self,

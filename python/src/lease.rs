@@ -43,6 +43,37 @@ fn wait_for_end(
     Ok(matches!(ended, Some(LeaseStatus::Lost(_))))
 }
 
+/// A statement of the core's as Python takes it: the text, the parameters as strings.
+fn sql_call(call: accord::SqlCall) -> (String, Vec<Option<String>>) {
+    let params = call.params.iter().map(accord::SqlParam::to_text).collect();
+    (call.text, params)
+}
+
+/// A function of `accord/_fenced.py`, which runs the statements on the caller's driver.
+fn fenced_py<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    static FENCED: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    FENCED
+        .get_or_try_init(py, || py.import("accord._fenced").map(Bound::unbind))?
+        .bind(py)
+        .getattr(name)
+}
+
+/// accord's exception for a statement of `fence_check_sql()` or `done_sql()` that the server
+/// refused with SQLSTATE `sqlstate` (`LeaseLost` for `AC001`: the fence is not the key's live
+/// grant), the core's mapping.
+#[pyfunction]
+pub fn _fenced_refusal<'py>(
+    py: Python<'py>,
+    what: &str,
+    sqlstate: &str,
+    message: &str,
+) -> Bound<'py, PyAny> {
+    to_py(accord::fenced_refusal(what, sqlstate, message))
+        .into_value(py)
+        .into_bound(py)
+        .into_any()
+}
+
 /// The attributes both lease classes share.
 macro_rules! lease_class {
     ($name:ident, $($methods:tt)*) => {
@@ -106,6 +137,28 @@ macro_rules! lease_class {
             #[getter]
             fn lost_reason(&self) -> PyResult<Option<&'static str>> {
                 lost_reason_name(self.inner.status())
+            }
+            /// The statement `fenced` runs (`accord.check_fence`), for a driver of your own:
+            /// (text with `$1`, `$2`, …, the parameters as strings). `LeaseLost` when the
+            /// lease is already not held here; `Unsupported` on the embedded store.
+            fn fence_check_sql(&self) -> PyResult<(String, Vec<Option<String>>)> {
+                self.inner.fenced_call().map(sql_call).py()
+            }
+            /// The statement `done_in` runs (`accord.done`, merging `metadata`; it answers the
+            /// key's metadata as JSON text), for a driver of your own; then call `done_sent()`.
+            #[pyo3(signature = (metadata=None))]
+            fn done_sql(
+                &self,
+                metadata: Option<&Bound<'_, PyAny>>,
+            ) -> PyResult<(String, Vec<Option<String>>)> {
+                let metadata = convert::metadata("metadata", metadata)?;
+                self.inner.done_in_call(metadata.as_ref()).map(sql_call).py()
+            }
+            /// Says that `done_sql()`'s statement ran in the application's transaction: the
+            /// lease settles as done at once after the commit, and is renewed as before after a
+            /// rollback.
+            fn done_sent(&self) {
+                self.inner.done_in_sent();
             }
             fn __repr__(&self) -> String {
                 let status = status_name(self.inner.status()).unwrap_or("?");
@@ -202,6 +255,30 @@ lease_class! {
     fn done(&self, py: Python<'_>, metadata: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let metadata = convert::metadata("metadata", metadata)?;
         block_on_settled(py, self.inner.done(metadata))?.py()
+    }
+
+    /// Checks this lease in the application's transaction, before its writes: `conn` is a
+    /// psycopg 3 `Connection` or `Cursor` inside a transaction. After it returns, every write
+    /// of that transaction commits before any later grant of the key, even if the lease
+    /// expires before the commit. `LeaseLost` when the lease is not the key's live grant (or
+    /// already lost here): roll back. The key's row is held until the transaction ends (the
+    /// lease's own renewal waits for it): keep such transactions well inside the ttl.
+    fn fenced(slf: &Bound<'_, Self>, conn: &Bound<'_, PyAny>) -> PyResult<()> {
+        fenced_py(slf.py(), "fenced")?.call1((slf, conn))?;
+        Ok(())
+    }
+
+    /// Marks the key done in the application's transaction (`conn` as `fenced`'s), merging
+    /// `metadata`, and returns the key's metadata. The done commits with the transaction's
+    /// writes or not at all: after the commit the lease ends as "done" (not lost), after a
+    /// rollback it is still held and renewed.
+    #[pyo3(signature = (conn, metadata=None))]
+    fn done_in<'py>(
+        slf: &Bound<'py, Self>,
+        conn: &Bound<'py, PyAny>,
+        metadata: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        fenced_py(slf.py(), "done_in")?.call1((slf, conn, metadata))
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -366,6 +443,24 @@ lease_class! {
         let metadata = convert::metadata("metadata", metadata)?;
         let lease = self.inner.clone();
         runtime::detached_into_py(py, async move { lease.done(metadata).await.py() })
+    }
+
+    /// `Lease.fenced` for psycopg 3's `AsyncConnection` or `AsyncCursor` (awaitable).
+    fn fenced<'py>(
+        slf: &Bound<'py, Self>,
+        conn: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        fenced_py(slf.py(), "fenced_async")?.call1((slf, conn))
+    }
+
+    /// `Lease.done_in` for psycopg 3's `AsyncConnection` or `AsyncCursor` (awaitable).
+    #[pyo3(signature = (conn, metadata=None))]
+    fn done_in<'py>(
+        slf: &Bound<'py, Self>,
+        conn: &Bound<'py, PyAny>,
+        metadata: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        fenced_py(slf.py(), "done_in_async")?.call1((slf, conn, metadata))
     }
 
     fn __aenter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {

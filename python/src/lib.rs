@@ -38,6 +38,7 @@ fn _accord(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<lease::Lease>()?;
     m.add_class::<lease::AsyncLease>()?;
     m.add_class::<lease::LostSignal>()?;
+    m.add_function(wrap_pyfunction!(lease::_fenced_refusal, m)?)?;
     m.add_class::<subscription::Subscription>()?;
     m.add_class::<subscription::AsyncSubscription>()?;
     m.add_class::<pool::PoolCounts>()?;

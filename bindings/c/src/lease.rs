@@ -21,6 +21,10 @@ pub struct accord_lease {
 }
 
 impl accord_lease {
+    pub(crate) fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
     pub(crate) fn create(client: &accord_client, lease: Lease) -> *mut accord_lease {
         Self::create_for(&client.events, lease)
     }

@@ -12,6 +12,7 @@
 mod client;
 mod election;
 mod error;
+mod fenced;
 mod ffi;
 mod fleet;
 mod lease;
@@ -30,6 +31,7 @@ use std::ffi::c_char;
 pub use client::*;
 pub use election::*;
 pub use error::*;
+pub use fenced::*;
 pub use ffi::accord_string_free;
 pub use fleet::*;
 pub use lease::*;

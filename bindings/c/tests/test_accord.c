@@ -1,7 +1,8 @@
 /*
  * The scenarios of docs/semantics.md that reach C (L1-L9, N1-N6, P1, P3, P4, P6, M1, F2, F4,
  * X1, X2, E1-E3), durable streams, bad input, the client event queue, stats, fork detection, the
- * client options' timeouts, listen_url behind a PgBouncer (O1) and every status code, through the
+ * client options' timeouts, listen_url behind a PgBouncer (O1), fenced writes over libpq and every
+ * status code, through the
  * installed header and library, against the PostgreSQL named by ACCORD_TEST_DATABASE_URL; the
  * quick start on the etcd cluster named by ACCORD_TEST_ETCD_URL (test_etcd, skipped without it). Exit
  * status 0 when every check passed, and when every status but ACCORD_INTERNAL was returned by
@@ -18,6 +19,7 @@
  */
 #define _GNU_SOURCE
 #include <accord.h>
+#include <libpq-fe.h>
 
 #include <pthread.h>
 #include <signal.h>
@@ -2202,6 +2204,162 @@ static void test_embedded_stores(void) {
   unlink(path);
 }
 
+/* Fenced writes over libpq: the application's own connection runs the statements a lease gives
+ * (accord_lease_fence_check_sql, accord_lease_done_sql) inside its transaction. */
+static PGconn *app_connect(void) {
+  PGconn *conn = PQconnectdb(url);
+  if (PQstatus(conn) != CONNECTION_OK) FAIL("libpq: %s", PQerrorMessage(conn));
+  return conn;
+}
+
+static void app_exec(PGconn *conn, const char *sql) {
+  PGresult *res = PQexec(conn, sql);
+  if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK)
+    FAIL("%s: %s", sql, PQerrorMessage(conn));
+  PQclear(res);
+}
+
+static long app_count(PGconn *conn, const char *sql) {
+  PGresult *res = PQexec(conn, sql);
+  if (PQresultStatus(res) != PGRES_TUPLES_OK) FAIL("%s: %s", sql, PQerrorMessage(conn));
+  long n = atol(PQgetvalue(res, 0, 0));
+  PQclear(res);
+  return n;
+}
+
+/* Runs a statement of the lease's (text and parameters as accord gave them); a refusal becomes
+ * accord's status through accord_fenced_refusal. `*answer` (if given) gets the first value. */
+static accord_status run_fenced(PGconn *conn, const char *what, char *text, char **params,
+                                size_t n, char **answer, accord_error **err) {
+  PGresult *res = PQexecParams(conn, text, (int)n, NULL, (const char *const *)params, NULL, NULL, 0);
+  accord_status status = ACCORD_OK;
+  if (PQresultStatus(res) == PGRES_TUPLES_OK) {
+    if (answer) *answer = strdup(PQgetvalue(res, 0, 0));
+  } else {
+    status = accord_fenced_refusal(what, PQresultErrorField(res, PG_DIAG_SQLSTATE),
+                                   PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY), err);
+    if (status == ACCORD_LEASE_LOST && !strstr(accord_error_message(*err), "fence"))
+      FAIL("the refusal does not name the fence: %s", accord_error_message(*err));
+  }
+  PQclear(res);
+  accord_string_free(text);
+  accord_string_array_free(params, n);
+  return status;
+}
+
+static accord_status fenced_check(PGconn *conn, accord_lease *lease, accord_error **refusal) {
+  char *text = NULL, **params = NULL;
+  size_t n = 0;
+  MUST(accord_lease_fence_check_sql(lease, &text, &params, &n, &err));
+  CHECK(n == 3 && strstr(text, "check_fence"));
+  return run_fenced(conn, "check_fence", text, params, n, NULL, refusal);
+}
+
+static void wait_status(accord_lease *lease, accord_lease_status_code want) {
+  int64_t until = mono_ms() + 60000 * slow; /* a hang bound, not a timing assertion */
+  while (accord_lease_status(lease) != want) {
+    if (mono_ms() > until) FAIL("lease status %d, never %d", accord_lease_status(lease), want);
+    sleep_ms(10);
+  }
+}
+
+static void test_fenced_writes(void) {
+  accord_client *c = client("fenced", "o1");
+  accord_client *other = client("fenced", "o2");
+  PGconn *app = app_connect();
+  char table[64], sql[256];
+  fmt(table, sizeof table, "c_fenced_%d", getpid());
+  fmt(sql, sizeof sql, "CREATE TABLE %s (key text PRIMARY KEY, result text)", table);
+  app_exec(app, sql);
+  char insert[160], count[160];
+  fmt(count, sizeof count, "SELECT count(*) FROM %s", table);
+
+  /* A live lease: the checked write commits. */
+  accord_lease *live = acquire(c, "live", 60000);
+  app_exec(app, "BEGIN");
+  MUST(fenced_check(app, live, &err));
+  fmt(insert, sizeof insert, "INSERT INTO %s VALUES ('live', 'ok')", table);
+  app_exec(app, insert);
+  app_exec(app, "COMMIT");
+  CHECK(app_count(app, count) == 1);
+
+  /* A lease that ended (released) after its statement was made: the server refuses it as
+   * ACCORD_LEASE_LOST, and nothing is written; asked again, the lease refuses here. */
+  accord_lease *gone = acquire(c, "gone", 60000);
+  char *text = NULL, **params = NULL;
+  size_t n = 0;
+  MUST(accord_lease_fence_check_sql(gone, &text, &params, &n, &err));
+  MUST(accord_lease_release(gone, &err));
+  app_exec(app, "BEGIN");
+  EXPECT(ACCORD_LEASE_LOST, run_fenced(app, "check_fence", text, params, n, NULL, &err));
+  app_exec(app, "ROLLBACK");
+  CHECK(app_count(app, count) == 1);
+  EXPECT(ACCORD_LEASE_LOST, accord_lease_fence_check_sql(gone, &text, &params, &n, &err));
+  CHECK(text == NULL && params == NULL && n == 0);
+
+  /* done in the transaction, rolled back: neither the row nor the done; still held. */
+  accord_lease *kept = acquire(c, "kept", 60000);
+  app_exec(app, "BEGIN");
+  fmt(insert, sizeof insert, "INSERT INTO %s VALUES ('kept', 'ok')", table);
+  app_exec(app, insert);
+  MUST(accord_lease_done_sql(kept, "{\"r\":1}", &text, &params, &n, &err));
+  CHECK(n == 4);
+  char *merged = NULL;
+  MUST(run_fenced(app, "done", text, params, n, &merged, &err));
+  accord_lease_done_sent(kept);
+  CHECK(merged && strstr(merged, "\"r\": 1"));
+  free(merged);
+  app_exec(app, "ROLLBACK");
+  CHECK(app_count(app, count) == 1);
+  CHECK(accord_lease_status(kept) == ACCORD_LEASE_STATUS_HELD);
+  accord_lease *none = NULL;
+  EXPECT(ACCORD_HELD, accord_client_try_acquire(other, "kept", NULL, &none, &err));
+  MUST(accord_lease_renew(kept, NULL, &err));
+
+  /* Committed: the row and the done, and the lease settles as done, not lost. */
+  accord_lease *job = acquire(c, "job", 60000);
+  app_exec(app, "BEGIN");
+  MUST(fenced_check(app, job, &err));
+  fmt(insert, sizeof insert, "INSERT INTO %s VALUES ('job', 'ok')", table);
+  app_exec(app, insert);
+  MUST(accord_lease_done_sql(job, NULL, &text, &params, &n, &err));
+  CHECK(params[3] == NULL); /* no metadata: SQL NULL */
+  MUST(run_fenced(app, "done", text, params, n, NULL, &err));
+  accord_lease_done_sent(job);
+  app_exec(app, "COMMIT");
+  wait_status(job, ACCORD_LEASE_STATUS_DONE);
+  CHECK(app_count(app, count) == 2);
+  EXPECT(ACCORD_DONE, accord_client_try_acquire(other, "job", NULL, &none, &err));
+  CHECK(accord_lease_status(kept) == ACCORD_LEASE_STATUS_HELD);
+  EXPECT(ACCORD_INVALID_ARGUMENT,
+         accord_fenced_refusal("done", "AC002", "a shared lease cannot mark its key done", &err));
+
+  fmt(sql, sizeof sql, "DROP TABLE %s", table);
+  app_exec(app, sql);
+  PQfinish(app);
+  accord_lease_free(live);
+  accord_lease_free(gone);
+  accord_lease_free(kept);
+  accord_lease_free(job);
+  accord_client_close(c);
+  accord_client_close(other);
+  accord_client_free(c);
+  accord_client_free(other);
+
+  /* The embedded store: no transaction of the application's database can see its leases. */
+  accord_client *e = NULL;
+  MUST(accord_client_connect("memory:c-fenced", NULL, &e, &err));
+  accord_lease *mine = NULL;
+  MUST(accord_client_try_acquire(e, "k", NULL, &mine, &err));
+  EXPECT_NAMING(ACCORD_UNSUPPORTED, "PostgreSQL",
+                accord_lease_fence_check_sql(mine, &text, &params, &n, &err));
+  EXPECT_NAMING(ACCORD_UNSUPPORTED, "PostgreSQL",
+                accord_lease_done_sql(mine, NULL, &text, &params, &n, &err));
+  accord_lease_free(mine);
+  accord_client_close(e);
+  accord_client_free(e);
+}
+
 /* The quick start on etcd (ACCORD_TEST_ETCD_URL, an etcd:// URL of the cluster that
  * scripts/with-etcd.sh starts; skipped, saying so, without it), under a key prefix of its own:
  * connect, acquire with metadata, a second client refused and then woken by the release, done,
@@ -2576,6 +2734,7 @@ static const struct {
     TEST(test_streams),
     TEST(test_stream_payloads_retention_bad_input),
     TEST(test_embedded_stores),
+    TEST(test_fenced_writes),
     TEST(test_etcd),
     TEST(test_listen_url),
     TEST(test_statement_timeout),
