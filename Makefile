@@ -23,8 +23,10 @@ CORE_FEATURES := --features etcd
 # CLI's crossterm asks mio and rustix for more, cbindgen asks syn for more, and so on) would
 # build tokio, tonic, etcd-client and the core once more, for that feature set. Selected so,
 # the tests and every debug binary share one build of each (the core's tests build it in the
-# test profile, the binaries in dev: the core itself twice, its dependencies once).
-RUST_CRATES := -p accord-coord -p accord-coord-cli -p accord-c -p accord-bench --features accord-coord/etcd
+# test profile, the binaries in dev: the core itself twice, its dependencies once). The bench's
+# own feature `etcd` turns on its scenario 14 (test-bench runs it on the test cluster).
+RUST_CRATES := -p accord-coord -p accord-coord-cli -p accord-c -p accord-bench \
+  --features accord-coord/etcd,accord-bench/etcd
 WITH_PG := scripts/with-postgres.sh
 # The Python venv (mk/python.mk makes it). Set here, before the fragments are included in name
 # order, because mk/demo.mk and mk/polyglot.mk name a stamp in it as a prerequisite, and
@@ -87,7 +89,7 @@ lint: $(LINTS) ## every lint: rustfmt, clippy, ruff, mypy, tsc, gofmt (no databa
 # The feature `etcd` on, so that the etcd store and its tests are linted too.
 lint-rust: ## cargo fmt --check and clippy -D warnings
 	$(CARGO) fmt --all --check
-	$(CARGO) clippy --workspace --all-targets --features accord-coord/etcd -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --features accord-coord/etcd,accord-bench/etcd -- -D warnings
 
 fmt: ## cargo fmt of every crate
 	$(CARGO) fmt --all
