@@ -52,7 +52,7 @@ pub(super) enum Committed {
     /// Its compares held: written at this revision.
     Yes(i64),
     /// They did not: the key as the transaction read it.
-    No(Look),
+    No(Box<Look>),
 }
 
 /// An ending: a release, or a done merging some metadata.
@@ -158,7 +158,7 @@ impl EtcdBackend {
     ) -> Result<Committed> {
         let look = Look::read(at, answers)?;
         self.known.saw(&self.layout.row(ns, key), &look);
-        Ok(Committed::No(look))
+        Ok(Committed::No(Box::new(look)))
     }
 
     /// Reads many keys of `ns` (each as [`EtcdBackend::look`]), [`LOOK_KEYS`] a transaction.
@@ -301,7 +301,7 @@ impl EtcdBackend {
                             metadata: plan.metadata,
                         })
                     }
-                    Committed::No(look) => Err(look),
+                    Committed::No(look) => Err(*look),
                 };
                 (i, step)
             })
@@ -371,7 +371,7 @@ impl EtcdBackend {
                             self.known.wrote(&record, &row, at, true);
                             answers[i] = Some(Some(metadata));
                         }
-                        Committed::No(look) => looks[i] = Some(look),
+                        Committed::No(look) => looks[i] = Some(*look),
                     }
                 }
             }

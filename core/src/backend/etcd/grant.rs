@@ -186,7 +186,7 @@ impl EtcdBackend {
                     metadata: planned.metadata,
                 }))
             }
-            Some(Committed::No(look)) => Ok(Err(look)),
+            Some(Committed::No(look)) => Ok(Err(*look)),
             None => Err(crate::error::Error::internal(
                 "acquire: a transaction of one key answered none",
             )),
