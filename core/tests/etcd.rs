@@ -59,3 +59,157 @@ async fn etcd_url_refusals_name_the_parameter() {
     assert!(err.message().contains("pasword"), "{err}");
     assert!(!format!("{err} {err:?}").contains("secret"), "{err:?}");
 }
+
+/// The calls a client sent its store so far (etcd: gRPC calls and keep-alive messages).
+#[cfg(feature = "etcd")]
+fn calls(client: &Client) -> u64 {
+    client.stats().statements
+}
+
+/// An uncontended try_acquire and release are one transaction each on etcd: the grant
+/// compares what the client last knew of the key (the row it wrote, nothing holding it or in
+/// line) and reads the key only if that changed; the release compares the row it wrote with the
+/// grant. (Bounded, not exact: a grant keeps its session's lease alive first when the last
+/// keep-alive is older than about a second, one call more, which a slow machine may need.)
+#[cfg(feature = "etcd")]
+#[tokio::test]
+async fn an_uncontended_pair_is_two_transactions() {
+    use accord::AcquireOptions;
+    let Some(h) = support::Harness::etcd("etcd_pair").await else {
+        return;
+    };
+    let client = h.client("o1").await;
+    let ttl = || AcquireOptions::new().ttl(std::time::Duration::from_secs(60));
+    // The session's lease of this ttl class exists before counting.
+    let first = client.try_acquire("warm", ttl()).await.unwrap().unwrap();
+    first.release().await.unwrap();
+    const PAIRS: u64 = 20;
+    let before = calls(&client);
+    for i in 0..PAIRS {
+        // Half on one key again and again, half on keys the client never saw.
+        let key = if i % 2 == 0 {
+            "again".to_string()
+        } else {
+            format!("new{i}")
+        };
+        let lease = client.try_acquire(&key, ttl()).await.unwrap().unwrap();
+        lease.release().await.unwrap();
+    }
+    let sent = calls(&client) - before;
+    assert!(
+        sent < 3 * PAIRS,
+        "{PAIRS} uncontended pairs took {sent} calls (2 a pair, and the odd keep-alive)"
+    );
+    // Another client's grant in between: the first client's knowledge is stale, and its
+    // try reads the key in the same transaction that fails, then refuses.
+    let theirs = h.client("o2").await;
+    let held = theirs.try_acquire("again", ttl()).await.unwrap().unwrap();
+    assert!(client.try_acquire("again", ttl()).await.unwrap().is_none());
+    held.release().await.unwrap();
+    let mine = client.try_acquire("again", ttl()).await.unwrap().unwrap();
+    assert!(mine.fence() > held.fence(), "fences grow across clients");
+    mine.release().await.unwrap();
+    client.close().await;
+    theirs.close().await;
+}
+
+/// Client-side group commit on etcd: the tries, releases and dones that many tasks of one
+/// client start at once go out as one transaction per round (each key a nested transaction
+/// that succeeds or fails on its own), not a transaction or two each; a key another client
+/// holds is refused while the others in its transaction are granted, and the fences of one
+/// transaction are distinct and above every earlier one.
+#[cfg(feature = "etcd")]
+#[tokio::test]
+async fn concurrent_calls_of_a_client_share_transactions() {
+    use accord::{AcquireOptions, KeyState, ListQuery};
+    let Some(h) = support::Harness::etcd("etcd_group").await else {
+        return;
+    };
+    const KEYS: usize = 40;
+    let ttl = || AcquireOptions::new().ttl(std::time::Duration::from_secs(60));
+    let (client, other) = (h.client("o1").await, h.client("o2").await);
+    let taken = other.try_acquire("taken", ttl()).await.unwrap().unwrap();
+    let warm = client.try_acquire("warm", ttl()).await.unwrap().unwrap();
+    warm.release().await.unwrap();
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("k{i:02}")).collect();
+    let mut fences = vec![taken.fence()];
+    let mut leases = Vec::new();
+    for round in 0..2 {
+        let before = calls(&client);
+        let tries = keys
+            .iter()
+            .map(String::as_str)
+            .chain(["taken"])
+            .map(|key| client.try_acquire(key, ttl()));
+        let mut results = futures_util::future::join_all(tries).await;
+        let sent = calls(&client) - before;
+        // One round when every try joined the first, two when the first went out alone; a
+        // round is one transaction, and perhaps a keep-alive of the session's lease first.
+        assert!(
+            sent <= 4,
+            "round {round}: {} tries took {sent} calls",
+            KEYS + 1
+        );
+        let refused = results.pop().unwrap().unwrap();
+        assert!(refused.is_none(), "a key another client holds is refused");
+        let granted: Vec<_> = results
+            .into_iter()
+            .map(|r| r.unwrap().expect("a free key is granted"))
+            .collect();
+        let newest = *fences.iter().max().unwrap();
+        for lease in &granted {
+            assert!(
+                lease.fence() > newest,
+                "{} below an earlier fence",
+                lease.key()
+            );
+            fences.push(lease.fence());
+        }
+        let page = client.list(ListQuery::new().limit(100)).await.unwrap();
+        for lease in &granted {
+            let info = page.items.iter().find(|i| i.key == lease.key()).unwrap();
+            assert_eq!(
+                (info.state, info.fence),
+                (KeyState::Held, lease.fence()),
+                "{}",
+                info.key
+            );
+        }
+        // Even keys done in the second round, the rest released, all at once.
+        let before = calls(&client);
+        let endings = granted.iter().enumerate().map(|(i, lease)| async move {
+            if round == 1 && i % 2 == 0 {
+                lease.done(None).await
+            } else {
+                lease.release().await
+            }
+        });
+        for ended in futures_util::future::join_all(endings).await {
+            ended.unwrap();
+        }
+        let sent = calls(&client) - before;
+        assert!(sent <= 4, "round {round}: {KEYS} endings took {sent} calls");
+        leases.extend(granted);
+    }
+    let count = fences.len();
+    fences.sort_unstable();
+    fences.dedup();
+    assert_eq!(fences.len(), count, "no fence was granted twice");
+    let page = other.list(ListQuery::new().limit(100)).await.unwrap();
+    for (i, key) in keys.iter().enumerate() {
+        let info = page.items.iter().find(|info| &info.key == key).unwrap();
+        let state = if i % 2 == 0 {
+            KeyState::Done
+        } else {
+            KeyState::Free
+        };
+        assert_eq!(info.state, state, "{key}");
+    }
+    // Released keys are free for another client.
+    let free = other.try_acquire("k01", ttl()).await.unwrap().unwrap();
+    assert!(free.fence() > *fences.last().unwrap());
+    free.release().await.unwrap();
+    taken.release().await.unwrap();
+    client.close().await;
+    other.close().await;
+}

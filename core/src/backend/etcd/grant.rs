@@ -8,8 +8,11 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
 
+use super::batch::{Committed, Part, PlannedGrant};
 use super::keys::{fence_of, random_id, range_end, revision_of};
+use super::known::Known;
 use super::records::{merged, HolderRecord, Look, Place, Row, NOW};
+use super::session::ClassLease;
 use super::{expires_in, revision, EtcdBackend, MAX_TXN_OPS, TRIES};
 use crate::backend::{
     AcquireOutcome, AcquireRequest, BatchItem, Granted, LeaseRef, Renewed, ResetOutcome,
@@ -24,7 +27,7 @@ const SWEEP_LIMIT: usize = 1000;
 const RACE_RETRY: Duration = Duration::from_millis(20);
 
 /// The row's revision is still what was read (absent: still absent).
-fn row_unchanged(record: &str, look: &Look) -> Compare {
+pub(super) fn row_unchanged(record: &str, look: &Look) -> Compare {
     match &look.row {
         Some(row) => Compare::mod_revision(record, CompareOp::Equal, row.mod_revision),
         None => Compare::version(record, CompareOp::Equal, 0),
@@ -38,16 +41,15 @@ pub(super) fn range_empty(start: &str) -> Compare {
 }
 
 impl EtcdBackend {
-    /// One acquire: a plain one (`queued` false: granted, held or done), or one that waits in
-    /// line (`AcquireRequest::ticket`, `enqueue`).
-    pub(super) async fn acquire_one(
-        &self,
-        r: &AcquireRequest<'_>,
-        queued: bool,
-    ) -> Result<AcquireOutcome> {
+    /// One acquire that waits in line (`AcquireRequest::ticket`, `enqueue`): granted, done,
+    /// or queued. Plain acquires (`try_acquire`) go through `batch`.
+    pub(super) async fn acquire_in_line(&self, r: &AcquireRequest<'_>) -> Result<AcquireOutcome> {
         let (ns, key) = (r.namespace, r.key);
+        let mut look = match self.assumed_free(r) {
+            Some(look) => look,
+            None => self.look(ns, key).await?,
+        };
         for _ in 0..TRIES {
-            let look = self.look(ns, key).await?;
             // The caller's place, if it still has it (a place whose lease expired is gone).
             let mine = r
                 .ticket
@@ -67,7 +69,14 @@ impl EtcdBackend {
                 .map(Place::waiting)
                 .collect();
             let stored = look.stored();
-            match rules::grantable_in_turn(stored.as_ref(), r.shared, &ahead, r.attempt, NOW) {
+            let verdict =
+                rules::grantable_in_turn(stored.as_ref(), r.shared, &ahead, r.attempt, NOW);
+            if look.assumed && verdict != Grantable::Yes {
+                // Only what was read answers a refusal.
+                look = self.look(ns, key).await?;
+                continue;
+            }
+            match verdict {
                 Grantable::Done => {
                     if let Some(place) = &mine {
                         self.delete_place(place).await?;
@@ -81,22 +90,20 @@ impl EtcdBackend {
                         .as_ref()
                         .filter(|h| !r.shared && h.attempt == r.attempt)
                     {
-                        let ttl = self.leases.time_to_live(h.lease).await?.unwrap_or(0);
-                        return Ok(AcquireOutcome::Granted(Granted {
-                            fence: h.fence(),
-                            expires_at: expires_in(ttl),
-                            metadata: look.metadata(),
-                        }));
+                        return Ok(AcquireOutcome::Granted(self.own_grant(h, &look).await?));
                     }
-                    if let Some(granted) = self.grant(r, &look, mine.as_ref()).await? {
-                        if let Some(place) = &mine {
-                            self.watcher.forget(place.ticket());
+                    match self.grant(r, &look, mine.as_ref()).await? {
+                        Ok(granted) => {
+                            if let Some(place) = &mine {
+                                self.watcher.forget(place.ticket());
+                            }
+                            return Ok(AcquireOutcome::Granted(granted));
                         }
-                        return Ok(AcquireOutcome::Granted(granted));
+                        // A concurrent writer changed what was read: what the failed
+                        // transaction read instead.
+                        Err(again) => look = again,
                     }
-                    // A concurrent writer changed what was read: read again.
                 }
-                Grantable::Held(_) if !queued => return Ok(AcquireOutcome::Held),
                 Grantable::Held(_) => {
                     let ticket = match &mine {
                         Some(place) => {
@@ -127,25 +134,110 @@ impl EtcdBackend {
                 }
             }
         }
-        Ok(if queued {
-            AcquireOutcome::Queued {
-                ticket: r.ticket,
-                remaining: Some(RACE_RETRY),
-            }
-        } else {
-            AcquireOutcome::Held
+        Ok(AcquireOutcome::Queued {
+            ticket: r.ticket,
+            remaining: Some(RACE_RETRY),
         })
     }
 
-    /// Commits a grant if what `look` read is unchanged: `None` if it changed.
+    /// The key as this client last knew it, if that was free: an exclusive acquire that
+    /// holds no place in line tries to grant on it at once (its transaction compares all
+    /// of it). `None`: read first (the key was taken or waited for when last seen).
+    pub(super) fn assumed_free(&self, r: &AcquireRequest<'_>) -> Option<Look> {
+        if r.shared || r.ticket.is_some() {
+            return None;
+        }
+        match self.known.get(&self.layout.row(r.namespace, r.key)) {
+            Some(known) if known.free => Some(Look::assumed_free(known.row)),
+            Some(_) => None,
+            // Never seen: most keys a client tries first are new.
+            None => Some(Look::assumed_free(None)),
+        }
+    }
+
+    /// This very acquire call's grant, found live by a retry whose first answer was lost.
+    pub(super) async fn own_grant(&self, h: &HolderRecord, look: &Look) -> Result<Granted> {
+        let ttl = self.leases.time_to_live(h.lease).await?.unwrap_or(0);
+        Ok(Granted {
+            fence: h.fence(),
+            expires_at: expires_in(ttl),
+            metadata: look.metadata(),
+        })
+    }
+
+    /// Commits a grant if what `look` read (or assumed) is unchanged; the key as read instead
+    /// if it changed.
     async fn grant(
         &self,
         r: &AcquireRequest<'_>,
         look: &Look,
         mine: Option<&Place>,
-    ) -> Result<Option<Granted>> {
-        let (ns, key) = (r.namespace, r.key);
+    ) -> Result<std::result::Result<Granted, Look>> {
         let lease = self.leases.for_grant(r.ttl).await?;
+        let planned = self.grant_part(r, look, mine, lease.id, 0)?;
+        let common = vec![self.expiry_put(&lease)];
+        let committed = self.commit("acquire", r.namespace, common, vec![planned.part]);
+        match committed.await?.pop() {
+            Some(Committed::Yes(revision)) => {
+                self.known_grant(r, look, planned.row.as_deref(), revision);
+                Ok(Ok(Granted {
+                    fence: fence_of(revision, 0),
+                    expires_at: super::read::time(lease.expires_ms()),
+                    metadata: planned.metadata,
+                }))
+            }
+            Some(Committed::No(look)) => Ok(Err(*look)),
+            None => Err(crate::error::Error::internal(
+                "acquire: a transaction of one key answered none",
+            )),
+        }
+    }
+
+    /// Remembers a grant this client committed at `revision` (`row`: the row it wrote, none
+    /// for a shared grant).
+    pub(super) fn known_grant(
+        &self,
+        r: &AcquireRequest<'_>,
+        look: &Look,
+        row: Option<&str>,
+        revision: i64,
+    ) {
+        let record = self.layout.row(r.namespace, r.key);
+        match row {
+            Some(value) => self.known.wrote(&record, value, revision, false),
+            None => self.known.set(
+                &record,
+                Known {
+                    row: look.row.clone(),
+                    free: false,
+                },
+            ),
+        }
+    }
+
+    /// What shows a lease's expiry to readers of its keys (a list, an observer): one put per
+    /// lease in each granting transaction.
+    pub(super) fn expiry_put(&self, lease: &ClassLease) -> TxnOp {
+        TxnOp::put(
+            self.layout.expiry(lease.id),
+            lease.expires_ms().to_string(),
+            Some(PutOptions::new().with_lease(lease.id)),
+        )
+    }
+
+    /// One key's share of a granting transaction, as the `slot`-th key granted in it: compares
+    /// on everything `look` found (the row's revision, no holder, no shared holder for an
+    /// exclusive grant, an empty line when it found one, the caller's place), and the puts of
+    /// the grant on `lease`.
+    pub(super) fn grant_part(
+        &self,
+        r: &AcquireRequest<'_>,
+        look: &Look,
+        mine: Option<&Place>,
+        lease: i64,
+        slot: i64,
+    ) -> Result<PlannedGrant> {
+        let (ns, key) = (r.namespace, r.key);
         let row = self.layout.row(ns, key);
         let holder = self.layout.holder(ns, key);
         let shared = self.layout.shared(ns, key);
@@ -159,6 +251,10 @@ impl EtcdBackend {
             row_unchanged(&row, look),
             Compare::version(holder.as_str(), CompareOp::Equal, 0),
         ];
+        if look.line.is_empty() {
+            // Nobody came to wait meanwhile: a plain acquire never jumps the line.
+            when.push(range_empty(&self.layout.line(ns, key)));
+        }
         let mut then = Vec::new();
         if let Some(place) = mine {
             when.push(Compare::create_revision(
@@ -168,13 +264,8 @@ impl EtcdBackend {
             ));
             then.push(TxnOp::delete(place.record.as_str(), None));
         }
-        let on_lease = || Some(PutOptions::new().with_lease(lease.id));
-        // What `expires_at` shows to readers of this key (a list, an observer).
-        then.push(TxnOp::put(
-            self.layout.expiry(lease.id),
-            lease.expires_ms().to_string(),
-            on_lease(),
-        ));
+        let on_lease = || Some(PutOptions::new().with_lease(lease));
+        let mut row_value = None;
         if r.shared {
             then.push(TxnOp::put(
                 format!("{shared}{}", random_id()),
@@ -185,26 +276,22 @@ impl EtcdBackend {
             when.push(range_empty(&shared));
             then.push(TxnOp::put(
                 holder,
-                HolderRecord::value(r.owner, r.attempt, 0),
+                HolderRecord::value(r.owner, r.attempt, slot),
                 on_lease(),
             ));
-            then.push(TxnOp::put(
-                row,
-                Row::granted(&metadata, r.owner, 0, look.pool()),
-                None,
-            ));
+            let value = Row::granted(&metadata, r.owner, slot, look.pool());
+            then.push(TxnOp::put(row, value.as_str(), None));
+            row_value = Some(value);
         }
-        let answer = self
-            .txn("acquire", Txn::new().when(when).and_then(then))
-            .await?;
-        if !answer.succeeded() {
-            return Ok(None);
-        }
-        Ok(Some(Granted {
-            fence: fence_of(revision(&answer), 0),
-            expires_at: super::read::time(lease.expires_ms()),
+        Ok(PlannedGrant {
+            part: Part {
+                key: key.to_string(),
+                when,
+                then,
+            },
+            row: row_value,
             metadata,
-        }))
+        })
     }
 
     /// Takes a place at the end of the key's line: its ticket. The place is named by the
@@ -328,6 +415,7 @@ impl EtcdBackend {
             let metadata = merged(look.metadata(), patch)?;
             if patch.is_some() {
                 let row = self.layout.row(l.namespace, l.key);
+                let value = Row::settled(&metadata, Some(l.owner), l.fence, false, look.pool());
                 let answer = self
                     .txn(
                         "renew",
@@ -340,16 +428,13 @@ impl EtcdBackend {
                                     revision_of(l.fence),
                                 ),
                             ])
-                            .and_then([TxnOp::put(
-                                row,
-                                Row::settled(&metadata, Some(l.owner), l.fence, false, look.pool()),
-                                None,
-                            )]),
+                            .and_then([TxnOp::put(row.as_str(), value.as_str(), None)]),
                     )
                     .await?;
                 if !answer.succeeded() {
                     continue;
                 }
+                self.known.wrote(&row, &value, revision(&answer), false);
             }
             return Ok(Some(Renewed {
                 expires_at: super::read::time(lease.expires_ms()),
@@ -443,93 +528,6 @@ impl EtcdBackend {
                 members.failed(i, &e);
             }
         });
-    }
-
-    /// Frees the key if this grant holds it (its waiters wake on the holder's delete).
-    pub(super) async fn release_one(&self, l: LeaseRef<'_>) -> Result<bool> {
-        for _ in 0..TRIES {
-            let look = self.look(l.namespace, l.key).await?;
-            let Some(stored) = look.stored() else {
-                return Ok(false);
-            };
-            if !rules::holds(&stored, l.owner, l.fence, NOW) {
-                return Ok(rules::released_by(&stored, l.fence));
-            }
-            let metadata = look.metadata();
-            if self
-                .settle(
-                    l,
-                    &look,
-                    Row::settled(&metadata, None, l.fence, false, look.pool()),
-                    "release",
-                )
-                .await?
-            {
-                return Ok(true);
-            }
-        }
-        Ok(false)
-    }
-
-    pub(super) async fn done_one(
-        &self,
-        l: LeaseRef<'_>,
-        patch: Option<&str>,
-    ) -> Result<Option<Metadata>> {
-        for _ in 0..TRIES {
-            let look = self.look(l.namespace, l.key).await?;
-            let Some(stored) = look.stored() else {
-                return Ok(None);
-            };
-            if !rules::holds(&stored, l.owner, l.fence, NOW) {
-                // A retry that finds the key done by this very grant succeeds.
-                return Ok(rules::done_by(&stored, l.owner, l.fence).then(|| look.metadata()));
-            }
-            let metadata = merged(look.metadata(), patch)?;
-            if self
-                .settle(
-                    l,
-                    &look,
-                    Row::settled(&metadata, Some(l.owner), l.fence, true, look.pool()),
-                    "done",
-                )
-                .await?
-            {
-                return Ok(Some(metadata));
-            }
-        }
-        Ok(None)
-    }
-
-    /// Deletes the grant's holder record and writes the row, if both are as read.
-    async fn settle(
-        &self,
-        l: LeaseRef<'_>,
-        look: &Look,
-        row_value: String,
-        what: &str,
-    ) -> Result<bool> {
-        let row = self.layout.row(l.namespace, l.key);
-        let holder = self.layout.holder(l.namespace, l.key);
-        let answer = self
-            .txn(
-                what,
-                Txn::new()
-                    .when([
-                        row_unchanged(&row, look),
-                        Compare::create_revision(
-                            holder.as_str(),
-                            CompareOp::Equal,
-                            revision_of(l.fence),
-                        ),
-                    ])
-                    .and_then([
-                        TxnOp::delete(holder, None),
-                        TxnOp::put(row, row_value, None),
-                    ]),
-            )
-            .await?;
-        Ok(answer.succeeded())
     }
 
     /// Deletes up to `SWEEP_LIMIT` rows under `prefix` that nobody holds

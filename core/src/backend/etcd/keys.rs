@@ -41,6 +41,11 @@ pub(crate) fn revision_of(fence: i64) -> i64 {
     fence / FENCE_SCALE
 }
 
+/// The place in its transaction a fence (or ticket) was made with.
+pub(crate) fn slot_of(fence: i64) -> i64 {
+    fence.rem_euclid(FENCE_SCALE)
+}
+
 /// A record's id among its siblings (waiters, shared holders, notifications).
 pub(crate) fn random_id() -> String {
     format!("{:016x}", rand::random::<u64>())
@@ -254,5 +259,6 @@ mod tests {
         assert!(entry.starts_with(&l.locks()));
         assert_eq!(fence_of(7, 3) / FENCE_SCALE, 7);
         assert_eq!(revision_of(fence_of(7, 3)), 7);
+        assert_eq!(slot_of(fence_of(7, 3)), 3);
     }
 }

@@ -7,15 +7,19 @@
 //! - `members`: which member calls go to, and which are down;
 //! - `records`: the records' values, and one key read at one revision as the rules see it;
 //! - `session`: the client's leases (one per ttl class) and their keep-alives;
-//! - `grant`: the transactions that grant, renew, release, finish and reset;
+//! - `known`: the rows this client last read or wrote, which a grant or ending assumes;
+//! - `batch`: plain acquires and endings of one or many keys (nested transactions);
+//! - `grant`: waiting acquires, renewals, resets and sweeps;
 //! - `read`: list and holder;
 //! - `watch`: notifications, and the wake-ups of waiters from deletes of what they wait behind;
 //! - `pool`: work pools (offer, claim, counts);
 //! - `stream`: durable streams (publish, read, retention, consumers' positions);
 //! - `snapshot`: what `accord top` shows, read at one revision.
 
+mod batch;
 mod grant;
 mod keys;
+mod known;
 mod members;
 mod pool;
 mod read;
@@ -34,12 +38,13 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use etcd_client::{
     Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
-    TxnOpResponse, TxnResponse,
+    TxnResponse,
 };
 
+use self::batch::{EndItem, Ending};
 use self::keys::{random_id, range_end, Layout};
 use self::members::Members;
-use self::records::{HolderRecord, Look, Place, Row};
+use self::records::Look;
 use self::session::Leases;
 use self::watch::Watcher;
 use super::{
@@ -130,6 +135,8 @@ pub(crate) struct EtcdBackend {
     watcher: Arc<Watcher>,
     /// The stream heads this client last saw (`stream`): a publish compares with them first.
     known_heads: stream::KnownHeads,
+    /// The rows this client last saw (`known`): a grant or an ending compares with them first.
+    known: known::KnownRows,
 }
 
 impl EtcdBackend {
@@ -173,6 +180,7 @@ impl EtcdBackend {
             layout,
             watcher,
             known_heads: Default::default(),
+            known: Default::default(),
         };
         // A read: an unreachable cluster fails the connect, not the first call.
         let key = backend.layout.rows("");
@@ -207,43 +215,33 @@ impl EtcdBackend {
 
     /// One key's row, holder, shared holders and line, at one revision.
     async fn look(&self, ns: &str, key: &str) -> Result<Look> {
+        let answer = self
+            .txn("read a key", Txn::new().and_then(self.look_ops(ns, key)))
+            .await?;
+        let look = Look::read(revision(&answer), answer.op_responses())?;
+        self.known.saw(&self.layout.row(ns, key), &look);
+        Ok(look)
+    }
+
+    /// The reads of [`EtcdBackend::look`] (row, holder, shared holders, line), which
+    /// [`Look::read`] reads back: also the failure branch of a transaction that compared what
+    /// a look found, so that losing costs no second round trip.
+    fn look_ops(&self, ns: &str, key: &str) -> Vec<TxnOp> {
         let by_creation = || GetOptions::new().with_sort(SortTarget::Create, SortOrder::Ascend);
         let shared = self.layout.shared(ns, key);
         let line = self.layout.line(ns, key);
-        let answer = self
-            .txn(
-                "read a key",
-                Txn::new().and_then([
-                    TxnOp::get(self.layout.row(ns, key), None),
-                    TxnOp::get(self.layout.holder(ns, key), None),
-                    TxnOp::get(
-                        shared.as_bytes(),
-                        Some(by_creation().with_range(range_end(&shared))),
-                    ),
-                    TxnOp::get(
-                        line.as_bytes(),
-                        Some(by_creation().with_range(range_end(&line))),
-                    ),
-                ]),
-            )
-            .await?;
-        let revision = answer.header().map_or(0, |h| h.revision());
-        let mut gets = answer.op_responses().into_iter().map(|r| match r {
-            TxnOpResponse::Get(g) => g.kvs().to_vec(),
-            _ => Vec::new(),
-        });
-        let mut next = || gets.next().unwrap_or_default();
-        let row = next().first().map(Row::read).transpose()?;
-        let holder = next().first().map(HolderRecord::read).transpose()?;
-        let shared = next().iter().map(Place::read).collect::<Result<Vec<_>>>()?;
-        let line = next().iter().map(Place::read).collect::<Result<Vec<_>>>()?;
-        Ok(Look {
-            revision,
-            row,
-            holder,
-            shared,
-            line,
-        })
+        vec![
+            TxnOp::get(self.layout.row(ns, key), None),
+            TxnOp::get(self.layout.holder(ns, key), None),
+            TxnOp::get(
+                shared.as_bytes(),
+                Some(by_creation().with_range(range_end(&shared))),
+            ),
+            TxnOp::get(
+                line.as_bytes(),
+                Some(by_creation().with_range(range_end(&line))),
+            ),
+        ]
     }
 }
 
@@ -259,7 +257,17 @@ fn expires_in(seconds: i64) -> DateTime<Utc> {
 #[async_trait]
 impl Backend for EtcdBackend {
     async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<AcquireOutcome> {
-        resolving(|| self.acquire_one(request, false)).await
+        let item = AcquireItem {
+            key: request.key.to_string(),
+            ttl: request.ttl,
+            metadata: request.metadata.map(str::to_string),
+            attempt: request.attempt,
+        };
+        let (ns, owner) = (request.namespace, request.owner);
+        let mut outcomes = self.acquire_batch(ns, owner, &[item]).await?;
+        outcomes
+            .pop()
+            .ok_or_else(|| Error::internal("acquire: no outcome for its key"))
     }
 
     async fn acquire_batch(
@@ -268,25 +276,11 @@ impl Backend for EtcdBackend {
         owner: &str,
         items: &[AcquireItem],
     ) -> Result<Vec<AcquireOutcome>> {
-        let tries = items.iter().map(|item| async move {
-            let request = AcquireRequest {
-                namespace,
-                key: &item.key,
-                owner,
-                ttl: item.ttl,
-                metadata: item.metadata.as_deref(),
-                attempt: item.attempt,
-                shared: false,
-                ticket: None,
-                enqueue: false,
-            };
-            resolving(|| self.acquire_one(&request, false)).await
-        });
-        futures_util::future::try_join_all(tries).await
+        resolving(|| self.acquire_many(namespace, owner, items)).await
     }
 
     async fn acquire_queued(&self, request: &AcquireRequest<'_>) -> Result<AcquireOutcome> {
-        resolving(|| self.acquire_one(request, true)).await
+        resolving(|| self.acquire_in_line(request)).await
     }
 
     async fn leave_queue(
@@ -328,11 +322,23 @@ impl Backend for EtcdBackend {
     }
 
     async fn release(&self, lease: LeaseRef<'_>) -> Result<bool> {
-        resolving(|| self.release_one(lease)).await
+        let item = (lease.key.to_string(), lease.fence);
+        let released = self
+            .release_batch(lease.namespace, lease.owner, &[item])
+            .await?;
+        Ok(!released.is_empty())
     }
 
     async fn done(&self, lease: LeaseRef<'_>, metadata: Option<&str>) -> Result<Option<Metadata>> {
-        resolving(|| self.done_one(lease, metadata)).await
+        let item = DoneItem {
+            key: lease.key.to_string(),
+            fence: lease.fence,
+            metadata: metadata.map(str::to_string),
+        };
+        let mut done = self
+            .done_batch(lease.namespace, lease.owner, &[item])
+            .await?;
+        Ok(done.pop().map(|(_, metadata)| metadata))
     }
 
     async fn release_batch(
@@ -341,19 +347,20 @@ impl Backend for EtcdBackend {
         owner: &str,
         items: &[(String, i64)],
     ) -> Result<Vec<i64>> {
-        let mut released = Vec::new();
-        for (key, fence) in items {
-            let lease = LeaseRef {
-                namespace,
+        let ending: Vec<EndItem> = items
+            .iter()
+            .map(|(key, fence)| EndItem {
                 key,
-                owner,
                 fence: *fence,
-            };
-            if resolving(|| self.release_one(lease)).await? {
-                released.push(*fence);
-            }
-        }
-        Ok(released)
+                ending: Ending::Release,
+            })
+            .collect();
+        let ended = resolving(|| self.end_many(namespace, owner, &ending)).await?;
+        Ok(items
+            .iter()
+            .zip(ended)
+            .filter_map(|((_, fence), ended)| ended.map(|_| *fence))
+            .collect())
     }
 
     async fn done_batch(
@@ -362,20 +369,20 @@ impl Backend for EtcdBackend {
         owner: &str,
         items: &[DoneItem],
     ) -> Result<Vec<(i64, Metadata)>> {
-        let mut done = Vec::new();
-        for item in items {
-            let lease = LeaseRef {
-                namespace,
+        let ending: Vec<EndItem> = items
+            .iter()
+            .map(|item| EndItem {
                 key: &item.key,
-                owner,
                 fence: item.fence,
-            };
-            let metadata = item.metadata.as_deref();
-            if let Some(metadata) = resolving(|| self.done_one(lease, metadata)).await? {
-                done.push((item.fence, metadata));
-            }
-        }
-        Ok(done)
+                ending: Ending::Done(item.metadata.as_deref()),
+            })
+            .collect();
+        let ended = resolving(|| self.end_many(namespace, owner, &ending)).await?;
+        Ok(items
+            .iter()
+            .zip(ended)
+            .filter_map(|(item, ended)| ended.map(|metadata| (item.fence, metadata)))
+            .collect())
     }
 
     async fn reset(&self, namespace: &str, key: &str) -> Result<ResetOutcome> {

@@ -6,10 +6,10 @@
 //! given that as times: `NOW`, a live record expires at `LIVE` (after it), a grant whose
 //! record is gone without a release expired at `EXPIRED` (before it).
 
-use etcd_client::KeyValue;
+use etcd_client::{KeyValue, TxnOpResponse};
 use serde_json::{json, Value};
 
-use super::keys::fence_of;
+use super::keys::{fence_of, revision_of, slot_of};
 use crate::error::{Error, Result};
 use crate::metadata::Metadata;
 use crate::rules::{StoredKey, Waiting};
@@ -24,10 +24,14 @@ pub(crate) fn client_ms() -> i64 {
 }
 
 fn parse(kv: &KeyValue) -> Result<Value> {
-    serde_json::from_slice(kv.value()).map_err(|e| {
+    parse_value(kv.key(), kv.value())
+}
+
+fn parse_value(key: &[u8], value: &[u8]) -> Result<Value> {
+    serde_json::from_slice(value).map_err(|e| {
         Error::internal(format!(
             "an accord record in etcd is not JSON ({}): {e}",
-            String::from_utf8_lossy(kv.key())
+            String::from_utf8_lossy(key)
         ))
     })
 }
@@ -59,18 +63,30 @@ pub(crate) struct Row {
 
 impl Row {
     pub fn read(kv: &KeyValue) -> Result<Row> {
-        let v = parse(kv)?;
+        Row::at(parse(kv)?, kv.mod_revision())
+    }
+
+    /// The row whose value this client wrote at `mod_revision` ([`Row::granted`],
+    /// [`Row::settled`]), as [`Row::read`] would read it back.
+    pub fn written(value: &str, mod_revision: i64) -> Result<Row> {
+        Row::at(
+            parse_value(b"(a row written)", value.as_bytes())?,
+            mod_revision,
+        )
+    }
+
+    fn at(v: Value, mod_revision: i64) -> Result<Row> {
         // A grant writes the row in its own transaction, before the fence is known: then the
         // fence is the row's revision (the holder's create_revision) and slot.
         let fence = match v.get("f").and_then(Value::as_i64) {
             Some(f) => f,
             None => fence_of(
-                kv.mod_revision(),
+                mod_revision,
                 v.get("s").and_then(Value::as_i64).unwrap_or(0),
             ),
         };
         Ok(Row {
-            mod_revision: kv.mod_revision(),
+            mod_revision,
             metadata: metadata(&v),
             owner: text(&v, "o"),
             fence,
@@ -157,6 +173,20 @@ impl HolderRecord {
         })
     }
 
+    /// The holder record of the grant with this fence, as its grant put it (what an ending
+    /// compares: its create_revision); its lease, attempt and grant time unknown.
+    pub fn assumed(key: String, owner: &str, fence: i64) -> HolderRecord {
+        HolderRecord {
+            key,
+            create_revision: revision_of(fence),
+            lease: 0,
+            owner: owner.to_string(),
+            attempt: 0,
+            slot: slot_of(fence),
+            granted_ms: 0,
+        }
+    }
+
     pub fn value(owner: &str, attempt: i64, slot: i64) -> String {
         json!({"o": owner, "a": attempt, "s": slot, "g": client_ms()}).to_string()
     }
@@ -214,7 +244,7 @@ impl Place {
     }
 }
 
-/// One key's records at one revision.
+/// One key's records at one revision, or as this client last knew them (`assumed`).
 pub(crate) struct Look {
     pub revision: i64,
     pub row: Option<Row>,
@@ -222,9 +252,52 @@ pub(crate) struct Look {
     pub shared: Vec<Place>,
     /// First in line first.
     pub line: Vec<Place>,
+    /// Not read but remembered ([`super::known`]): only a transaction that compares every
+    /// record it rests on may act on it, and a rule's refusal on it is no answer (read first).
+    pub assumed: bool,
 }
 
 impl Look {
+    /// The records read by [`super::EtcdBackend::look_ops`]' gets (their answers, in order)
+    /// at `revision`.
+    pub fn read(revision: i64, answers: Vec<TxnOpResponse>) -> Result<Look> {
+        let mut gets = answers.into_iter().map(|r| match r {
+            TxnOpResponse::Get(g) => g.kvs().to_vec(),
+            _ => Vec::new(),
+        });
+        let mut next = || gets.next().unwrap_or_default();
+        let row = next().first().map(Row::read).transpose()?;
+        let holder = next().first().map(HolderRecord::read).transpose()?;
+        let shared = next().iter().map(Place::read).collect::<Result<Vec<_>>>()?;
+        let line = next().iter().map(Place::read).collect::<Result<Vec<_>>>()?;
+        Ok(Look {
+            revision,
+            row,
+            holder,
+            shared,
+            line,
+            assumed: false,
+        })
+    }
+
+    /// The key as this client last knew its row, taken to be free (no holder, no shared
+    /// holder, nobody in line).
+    pub fn assumed_free(row: Option<Row>) -> Look {
+        Look {
+            revision: 0,
+            row,
+            holder: None,
+            shared: Vec::new(),
+            line: Vec::new(),
+            assumed: true,
+        }
+    }
+
+    /// Whether nothing holds the key or waits for it.
+    pub fn free(&self) -> bool {
+        self.holder.is_none() && self.shared.is_empty() && self.line.is_empty()
+    }
+
     /// The key as the rules read it.
     pub fn stored(&self) -> Option<StoredKey<'_>> {
         stored(
