@@ -135,6 +135,23 @@ pub(crate) struct AcquireItem {
     pub attempt: i64,
 }
 
+impl AcquireItem {
+    /// This key's exclusive try in `namespace` for `owner`, without a place in line.
+    pub fn request<'a>(&'a self, namespace: &'a str, owner: &'a str) -> AcquireRequest<'a> {
+        AcquireRequest {
+            namespace,
+            key: &self.key,
+            owner,
+            ttl: self.ttl,
+            metadata: self.metadata.as_deref(),
+            attempt: self.attempt,
+            shared: false,
+            ticket: None,
+            enqueue: false,
+        }
+    }
+}
+
 /// One lease of a batched done.
 #[derive(Clone)]
 pub(crate) struct DoneItem {

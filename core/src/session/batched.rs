@@ -6,9 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::backend::{
-    AcquireItem, AcquireOutcome, AcquireRequest, ClaimRequest, Claimed, DoneItem,
-};
+use crate::backend::{AcquireItem, AcquireOutcome, ClaimRequest, Claimed, DoneItem};
 use crate::error::Result;
 use crate::metadata::Metadata;
 use crate::validate::MAX_CLAIM_LIMIT;
@@ -45,17 +43,7 @@ impl Kind for Acquire {
     }
 
     async fn one(scope: &Arc<Scope>, item: &AcquireItem) -> Result<AcquireOutcome> {
-        let request = AcquireRequest {
-            namespace: &scope.namespace,
-            key: &item.key,
-            owner: &scope.owner,
-            ttl: item.ttl,
-            metadata: item.metadata.as_deref(),
-            attempt: item.attempt,
-            shared: false,
-            ticket: None,
-            enqueue: false,
-        };
+        let request = item.request(&scope.namespace, &scope.owner);
         scope.backend.acquire(&request).await
     }
 

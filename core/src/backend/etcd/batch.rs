@@ -161,6 +161,28 @@ impl EtcdBackend {
         Ok(Committed::No(Box::new(look)))
     }
 
+    /// Reads, in one go, the keys still `open` (unanswered) whose row is not known
+    /// (`looks[i]` is None); `key(i)` names the i-th key.
+    async fn look_unknown<'k>(
+        &self,
+        ns: &str,
+        looks: &mut [Option<Look>],
+        open: &[bool],
+        key: impl Fn(usize) -> &'k str,
+    ) -> Result<()> {
+        let unread: Vec<usize> = (0..looks.len())
+            .filter(|&i| open[i] && looks[i].is_none())
+            .collect();
+        if unread.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<&str> = unread.iter().map(|&i| key(i)).collect();
+        for (i, look) in unread.into_iter().zip(self.look_many(ns, &keys).await?) {
+            looks[i] = Some(look);
+        }
+        Ok(())
+    }
+
     /// Reads many keys of `ns` (each as [`EtcdBackend::look`]), [`LOOK_KEYS`] a transaction.
     async fn look_many(&self, ns: &str, keys: &[&str]) -> Result<Vec<Look>> {
         if let [key] = keys {
@@ -193,32 +215,14 @@ impl EtcdBackend {
         owner: &str,
         items: &[AcquireItem],
     ) -> Result<Vec<AcquireOutcome>> {
-        let requests: Vec<AcquireRequest<'_>> = items
-            .iter()
-            .map(|item| AcquireRequest {
-                namespace: ns,
-                key: &item.key,
-                owner,
-                ttl: item.ttl,
-                metadata: item.metadata.as_deref(),
-                attempt: item.attempt,
-                shared: false,
-                ticket: None,
-                enqueue: false,
-            })
-            .collect();
+        let requests: Vec<AcquireRequest<'_>> =
+            items.iter().map(|item| item.request(ns, owner)).collect();
         let mut looks: Vec<Option<Look>> = requests.iter().map(|r| self.assumed_free(r)).collect();
         let mut answers: Vec<Option<AcquireOutcome>> = requests.iter().map(|_| None).collect();
         for _ in 0..TRIES {
-            let unread: Vec<usize> = (0..requests.len())
-                .filter(|&i| answers[i].is_none() && looks[i].is_none())
-                .collect();
-            if !unread.is_empty() {
-                let keys: Vec<&str> = unread.iter().map(|&i| requests[i].key).collect();
-                for (i, look) in unread.into_iter().zip(self.look_many(ns, &keys).await?) {
-                    looks[i] = Some(look);
-                }
-            }
+            let open: Vec<bool> = answers.iter().map(Option::is_none).collect();
+            self.look_unknown(ns, &mut looks, &open, |i| requests[i].key)
+                .await?;
             let mut grants = Vec::new();
             for (i, r) in requests.iter().enumerate() {
                 let Some(look) = looks[i].as_ref().filter(|_| answers[i].is_none()) else {
@@ -324,15 +328,9 @@ impl EtcdBackend {
             .collect();
         let mut answers: Vec<Option<Option<Metadata>>> = items.iter().map(|_| None).collect();
         for _ in 0..TRIES {
-            let unread: Vec<usize> = (0..items.len())
-                .filter(|&i| answers[i].is_none() && looks[i].is_none())
-                .collect();
-            if !unread.is_empty() {
-                let keys: Vec<&str> = unread.iter().map(|&i| items[i].key).collect();
-                for (i, look) in unread.into_iter().zip(self.look_many(ns, &keys).await?) {
-                    looks[i] = Some(look);
-                }
-            }
+            let open: Vec<bool> = answers.iter().map(Option::is_none).collect();
+            self.look_unknown(ns, &mut looks, &open, |i| items[i].key)
+                .await?;
             let mut commits = Vec::new();
             // Two grants of one key (a lost one and its successor) never end in one
             // transaction: etcd refuses a key written twice in one. The second waits a turn.
