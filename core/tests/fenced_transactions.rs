@@ -164,20 +164,7 @@ async fn a_checked_write_commits_before_the_next_grant() {
                 .unwrap()
         })
     };
-    let b_name = h.app_name("b");
-    let waiting = eventually(BOUND, || async {
-        h.admin()
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity
-                  WHERE application_name = $1 AND wait_event_type = 'Lock'",
-                &[&b_name],
-            )
-            .await
-            .unwrap()
-            .get::<_, i64>(0)
-            > 0
-    })
-    .await;
+    let waiting = eventually(BOUND, || h.waits_for_a_lock("b")).await;
     assert!(
         waiting,
         "the waiting acquire never waited for the checked row"

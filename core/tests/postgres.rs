@@ -1717,21 +1717,7 @@ async fn a_grant_landing_during_close_is_given_back() {
 
 /// Returns once a statement of `owner`'s client waits for a row lock on the server.
 async fn until_waiting_for_a_lock(h: &Harness, owner: &str) {
-    let app = h.app_name(owner);
-    loop {
-        let blocked: i64 = h
-            .admin()
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity
-                  WHERE application_name = $1 AND wait_event_type = 'Lock'",
-                &[&app],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if blocked > 0 {
-            return;
-        }
+    while !h.waits_for_a_lock(owner).await {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }

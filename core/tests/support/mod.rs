@@ -205,6 +205,21 @@ impl Harness {
         row.get(0)
     }
 
+    /// Whether a statement of `owner`'s client waits for a lock on the server (a row lock held
+    /// by another transaction).
+    pub async fn waits_for_a_lock(&self, owner: &str) -> bool {
+        self.admin()
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE application_name = $1 AND wait_event_type = 'Lock'",
+                &[&self.app_name(owner)],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+            > 0
+    }
+
     /// Number of server connections of a client.
     pub async fn connection_count(&self, owner: &str) -> i64 {
         self.admin()
