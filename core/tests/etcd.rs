@@ -213,3 +213,52 @@ async fn concurrent_calls_of_a_client_share_transactions() {
     client.close().await;
     other.close().await;
 }
+
+/// A lease's `expires_at` counts the ttl etcd gave the session's lease, not the one asked for:
+/// etcd raises a ttl below its minimum (about 1.5 election timeouts; the test cluster's is
+/// several seconds), and the key then lives that long after the last keep-alive.
+#[cfg(feature = "etcd")]
+#[tokio::test]
+async fn expires_at_counts_the_ttl_etcd_granted() {
+    use accord::AcquireOptions;
+    let Some(h) = support::Harness::etcd("etcd_min_ttl").await else {
+        return;
+    };
+    let client = h.client("o1").await;
+    // In whole milliseconds, as the store's records count this client's clock.
+    let before = chrono::Utc::now().timestamp_millis();
+    let lease = client
+        .try_acquire(
+            "short",
+            AcquireOptions::new().ttl(std::time::Duration::from_secs(1)),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    // The holder's record is on the session's lease: ask etcd what ttl it has.
+    let mut etcd = support::etcd::Cluster::from_env().members[0].client().await;
+    let prefix = format!("/accord-test/{}", h.tag);
+    let rows = etcd
+        .get(prefix, Some(etcd_client::GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    let lease_id = rows
+        .kvs()
+        .iter()
+        .map(|kv| kv.lease())
+        .find(|&id| id != 0)
+        .expect("the holder's record is on a lease");
+    let granted = etcd
+        .lease_time_to_live(lease_id, None)
+        .await
+        .unwrap()
+        .granted_ttl();
+    assert!(granted >= 1, "the lease is alive: {granted}");
+    let lives = lease.expires_at().timestamp_millis() - before;
+    assert!(
+        lives >= granted * 1000,
+        "etcd keeps the key {granted} s after the grant, expires_at says {lives} ms"
+    );
+    lease.release().await.unwrap();
+    client.close().await;
+}

@@ -22,13 +22,13 @@ use crate::metadata::Metadata;
 use crate::rules::{self, Grantable, Waiting};
 
 /// The most operations of one key's part (a grant's four compares, an ending's look of four
-/// reads). etcd counts a nested transaction's operations against what its parent leaves of
-/// `--max-txn-ops`, so the parts of one transaction, with one expiry put per lease, stay within
-/// [`MAX_TXN_OPS`] (etcd's default 128 accepts them).
+/// reads). etcd lets a nested transaction have what its parent leaves of `--max-txn-ops`
+/// (the parent's longest list counts), so a parent of [`PARENT_OPS`] operations leaves each part
+/// its [`PART_OPS`], within [`MAX_TXN_OPS`] (etcd's default 128 accepts them).
 const PART_OPS: usize = 4;
-/// Keys per transaction of parts: the parent carries at most twice this (a part and a lease's
-/// expiry put per key), its parts [`PART_OPS`] each.
-const PART_KEYS: usize = (MAX_TXN_OPS - PART_OPS) / 2;
+/// The most operations of a transaction of parts: one per part, and one expiry put per session
+/// lease the grants go on (one per ttl class among them, usually one).
+const PARENT_OPS: usize = MAX_TXN_OPS - PART_OPS;
 /// Keys per read of many keys (one flat read-only transaction, `PART_OPS` reads a key).
 const LOOK_KEYS: usize = MAX_TXN_OPS / PART_OPS;
 
@@ -89,7 +89,7 @@ enum AcquireStep {
 impl EtcdBackend {
     /// Commits parts of keys of `ns`: one alone as a transaction of its own (`common` among
     /// its writes), several as nested transactions of one (`common` written whatever they
-    /// find). At most [`PART_KEYS`] parts.
+    /// find). At most [`PARENT_OPS`] parts and common operations together.
     pub(super) async fn commit(
         &self,
         what: &str,
@@ -238,8 +238,12 @@ impl EtcdBackend {
                     AcquireStep::Grant => grants.push(i),
                 }
             }
-            let sent = grants
-                .chunks(PART_KEYS)
+            let classes = grants
+                .into_iter()
+                .map(|i| (i, super::session::class_of(requests[i].ttl)));
+            let chunks = grant_chunks(classes);
+            let sent = chunks
+                .iter()
                 .map(|chunk| self.grant_chunk(&requests, &looks, chunk));
             for outcome in futures_util::future::try_join_all(sent).await? {
                 for (i, step) in outcome {
@@ -260,7 +264,7 @@ impl EtcdBackend {
             .collect())
     }
 
-    /// Grants the keys `chunk` indexes (at most [`PART_KEYS`]) in one transaction: each
+    /// Grants the keys `chunk` indexes (a [`grant_chunks`] chunk) in one transaction: each
     /// granted, or the key as read instead.
     async fn grant_chunk(
         &self,
@@ -350,7 +354,7 @@ impl EtcdBackend {
             }
             let mut chunks = Vec::new();
             while !commits.is_empty() {
-                let rest = commits.split_off(commits.len().min(PART_KEYS));
+                let rest = commits.split_off(commits.len().min(PARENT_OPS));
                 chunks.push(std::mem::replace(&mut commits, rest));
             }
             let sent = chunks.into_iter().map(|chunk| async move {
@@ -450,6 +454,29 @@ impl EtcdBackend {
 
 /// What a plain acquire does with a key as `look` found it: `rules::grantable_in_turn`
 /// decides (a plain acquire never jumps the line: everyone in it is ahead).
+/// Grants (each an index and its ttl class) split into transactions: each carries a part per
+/// key and an expiry put per ttl class among its keys (their session leases), within
+/// [`PARENT_OPS`]. One class (the usual case) puts 95 keys in a transaction.
+fn grant_chunks(grants: impl IntoIterator<Item = (usize, i64)>) -> Vec<Vec<usize>> {
+    let mut chunks: Vec<Vec<usize>> = Vec::new();
+    let mut classes: Vec<i64> = Vec::new();
+    for (i, class) in grants {
+        let new_class = !classes.contains(&class);
+        let fits = chunks.last().is_some_and(|chunk| {
+            chunk.len() + classes.len() + 1 + usize::from(new_class) <= PARENT_OPS
+        });
+        if !fits {
+            chunks.push(Vec::new());
+            classes.clear();
+        }
+        if !classes.contains(&class) {
+            classes.push(class);
+        }
+        chunks.last_mut().expect("a chunk was opened").push(i);
+    }
+    chunks
+}
+
 fn acquire_step(r: &AcquireRequest<'_>, look: &Look) -> AcquireStep {
     let ahead: Vec<Waiting> = look
         .line
@@ -466,5 +493,39 @@ fn acquire_step(r: &AcquireRequest<'_>, look: &Look) -> AcquireStep {
         _ if look.assumed => AcquireStep::Read,
         Grantable::Done => AcquireStep::Answer(AcquireOutcome::Done),
         Grantable::Held(_) => AcquireStep::Answer(AcquireOutcome::Held),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{grant_chunks, PARENT_OPS};
+
+    /// A transaction of grants holds as many keys as its operations allow: a part per key and
+    /// an expiry put per ttl class, never more than the parent's share of `--max-txn-ops`.
+    #[test]
+    fn grants_fill_transactions_by_their_lease_count() {
+        let one_class = grant_chunks((0..200).map(|i| (i, 6)));
+        let sizes: Vec<usize> = one_class.iter().map(Vec::len).collect();
+        assert_eq!(
+            sizes,
+            [PARENT_OPS - 1, PARENT_OPS - 1, 200 - 2 * (PARENT_OPS - 1)]
+        );
+        let flat: Vec<usize> = one_class.concat();
+        assert_eq!(
+            flat,
+            (0..200).collect::<Vec<_>>(),
+            "every grant once, in order"
+        );
+        // Three classes in turn: three expiry puts a transaction.
+        let mixed = grant_chunks((0..200).map(|i| (i, 1 + (i % 3) as i64)));
+        for chunk in &mixed {
+            let mut classes: Vec<usize> = chunk.iter().map(|i| i % 3).collect();
+            classes.sort_unstable();
+            classes.dedup();
+            assert!(chunk.len() + classes.len() <= PARENT_OPS, "{}", chunk.len());
+        }
+        assert_eq!(mixed[0].len(), PARENT_OPS - 3);
+        assert_eq!(mixed.concat().len(), 200);
+        assert!(grant_chunks(std::iter::empty()).is_empty());
     }
 }

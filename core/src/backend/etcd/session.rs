@@ -24,8 +24,12 @@ use crate::stats::Recorder;
 /// One ttl class's lease.
 pub(crate) struct ClassLease {
     pub id: i64,
-    /// The class's ttl in whole seconds (what etcd counts).
+    /// The class's ttl in whole seconds (what the client asks etcd for).
     pub seconds: i64,
+    /// The ttl etcd last said the lease has, in seconds: the class's, or etcd's minimum ttl
+    /// (about 1.5 election timeouts) when that is longer. The keys live that long after a
+    /// keep-alive, so `expires_at` counts it.
+    granted_seconds: std::sync::atomic::AtomicI64,
     /// When the last keep-alive (or the grant) that etcd answered was sent, on the monotonic
     /// clock and on this client's wall clock (milliseconds).
     last_sent: Mutex<(Instant, i64)>,
@@ -44,10 +48,21 @@ impl ClassLease {
     }
 
     /// When etcd frees the lease's keys at the earliest, on this client's clock (what
-    /// `expires_at` shows; no grant depends on it).
+    /// `expires_at` shows; no grant depends on it): the last keep-alive's send plus the ttl
+    /// etcd gave the lease.
     pub fn expires_ms(&self) -> i64 {
         let sent_ms = self.last_sent.lock().unwrap_or_else(|e| e.into_inner()).1;
-        sent_ms.saturating_add(self.seconds.saturating_mul(1000))
+        let seconds = self
+            .granted_seconds
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .max(self.seconds);
+        sent_ms.saturating_add(seconds.saturating_mul(1000))
+    }
+
+    /// Records the ttl an answer of etcd gave the lease (a grant's or a keep-alive's).
+    fn granted(&self, ttl: i64) {
+        self.granted_seconds
+            .store(ttl, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -119,6 +134,7 @@ impl Leases {
             let lease = Arc::new(ClassLease {
                 id: granted.id(),
                 seconds,
+                granted_seconds: granted.ttl().into(),
                 last_sent: Mutex::new(sent),
                 stream: tokio::sync::Mutex::new(None),
                 dead: false.into(),
@@ -209,7 +225,11 @@ impl Leases {
                 match counted(&self.stats, self.members.call_at(open)).await {
                     Ok((member, (keeper, replies))) => {
                         *stream = Some((member, keeper, replies));
-                        lease.seconds.max(1)
+                        lease
+                            .granted_seconds
+                            .load(std::sync::atomic::Ordering::Relaxed)
+                            .max(lease.seconds)
+                            .max(1)
                     }
                     Err(etcd_client::Error::LeaseKeepAliveError(_)) => 0,
                     Err(e) => return Err(etcd_error("keep a session lease alive", e)),
@@ -224,6 +244,7 @@ impl Leases {
         let mut last = lease.last_sent.lock().unwrap_or_else(|e| e.into_inner());
         if sent.0 > last.0 {
             *last = sent;
+            lease.granted(ttl);
         }
         Ok(Some(ttl))
     }
