@@ -183,10 +183,10 @@ class Cluster:
                 continue
         return up
 
-    def history(self, key_prefix: str) -> list[dict[str, Any]]:
-        """Every event on keys starting with `key_prefix` from revision 1 on, in revision order:
-        a watch, read until a last record put now (`END`, under the prefix and outside any
-        namespace of the run) comes through it."""
+    def history(self, key_prefix: str, start_revision: int = 1) -> list[dict[str, Any]]:
+        """Every event on keys starting with `key_prefix` from `start_revision` on, in revision
+        order: a watch, read until a last record put now (`END`, under the prefix and outside
+        any namespace of the run) comes through it."""
         member = self.members_up()[0]
         end = key_prefix + END
         member.call("kv/put", {"key": b64(end), "value": b64("end")})
@@ -197,7 +197,7 @@ class Cluster:
                     "create_request": {
                         "key": b64(key_prefix),
                         "range_end": range_end(key_prefix),
-                        "start_revision": 1,
+                        "start_revision": start_revision,
                     }
                 }
             ).encode(),
@@ -279,14 +279,17 @@ class EtcdNemesis(Nemesis):
 # The audit
 
 
-def grant_rows(events: list[dict[str, Any]]) -> tuple[list[tuple[Any, ...]], int]:
-    """The holders' history as chaos/run.py's lease audit rows, one per grant: (seq, at, op,
+def grant_rows(
+    events: list[dict[str, Any]], base: str | None = None
+) -> tuple[list[tuple[Any, ...]], int]:
+    """The history of the holders under `base` (default: this run's, `holders()`; events on
+    other keys are skipped) as chaos/run.py's lease audit rows, one per grant: (seq, at, op,
     key, owner, fence, expires_at, done, granted_at, attempt) with revisions for times: a grant
     is live from its record's create to its delete. A put over a live record (never made by a
     correct store: a grant compares the holder's version with 0) is a new grant over the old,
     which then counts as live for ever: the judge sees a double grant. Also the count of
-    records still live at the end."""
-    base = holders()
+    records still live at the end (tests/polyglot/pool.py audits its pool run with it too)."""
+    base = base or holders()
     live: dict[str, list[Any]] = {}
     rows: list[list[Any]] = []
     for event in events:
