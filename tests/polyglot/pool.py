@@ -21,9 +21,7 @@ Needs what tests/polyglot/run.py needs; `make test-polyglot` runs both.
 
 from __future__ import annotations
 
-import base64
 import collections
-import json
 import os
 import subprocess
 import sys
@@ -238,33 +236,10 @@ def counted(text: str) -> str:
     return f"{len(text)}:{text}"
 
 
-def done_rows(
-    events: list[dict[str, Any]], base: str
-) -> dict[str, list[tuple[str, int]]]:
-    """key → [(owner, fence)] of each put of its row under `base` that turned `done` on
-    (core/src/backend/etcd/records.rs: a row's `d`, `o` and `f`), in revision order."""
-    done: dict[str, bool] = {}
-    turned: dict[str, list[tuple[str, int]]] = collections.defaultdict(list)
-    for event in events:
-        kv = event["kv"]
-        record = base64.b64decode(kv["key"]).decode()
-        if not record.startswith(base):
-            continue
-        key = record[len(base) :]
-        if event.get("type") == "DELETE":
-            done.pop(key, None)
-            continue
-        row = json.loads(base64.b64decode(kv["value"]))
-        if row.get("d") and not done.get(key):
-            turned[key].append((row.get("o"), int(row.get("f", 0))))
-        done[key] = bool(row.get("d"))
-    return turned
-
-
 def on_etcd(url: str, tag: str) -> tuple[Drained, Checks]:
     # chaos/etcd_run.py: the cluster's JSON gateway and the audit of the chaos run on etcd.
     sys.path.insert(0, str(REPO / "chaos"))
-    from etcd_run import Cluster, grant_rows
+    from etcd_run import Cluster, done_rows, grant_rows, judge_pool
     from run import judge
 
     cluster = Cluster()
@@ -279,14 +254,7 @@ def on_etcd(url: str, tag: str) -> tuple[Drained, Checks]:
         for lang, fence in done
     ]
     result = judge(rows, [], told)
-    granted = {(row[3], row[5]): row[4] for row in rows}
-    turned = done_rows(events, f"{ETCD_PREFIX}/k/{counted(tag)}/")
-    twice = sorted(key for key, dones in turned.items() if len(dones) != 1)
-    ungranted = sorted(
-        key
-        for key, dones in turned.items()
-        if any(granted.get((key, fence)) != owner for owner, fence in dones)
-    )
+    pool = judge_pool(rows, done_rows(events, f"{ETCD_PREFIX}/k/{counted(tag)}/"))
     workers = sum(WORKERS.values())
     claims = sum(s[0] for s in drained.stats)
     during = sum(s[1] for s in drained.stats)
@@ -309,10 +277,11 @@ def on_etcd(url: str, tag: str) -> tuple[Drained, Checks]:
             f"every fence a worker reported is a grant on record ({result['lost_grants']} not)",
         ),
         (
-            len(turned) == KEYS and not twice and not ungranted,
+            pool["done"] == KEYS and not pool["violations"],
             (
-                f"etcd's history has each key turned done exactly once ({len(turned)} keys; "
-                f"twice: {twice[:5]}; under a fence not granted to the owner: {ungranted[:5]})"
+                f"etcd's history has each key turned done exactly once ({pool['done']} keys; "
+                f"twice: {pool['twice']}; under a fence not granted to the owner: "
+                f"{pool['foreign']}; granted again after done: {pool['regranted']})"
             ),
         ),
         # A claim is a read and a granting transaction (one more read per race lost, none
