@@ -10,12 +10,14 @@ and SIGSTOPs the workers; then the checker judges from the cluster's own history
 Runs under scripts/with-etcd.sh (ACCORD_TEST_ETCD_URL, ACCORD_TEST_ETCD_MEMBERS: the members'
 pid files and start scripts) and scripts/with-postgres.sh (ACCORD_TEST_DATABASE_URL: the
 resource the workers write to, with its audit trigger, as in chaos/run.py). The workers are
-target/debug/examples/chaos_worker built with the feature `etcd` (the bindings do not carry the
-etcd store yet). The audit is a watch of the holders' prefix from revision 1, read after the run
-through the members' JSON gateway (auto-compaction is 1 h, so the history is whole): every
-grant is a holder record's create (its fence: create_revision x 1024 + its slot, its owner and
-attempt in its value) and ends with the record's delete, in revision order; the rule judging
-double grants and stale writes is chaos/run.py's `judge`, fed revisions for times.
+target/debug/examples/chaos_worker built with the feature `etcd`; every other one also claims
+from a work pool (claim, fenced write, done). The audit is a watch of the run's prefix from
+revision 1, read after the run through the members' JSON gateway (auto-compaction is 1 h, so the
+history is whole): every grant is a holder record's create (its fence: create_revision x 1024 +
+its slot, its owner and attempt in its value) and ends with the record's delete, in revision
+order; the rule judging double grants and stale writes is chaos/run.py's `judge`, fed revisions
+for times. A pool key's done is the put of its row that turns `done` on: twice, under a fence
+that was not its owner's grant, or a grant after it, is a violation (`judge_pool`).
 """
 
 from __future__ import annotations
@@ -54,6 +56,17 @@ from run import (
 NAMESPACE = "chaos"
 PREFIX = "/chaos"
 KEYS = [f"k{i}" for i in range(4)]
+#: The work pool every other worker claims from (two keys every third round: claim, fenced
+#: write, done): keys per second of nemesis, about what the workers finish, so that a run
+#: drains most of its pool (a key offered again would be claimed again) and is never idle long.
+POOL = "pool/"
+POOL_PER_SECOND = 4
+
+
+def pool_keys(duration: int) -> list[str]:
+    return [f"{POOL}{i:05}" for i in range(POOL_PER_SECOND * duration)]
+
+
 KINDS = [
     "kill9",
     "sigstop",
@@ -183,10 +196,10 @@ class Cluster:
                 continue
         return up
 
-    def history(self, key_prefix: str) -> list[dict[str, Any]]:
-        """Every event on keys starting with `key_prefix` from revision 1 on, in revision order:
-        a watch, read until a last record put now (`END`, under the prefix and outside any
-        namespace of the run) comes through it."""
+    def history(self, key_prefix: str, start_revision: int = 1) -> list[dict[str, Any]]:
+        """Every event on keys starting with `key_prefix` from `start_revision` on, in revision
+        order: a watch, read until a last record put now (`END`, under the prefix and outside
+        any namespace of the run) comes through it."""
         member = self.members_up()[0]
         end = key_prefix + END
         member.call("kv/put", {"key": b64(end), "value": b64("end")})
@@ -197,7 +210,7 @@ class Cluster:
                     "create_request": {
                         "key": b64(key_prefix),
                         "range_end": range_end(key_prefix),
-                        "start_revision": 1,
+                        "start_revision": start_revision,
                     }
                 }
             ).encode(),
@@ -279,14 +292,17 @@ class EtcdNemesis(Nemesis):
 # The audit
 
 
-def grant_rows(events: list[dict[str, Any]]) -> tuple[list[tuple[Any, ...]], int]:
-    """The holders' history as chaos/run.py's lease audit rows, one per grant: (seq, at, op,
+def grant_rows(
+    events: list[dict[str, Any]], base: str | None = None
+) -> tuple[list[tuple[Any, ...]], int]:
+    """The history of the holders under `base` (default: this run's, `holders()`; events on
+    other keys are skipped) as chaos/run.py's lease audit rows, one per grant: (seq, at, op,
     key, owner, fence, expires_at, done, granted_at, attempt) with revisions for times: a grant
     is live from its record's create to its delete. A put over a live record (never made by a
     correct store: a grant compares the holder's version with 0) is a new grant over the old,
     which then counts as live for ever: the judge sees a double grant. Also the count of
-    records still live at the end."""
-    base = holders()
+    records still live at the end (tests/polyglot/pool.py audits its pool run with it too)."""
+    base = base or holders()
     live: dict[str, list[Any]] = {}
     rows: list[list[Any]] = []
     for event in events:
@@ -314,6 +330,72 @@ def grant_rows(events: list[dict[str, Any]]) -> tuple[list[tuple[Any, ...]], int
         row[6] = float("inf")
     rows.sort(key=lambda r: (r[3], r[0]))
     return [tuple(r) for r in rows], len(live)
+
+
+def key_rows() -> str:
+    """Where the rows of the run's namespace live: a key's row outlives its grants and says
+    whether it is done (core/src/backend/etcd/keys.rs, records.rs)."""
+    return f"{PREFIX}/k/{len(NAMESPACE)}:{NAMESPACE}/"
+
+
+def done_rows(
+    events: list[dict[str, Any]], base: str | None = None
+) -> dict[str, list[tuple[str, int, int]]]:
+    """key → [(owner, fence, revision)] of each put of its row under `base` (default: this
+    run's, `key_rows()`) that turned `done` on (a row's `d`, `o` and `f`), in revision order: more
+    than one is a key done twice (tests/polyglot/pool.py audits its pool run with it too)."""
+    base = base or key_rows()
+    done: dict[str, bool] = {}
+    turned: dict[str, list[tuple[str, int, int]]] = {}
+    for event in events:
+        kv = event["kv"]
+        record = base64.b64decode(kv["key"]).decode()
+        if not record.startswith(base):
+            continue
+        key = record[len(base) :]
+        if event.get("type") == "DELETE":
+            done.pop(key, None)
+            continue
+        row = json.loads(base64.b64decode(kv["value"]))
+        if row.get("d") and not done.get(key):
+            turned.setdefault(key, []).append(
+                (row.get("o"), int(row.get("f", 0)), int(kv["mod_revision"]))
+            )
+        done[key] = bool(row.get("d"))
+    return turned
+
+
+def judge_pool(
+    rows: list[tuple[Any, ...]], turned: dict[str, list[tuple[str, int, int]]]
+) -> dict[str, Any]:
+    """The pool's dones from etcd's rows against the grants: a key turned done twice, done
+    under a fence that was not its owner's grant, or granted again after it was done."""
+    violations: list[str] = []
+    granted = {(row[3], row[5]): row[4] for row in rows}
+    twice = foreign = regranted = 0
+    for key, dones in sorted(turned.items()):
+        if len(dones) > 1:
+            twice += 1
+            violations.append(f"pool key {key} done {len(dones)} times: {dones}")
+        for owner, fence, _revision in dones:
+            if granted.get((key, fence)) != owner:
+                foreign += 1
+                violations.append(
+                    f"pool key {key} done by {owner} under fence {fence}: no such grant"
+                )
+        after = [row for row in rows if row[3] == key and row[0] > dones[0][2]]
+        if after:
+            regranted += 1
+            violations.append(
+                f"pool key {key} granted again after it was done (fence {after[0][5]})"
+            )
+    return {
+        "violations": violations,
+        "done": len(turned),
+        "twice": twice,
+        "foreign": foreign,
+        "regranted": regranted,
+    }
 
 
 def selftest() -> None:
@@ -351,10 +433,28 @@ def selftest() -> None:
     told = [{"ev": "granted", "key": "a", "fence": 7 * 1024, "lang": "rust", "role": "lease"}]
     assert judge(rows, [], told)["lost_grants"] == 1
 
+    def row(key: str, revision: int, owner: str, fence: int, done: bool) -> dict[str, Any]:
+        value = b64(json.dumps({"o": owner, "f": fence, "d": done}))
+        return {
+            "kv": {"key": b64(rows_prefix + key), "value": value, "mod_revision": str(revision)}
+        }
+
+    # Pool keys: a done by the grant's owner passes; a second done, a done under a fence
+    # nobody was granted, and a grant after the done do not.
+    rows_prefix = key_rows()
+    granted_once = grant_rows([put("a", 2, "w1"), delete("a", 3)])[0]
+    done_once = [row("a", 3, "w1", 2 * 1024, True)]
+    assert judge_pool(granted_once, done_rows(done_once))["violations"] == []
+    done_twice = [*done_once, row("a", 6, "w1", 2 * 1024, False), row("a", 7, "w1", 2 * 1024, True)]
+    assert judge_pool(granted_once, done_rows(done_twice))["twice"] == 1
+    assert judge_pool([], done_rows(done_once))["foreign"] == 1
+    assert judge_pool(grant_rows(clean)[0], done_rows(done_once))["regranted"] == 1
+
 
 def check(cluster: Cluster, db: psycopg.Connection[Any], run: Run, evidence: Path) -> Any:
-    events = cluster.history(f"{PREFIX}/l/h/")
+    events = cluster.history(f"{PREFIX}/")
     rows, live = grant_rows(events)
+    pool = judge_pool(rows, done_rows(events))
     writes = db.execute(
         "SELECT seq, key, fence, old_fence, writer FROM chaos_write_audit ORDER BY key, seq"
     ).fetchall()
@@ -376,12 +476,22 @@ def check(cluster: Cluster, db: psycopg.Connection[Any], run: Run, evidence: Pat
         )
     )
     result = judge(rows, audited, reports)
+    result["violations"] += pool["violations"]
+    result["pool"] = pool
     result["live_at_end"] = live
     result["revisions"] = cluster.revision()
     return result
 
 
 # --------------------------------------------------------------------------------------------
+
+
+def offer(url: str, keys: list[str]) -> None:
+    """The work pool, offered through the Python binding (its wheel reaches etcd)."""
+    import accord
+
+    with accord.Client.connect(url, namespace=NAMESPACE) as client:
+        client.offer(POOL, keys)
 
 
 def build_workers(
@@ -401,6 +511,8 @@ def build_workers(
         # reach them); the others directly.
         url = cluster.url if i % 3 == 2 else proxied
         env = common | {"CHAOS_URL": f"{url}?prefix={PREFIX}"}
+        if i % 2 == 1:
+            env["CHAOS_POOL"] = POOL
         workers.append(Worker(f"rust{i}", "rust", program, env))
     return workers
 
@@ -412,6 +524,7 @@ def report(args: Any, result: dict[str, Any], run: Run, workers: list[Worker], w
     version = os.environ.get("ACCORD_TEST_ETCD_VERSION", "?")
     verdict = "PASS" if not result["violations"] else "FAIL"
     direct = [w.slot for i, w in enumerate(workers) if i % 3 == 2]
+    pooled = [w.slot for w in workers if "CHAOS_POOL" in w.env]
     what = {
         "kill9": "SIGKILL of a worker, one granted a lease and not yet written with it if any "
         "(restarted under a new owner)",
@@ -434,21 +547,25 @@ def report(args: Any, result: dict[str, Any], run: Run, workers: list[Worker], w
         "",
         (
             f"- Cluster: 3 members of etcd {version} on loopback (`scripts/with-etcd.sh`). "
-            f"Workers: {len(workers)} in Rust (`chaos_worker` with the feature `etcd`; the "
-            "bindings do not carry the etcd store yet), the loop of the run above on "
-            f"{len(KEYS)} keys, ttl {args.ttl_ms} ms, the fenced write to a PostgreSQL table "
-            "(with its write audit). Each member has a TCP proxy in front of it; "
+            f"Workers: {len(workers)} in Rust (`chaos_worker` with the feature `etcd`), the "
+            f"loop of the run above on {len(KEYS)} keys, ttl {args.ttl_ms} ms, the fenced "
+            "write to a PostgreSQL table (with its write audit); "
+            f"{', '.join(f'`{s}`' for s in pooled)} also claim two keys of a work pool of "
+            f"{len(pool_keys(args.duration))} every third round, make the fenced write with each and mark it "
+            "done. Each member has a TCP proxy in front of it; "
             f"{', '.join(f'`{s}`' for s in direct)} reach the members directly, the others "
-            "through the proxies only. Pools, streams and fleets are not on etcd yet."
+            "through the proxies only. Streams and fleets are not in the etcd run yet."
         ),
         (
-            "- The audit: a watch of the holders' prefix from revision 1 (after the run, "
+            "- The audit: a watch of the run's prefix from revision 1 (after the run, "
             "through a member's JSON gateway; nothing is compacted within the hour), "
             "trusting no worker: each holder record's create is a grant (fence "
             "create_revision x 1024 + slot, owner and attempt from its value), its delete "
             "the grant's end, in etcd's revision order; a double grant is a grant while "
-            "the key's previous one is live in that order. The writes are judged from the "
-            "PostgreSQL audit as above."
+            "the key's previous one is live in that order. A pool key's done is the put of "
+            "its row that turns `done` on: a second one, one under a fence that was not the "
+            "owner's grant, or a grant after it is a violation. The writes are judged from "
+            "the PostgreSQL audit as above."
         ),
         (
             f"- Seed {args.seed}, nemesis for {args.duration} s (a fault every "
@@ -477,6 +594,10 @@ def report(args: Any, result: dict[str, Any], run: Run, workers: list[Worker], w
         f"| accepted writes with no matching grant to the writer | {r['unknown_writer']} |",
         f"| grants reported to a worker but not in the watch | {r['lost_grants']} |",
         f"| writes acknowledged to a worker but not on record | {r['lost_writes']} |",
+        f"| work-pool keys done (etcd's rows) | {r['pool']['done']} |",
+        f"| **pool keys done twice** | **{r['pool']['twice']}** |",
+        f"| pool keys done under a fence not granted to the owner | {r['pool']['foreign']} |",
+        f"| pool keys granted again after done | {r['pool']['regranted']} |",
         "",
         (
             f"Reproduce: `make chaos-etcd CHAOS_SEED={args.seed} CHAOS_ETCD_DURATION="
@@ -520,14 +641,18 @@ def main() -> int:
     logs = Path(os.environ.get("CHAOS_LOGS", REPO / "target/chaos/logs-etcd"))
     shutil.rmtree(logs, ignore_errors=True)
     logs.mkdir(parents=True)
+    pool = pool_keys(args.duration)
     with psycopg.connect(db_url, autocommit=True) as db:
         db.execute(RESOURCE)
-        for key in KEYS:
-            db.execute("INSERT INTO chaos_resource VALUES (%s, 0, NULL)", (key,))
+        with db.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO chaos_resource VALUES (%s, 0, NULL)", [(k,) for k in KEYS + pool]
+            )
     # A run before this one on the same cluster: its records go (the audit starts at revision 1
     # and judges this run's keys as well as any before, which a correct store passes too).
     up = cluster.members_up()[0]
     up.call("kv/deleterange", {"key": b64(PREFIX + "/"), "range_end": range_end(PREFIX + "/")})
+    offer(f"{cluster.url}?prefix={PREFIX}", pool)
     ports = [int(urlsplit(f"http://{m.client}").port or 0) for m in cluster.members]
     proxies = [Proxy([port]) for port in ports]
     workers = build_workers(cluster, proxies, db_url, args.ttl_ms, args.workers)
@@ -573,6 +698,8 @@ def main() -> int:
             problems.append("no grant at all")
         if result["accepted"] == 0:
             problems.append("no fenced write accepted")
+        if result["pool"]["done"] == 0:
+            problems.append("no pool key done")
     for problem in problems[:50]:
         print(f"✗ {problem}")
     print(

@@ -12,9 +12,10 @@
 #   make test-chaos   a short run (every fault kind at least once), part of `make test`
 #
 # On etcd (chaos/etcd_run.py; the report's section "On etcd"): Rust workers on a throwaway
-# 3-member cluster (scripts/with-etcd.sh), their fenced writes to a throwaway PostgreSQL, while
+# 3-member cluster (scripts/with-etcd.sh), their fenced writes to a throwaway PostgreSQL (every
+# other worker also claims from a work pool: claim, fenced write, done), while
 # the nemesis kills -9 the leader member and a follower, freezes and cuts one member's proxy,
-# and kills -9 and SIGSTOPs workers; the audit is a watch of the holders from revision 1.
+# and kills -9 and SIGSTOPs workers; the audit is a watch of the run's prefix from revision 1.
 #
 #   make chaos-etcd       the etcd run alone (CHAOS_ETCD_DURATION=120 s), writes its section of
 #                         docs/reliability.md; `make chaos` runs it after the PostgreSQL run
@@ -47,8 +48,9 @@ chaos: chaos-build ## the full chaos run: every language, every fault, then on e
 	  --report docs/reliability.md
 	$(MAKE) --no-print-directory chaos-etcd
 
-# The Rust worker with the etcd store in it (the same binary serves the PostgreSQL run).
-chaos-etcd-build:
+# The Rust worker with the etcd store in it (the same binary serves the PostgreSQL run), and
+# the Python package, through which the run offers its work pool.
+chaos-etcd-build: $(PY_VENV)/.accord-demo-python
 	$(CARGO) build $(RUST_CRATES) --example chaos_worker
 
 # Each starts its own PostgreSQL and etcd cluster unless the environment names them (as

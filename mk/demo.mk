@@ -4,13 +4,17 @@
 #
 #   make demo                     build what is missing, then run demo/run.py
 #   make test-demo                the same with 60 tasks, plain output, against ACCORD_TEST_DATABASE_URL
+#   make demo-etcd                the demo on a throwaway 3-member etcd cluster (scripts/with-etcd.sh)
+#   make test-demo-etcd           test-demo on the etcd test cluster (ACCORD_TEST_ETCD_URL), as
+#                                 `make test` runs it; skipped without one
 #   make demo-fleet               a fleet of Rust, Python and Node workers splits 64 shards live
 #                                 (demo/fleet.py): one joins, one is killed, the shards move
 #   make test-demo-fleet          the same with 16 shards and plain output, on the embedded store
 
-.PHONY: demo demo-run demo-build test-demo demo-fleet demo-fleet-build test-demo-fleet
+.PHONY: demo demo-run demo-build test-demo demo-etcd test-demo-etcd demo-fleet demo-fleet-build \
+  test-demo-fleet
 
-TEST_SUITES += test-demo test-demo-fleet
+TEST_SUITES += test-demo test-demo-etcd test-demo-fleet
 
 DEMO_BIN := target/demo
 
@@ -36,6 +40,18 @@ demo-run: demo-build
 
 test-demo: demo-build ## the demo with 60 tasks and plain output, on PostgreSQL (db)
 	ACCORD_URL="$$ACCORD_TEST_DATABASE_URL" DEMO_TASKS=60 DEMO_PLAIN=1 DEMO_DEADLINE=60 $(PY) demo/run.py
+
+# On etcd under a key prefix of its own. The throwaway cluster of demo-etcd is the plain one
+# (ACCORD_TEST_ETCD_SECURE=0: no TLS and auth clusters beside it, which only the tests use).
+DEMO_ETCD_PREFIX := /accord-demo
+
+demo-etcd: demo-build ## the demo on a throwaway 3-member etcd cluster, stopped when it ends
+	ACCORD_TEST_ETCD_SECURE=0 $(WITH_ETCD) sh -c \
+	  'ACCORD_URL="$$ACCORD_TEST_ETCD_URL?prefix=$(DEMO_ETCD_PREFIX)" $(PY) demo/run.py'
+
+test-demo-etcd: demo-build ## test-demo on the etcd test cluster (etcd)
+	$(call if_etcd,ACCORD_URL="$(call etcd_test_url,$(DEMO_ETCD_PREFIX))" \
+	  DEMO_TASKS=60 DEMO_PLAIN=1 DEMO_DEADLINE=60 $(PY) demo/run.py)
 
 demo-fleet-build: $(DEMO_PY_STAMP) build-node-debug
 	$(CARGO) build $(RUST_CRATES) --example contend

@@ -15,8 +15,13 @@ ETCD_36 := target/etcd-3.6/etcd
 # resets the key it marks done). $(call on_etcd,COMMAND) runs COMMAND with ACCORD_URL naming it,
 # or says that the run is skipped when ACCORD_TEST_ETCD_URL is not set (the suites' make
 # runs inside scripts/with-etcd.sh, which sets it, so it is known when the recipe expands).
-ETCD_QUICKSTART_URL = $(ACCORD_TEST_ETCD_URL)$(if $(findstring ?,$(ACCORD_TEST_ETCD_URL)),&,?)prefix=/accord-test/quickstart
-on_etcd = $(if $(ACCORD_TEST_ETCD_URL),ACCORD_URL="$(ETCD_QUICKSTART_URL)" $(1),@echo "skipped on etcd, ACCORD_TEST_ETCD_URL is not set: $(1)")
+# $(call etcd_test_url,PREFIX): the test cluster's URL with the key prefix PREFIX.
+etcd_test_url = $(ACCORD_TEST_ETCD_URL)$(if $(findstring ?,$(ACCORD_TEST_ETCD_URL)),&,?)prefix=$(1)
+ETCD_QUICKSTART_URL = $(call etcd_test_url,/accord-test/quickstart)
+on_etcd = $(call if_etcd,ACCORD_URL="$(ETCD_QUICKSTART_URL)" $(1))
+# $(call if_etcd,COMMAND): COMMAND, which finds the test cluster itself (the polyglot pool run),
+# or the same "skipped" line.
+if_etcd = $(if $(ACCORD_TEST_ETCD_URL),$(1),@echo "skipped on etcd, ACCORD_TEST_ETCD_URL is not set: $(1)")
 
 .PHONY: test-etcd etcd-3.6 test-etcd-3.6
 

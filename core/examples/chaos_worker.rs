@@ -2,11 +2,14 @@
 //! loop and `docs/reliability.md`). Configured by the environment: CHAOS_URL, CHAOS_WRITER_URL,
 //! CHAOS_NAMESPACE, CHAOS_NAME, CHAOS_KEYS (comma-separated), CHAOS_TTL_MS. Loops until killed:
 //! acquire a key, a little work, a fenced write to `chaos_resource` through a tokio-postgres
-//! connection of its own, a little more work, release; a JSON line per step on stdout.
+//! connection of its own, a little more work, release; a JSON line per step on stdout. With
+//! CHAOS_POOL set (chaos/etcd_run.py), every third round claims two keys of that work pool
+//! instead, and for each makes the fenced write (the caller gave each pool key a row) and marks
+//! it done: a pool key granted, written or done twice is then in the run's record.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use accord::{AcquireOptions, Client, ClientOptions, ErrorKind};
+use accord::{AcquireOptions, ClaimOptions, Client, ClientOptions, ErrorKind, Lease};
 use serde_json::{json, Value};
 
 const WRITE: &str =
@@ -80,7 +83,26 @@ async fn main() {
         }
     };
     say(json!({"ev": "start", "w": name}));
-    loop {
+    let pool = std::env::var("CHAOS_POOL").ok();
+    for round in 1u64.. {
+        if let Some(pool) = pool.as_deref().filter(|_| round % 3 == 0) {
+            let options = ClaimOptions::new()
+                .limit(2)
+                .ttl(ttl)
+                .timeout(Duration::from_millis(500));
+            match client.claim(pool, options).await {
+                Ok(leases) => {
+                    for lease in leases {
+                        claimed(lease, &mut writer, &name).await;
+                    }
+                }
+                Err(e) => {
+                    say(json!({"ev": "error", "op": "claim", "err": e.to_string()}));
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+            continue;
+        }
         let key = keys[rand::random_range(0..keys.len())].clone();
         let (pause, rest) = (rand::random_range(20..150), rand::random_range(10..50));
         let options = AcquireOptions::new()
@@ -119,5 +141,26 @@ async fn main() {
             }
             Err(e) => say(json!({"ev": "error", "op": "release", "err": e.to_string()})),
         }
+    }
+}
+
+/// A claimed pool key: a little work, the fenced write, done (with the fence in its metadata).
+async fn claimed(lease: Lease, writer: &mut Writer, name: &str) {
+    let (key, fence) = (lease.key().to_owned(), lease.fence());
+    say(json!({"ev": "claimed", "key": key, "fence": fence}));
+    tokio::time::sleep(Duration::from_millis(rand::random_range(10..50))).await;
+    match writer.write(&key, fence, name).await {
+        Ok(accepted) => {
+            say(json!({"ev": "write", "key": key, "fence": fence, "accepted": accepted}))
+        }
+        Err(e) => say(json!({"ev": "write_error", "key": key, "fence": fence, "err": e})),
+    }
+    let metadata = json!({"fence": fence}).as_object().cloned();
+    match lease.done(metadata).await {
+        Ok(()) => say(json!({"ev": "done", "key": key, "fence": fence})),
+        Err(e) if e.kind() == ErrorKind::LeaseLost => {
+            say(json!({"ev": "lost", "key": key, "fence": fence, "how": "done"}))
+        }
+        Err(e) => say(json!({"ev": "error", "op": "done", "err": e.to_string()})),
     }
 }

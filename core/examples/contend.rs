@@ -25,8 +25,10 @@
 //! Python and Node workers doing the same).
 //!
 //! `drain` prints `CLAIMED <n>` after its first claim and waits for a line on its standard input
-//! before it works, then `DONE <key> <fence>` for every key it finished and `DRAINED <n>` at the end
-//! (tests/polyglot's pool run, beside Python and Node workers doing the same).
+//! before it works, then `DONE <key> <fence>` for every key it finished, and at the end `STATS
+//! <claims> <their calls> <all calls>` (claim calls, the store calls made during them, and the
+//! client's calls in all: its stats' `statements`) and `DRAINED <n>` (tests/polyglot's pool run,
+//! beside Python and Node workers doing the same).
 //!
 //! `fleet` prints `READY <owner>` once the fleet is open, then a line per event (`ASSIGNED <shard>
 //! <fence>`, `REVOKED <shard> <reason> <fence>`); for each assignment it writes the shard's row
@@ -224,12 +226,17 @@ async fn main() {
             let batch: usize = b.parse().expect("BATCH is a number");
             let mut finished = 0;
             let mut first = true;
+            // The claims' share of the client's calls to the store (`STATS`).
+            let (mut claims, mut claim_calls) = (0u64, 0u64);
             loop {
                 let claim = ClaimOptions::new()
                     .limit(batch)
                     .ttl(Duration::from_secs(30))
                     .timeout(Duration::from_millis(200));
+                let before = client.stats().statements;
                 let leases = client.claim(a, claim).await.expect("claim");
+                claims += 1;
+                claim_calls += client.stats().statements - before;
                 if first {
                     // The caller starts the work once every worker holds its first batch.
                     first = false;
@@ -254,6 +261,7 @@ async fn main() {
                     finished += 1;
                 }
             }
+            println!("STATS {claims} {claim_calls} {}", client.stats().statements);
             println!("DRAINED {finished}");
             0
         }

@@ -2,7 +2,8 @@
 // A Node worker of the polyglot pool run: claim BATCH → 1 ms of work → done, until the pool is
 // empty. Prints `CLAIMED <n>` after its first claim and waits for a line on stdin before it
 // works (the run starts the work once every worker holds keys), then `DONE <key> <fence>` per
-// key and `DRAINED <n>` at the end.
+// key, and at the end `STATS <claims> <their calls> <all calls>` (claim calls, the store calls
+// made during them, the client's calls in all: its stats' `statements`) and `DRAINED <n>`.
 //
 //   node drain.js URL NAMESPACE PREFIX BATCH
 
@@ -30,9 +31,15 @@ async function main() {
   const client = await accord.connect(url, { namespace, owner: `node-${process.pid}`, ttl: 30_000 })
   let finished = 0
   let first = true
+  // The claims' share of the client's calls to the store (`STATS`).
+  let claims = 0
+  let claimCalls = 0
   try {
     for (;;) {
+      const before = client.stats().statements
       const leases = await client.claim(prefix, { limit, ttl: 30_000, timeout: 200 })
+      claims += 1
+      claimCalls += client.stats().statements - before
       if (first) {
         first = false
         console.log(`CLAIMED ${leases.length}`)
@@ -50,6 +57,7 @@ async function main() {
         finished += 1
       }
     }
+    console.log(`STATS ${claims} ${claimCalls} ${client.stats().statements}`)
   } finally {
     await client.close()
   }
