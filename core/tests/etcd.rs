@@ -113,6 +113,40 @@ async fn an_uncontended_pair_is_two_transactions() {
     theirs.close().await;
 }
 
+/// A claimed key ends in one transaction, as a try_acquired one does: the claim's transaction
+/// wrote the key's row, so the done compares with it instead of reading the key first.
+#[cfg(feature = "etcd")]
+#[tokio::test]
+async fn a_claimed_key_is_done_in_one_transaction() {
+    use accord::ClaimOptions;
+    let Some(h) = support::Harness::etcd("etcd_claim_done").await else {
+        return;
+    };
+    let client = h.client("o1").await;
+    const KEYS: u64 = 10;
+    client
+        .offer("jobs/", (0..KEYS).map(|i| format!("jobs/{i}")), None)
+        .await
+        .unwrap();
+    let options = ClaimOptions::new()
+        .limit(KEYS as usize)
+        .ttl(std::time::Duration::from_secs(60));
+    let claimed = client.claim("jobs/", options).await.unwrap();
+    assert_eq!(claimed.len() as u64, KEYS);
+    let before = calls(&client);
+    for lease in &claimed {
+        lease.done(None).await.unwrap();
+    }
+    let sent = calls(&client) - before;
+    assert!(
+        sent < 3 * KEYS / 2,
+        "{KEYS} dones of claimed keys took {sent} calls (one each, and the odd keep-alive)"
+    );
+    let counts = client.counts("jobs/").await.unwrap();
+    assert_eq!(counts.done, KEYS);
+    client.close().await;
+}
+
 /// Client-side group commit on etcd: the tries, releases and dones that many tasks of one
 /// client start at once go out as one transaction per round (each key a nested transaction
 /// that succeeds or fails on its own), not a transaction or two each; a key another client

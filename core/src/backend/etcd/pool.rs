@@ -363,6 +363,7 @@ impl EtcdBackend {
             on_lease(),
         ));
         let mut metadata = Vec::with_capacity(picked.len());
+        let mut rows = Vec::with_capacity(picked.len());
         for (slot, p) in picked.iter().enumerate() {
             let slot = slot as i64;
             let row = self.layout.row(ns, &p.key);
@@ -379,11 +380,9 @@ impl EtcdBackend {
                 HolderRecord::value(r.owner, r.attempt, slot),
                 on_lease(),
             ));
-            then.push(TxnOp::put(
-                row,
-                Row::granted(&merged, r.owner, slot, Some(pool)),
-                None,
-            ));
+            let value = Row::granted(&merged, r.owner, slot, Some(pool));
+            then.push(TxnOp::put(row.clone(), value.clone(), None));
+            rows.push((row, value));
             metadata.push(merged);
         }
         let answer = self
@@ -399,6 +398,11 @@ impl EtcdBackend {
             return Ok(Err(self.pool_state(ns, pool, answer.op_responses())?));
         }
         let at = revision(&answer);
+        // Remembered as a plain grant's row is: the key's done or release then compares
+        // with it instead of reading the key first.
+        for (row, value) in &rows {
+            self.known.wrote(row, value, at, false);
+        }
         let expires_at = super::read::time(lease.expires_ms());
         Ok(Ok(picked
             .iter()
