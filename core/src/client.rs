@@ -368,6 +368,13 @@ impl Client {
         self.session.scope.backend.listening_channels().await
     }
 
+    /// The store's revision up to which this client's watch has seen every event (etcd only;
+    /// for tests and diagnostics).
+    #[doc(hidden)]
+    pub fn watched_revision(&self) -> Option<i64> {
+        self.session.scope.backend.watched_through()
+    }
+
     /// Closes the client: held leases are released (their lost signals fire), waiting
     /// acquires and subscriptions end with `Closed`, connections close. Afterwards `renew`,
     /// `release` and `done` on any lease of this client fail with `Closed`. Idempotent.

@@ -3,9 +3,9 @@
 //! `etcd://` URL is refused without that feature.
 //!
 //! The etcd store has every recipe (leases, locks, waiting, notify, pools, streams and
-//! snapshots): only the scenarios needing connections ended from outside are ignored, with that
-//! reason. Network faults go through a proxy in front of every member (`Harness::proxy`),
-//! switched together.
+//! snapshots), and the harness every fault: network faults go through a proxy in front of every
+//! member (`Harness::proxy`), switched together; connections are ended from outside by resetting
+//! the proxy a `Harness::terminable_client` reaches the cluster through.
 
 #[cfg(feature = "etcd")]
 mod conformance;
@@ -18,7 +18,14 @@ mod suite {
     use super::support::Harness;
     crate::conformance_suite!(
         Harness::etcd,
-        has[member_failure, network_faults, pools, streams, snapshot]
+        has[
+            connection_termination,
+            member_failure,
+            network_faults,
+            pools,
+            streams,
+            snapshot
+        ]
     );
 }
 
@@ -295,4 +302,68 @@ async fn expires_at_counts_the_ttl_etcd_granted() {
     );
     lease.release().await.unwrap();
     client.close().await;
+}
+
+/// A listener whose channels stay quiet still follows the cluster's revision (the watch's
+/// progress notifications): when its connections end after etcd compacted everything up to
+/// the cluster's latest write, long after the last notification it heard, its watch resumes
+/// past the compaction, with nothing missed and no `Reconnected`. (A watch that kept the
+/// revision of the last event it heard would resume from before the compaction, and tell every
+/// listener and waiter of the client that it may have missed something.)
+#[cfg(feature = "etcd")]
+#[tokio::test]
+async fn a_quiet_listener_resumes_past_a_compaction() {
+    use accord::Event;
+    use etcd_client::CompactionOptions;
+    use std::time::Duration;
+    const SEC: Duration = Duration::from_secs(1);
+    let Some(h) = support::Harness::etcd("etcd_quiet").await else {
+        return;
+    };
+    // The compaction cuts every watch's history short: nothing else of this binary runs
+    // meanwhile (the member faults' lock).
+    let cluster = support::etcd::Cluster::from_env();
+    h.allow_member_faults();
+    let _alone = cluster.faults().await;
+    let listener = h.terminable_client("o1").await;
+    let sender = h.client("o2").await;
+    let channel = h.channel("quiet");
+    let sub = listener.listen([&channel]).await.unwrap();
+    let next = || async {
+        match tokio::time::timeout(30 * SEC, sub.recv()).await {
+            Ok(Ok(Some(Event::Message(m)))) => m.payload,
+            other => panic!(
+                "expected a message and nothing else (the watch saw everything through \
+                 revision {:?}), got {other:?}",
+                listener.watched_revision()
+            ),
+        }
+    };
+    sender.notify(&channel, "first").await.unwrap();
+    assert_eq!(next().await, "first");
+
+    // Writes outside every key the listener watches.
+    let mut raw = cluster.members[0].client().await;
+    let elsewhere = format!("/accord-test/{}-elsewhere/", h.tag);
+    let mut written = 0;
+    for i in 0..200 {
+        let put = raw.put(format!("{elsewhere}{i}"), "x", None).await.unwrap();
+        written = put.header().expect("a header").revision();
+    }
+    // The watch learns that it missed nothing through them from a progress notification, asked
+    // for after a silence; 60 s bounds a hang.
+    support::eventually(60 * SEC, || async {
+        listener
+            .watched_revision()
+            .is_some_and(|seen| seen >= written)
+    })
+    .await;
+    raw.compact(written, Some(CompactionOptions::new().with_physical()))
+        .await
+        .unwrap();
+    assert!(h.terminate_connections("o1").await >= 1);
+    sender.notify(&channel, "after").await.unwrap();
+    assert_eq!(next().await, "after");
+    listener.close().await;
+    sender.close().await;
 }

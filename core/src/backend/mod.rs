@@ -457,6 +457,11 @@ pub(crate) trait Backend: StreamStore + Send + Sync + 'static {
     fn wake_secret(&self) -> Option<String>;
     /// The channels the listening connection has LISTENed, as the server reports them.
     async fn listening_channels(&self) -> Result<Vec<String>>;
+    /// The store's revision up to which this client's watch has seen every event (etcd; `None`
+    /// where there is none, or before it started): a diagnostic for tests.
+    fn watched_through(&self) -> Option<i64> {
+        None
+    }
     fn close(&self);
 }
 

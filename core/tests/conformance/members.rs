@@ -21,7 +21,7 @@ mod scenarios {
     use chrono::Utc;
 
     use crate::support::etcd::Cluster;
-    use crate::support::{Harness, Mode};
+    use crate::support::{eventually, Harness, Mode};
 
     const SEC: Duration = Duration::from_secs(1);
     /// Long enough to outlive an election (the test cluster's timeout is 2.5 s) with room.
@@ -402,6 +402,67 @@ mod scenarios {
     pub async fn k6_a_frozen_path_loses_no_lease(h: &Harness) {
         through_a_hang(h, Hang::FrozenFollower, TTL).await;
     }
+
+    /// K8: a member cut off from its peers (here: both stopped) loses its leader and hears
+    /// nothing more, yet a watch on it would stay open. The client's watch asks etcd to end it
+    /// then (`hasleader`, etcd's WithRequireLeader): the member ends it, the client takes the
+    /// member for down and opens its watch elsewhere, never again on the leaderless member; once
+    /// the peers are back the listener hears what is sent, with no `Reconnected` (nothing was
+    /// compacted, so nothing was missed).
+    pub async fn k8_a_leaderless_member_ends_its_watch(h: &Harness) {
+        let cluster = Cluster::from_env();
+        h.allow_member_faults();
+        let _faults = cluster.faults().await;
+        let n = cluster.members.len();
+        let victim = (cluster.leader().await + 1) % n;
+        // The listener calls the victim first (the URL lists it first); the sender the others.
+        let listed = |first: usize| {
+            let hosts: Vec<String> = (0..n)
+                .map(|step| cluster.members[(first + step) % n].client.to_string())
+                .collect();
+            let query = h.url.split_once('?').map_or("", |(_, q)| q);
+            format!("etcd://{}?{query}", hosts.join(","))
+        };
+        let listener = accord::Client::connect(&listed(victim), h.options("o1"))
+            .await
+            .unwrap();
+        let sender = accord::Client::connect(&listed(victim + 1), h.options("o2"))
+            .await
+            .unwrap();
+        let channel = h.channel("k8");
+        let sub = listener.listen([&channel]).await.unwrap();
+        sender.notify(&channel, "before").await.unwrap();
+        assert_eq!(next_message(&sub).await.payload, "before");
+        let streams = cluster.members[victim].watch_streams().await;
+        assert!(
+            streams >= 1,
+            "the listener's watch is not on member {victim}"
+        );
+
+        let stopped: Vec<_> = (1..n)
+            .map(|step| cluster.members[(victim + step) % n].stop())
+            .collect();
+        // etcd ends the streams that require a leader a few election timeouts after losing it;
+        // 60 s bounds a hang.
+        let ended = eventually(60 * SEC, || async {
+            cluster.members[victim].watch_streams().await < streams
+        })
+        .await;
+        for member in stopped {
+            member.resume().await;
+        }
+        assert!(
+            ended,
+            "the leaderless member {victim} still serves the listener's watch"
+        );
+        sender.notify(&channel, "after").await.unwrap();
+        match tokio::time::timeout(30 * SEC, sub.recv()).await {
+            Ok(Ok(Some(Event::Message(m)))) => assert_eq!(m.payload, "after"),
+            other => panic!("expected the message sent after the peers came back, got {other:?}"),
+        }
+        listener.close().await;
+        sender.close().await;
+    }
 }
 
 /// Without the feature there is no cluster to kill: the scenarios exist (the suite names
@@ -423,5 +484,6 @@ needs_members!(
     k4_a_hung_leader_loses_no_lease,
     k5_a_hung_follower_loses_no_lease,
     k6_a_frozen_path_loses_no_lease,
-    k7_a_killed_leader_loses_no_event
+    k7_a_killed_leader_loses_no_event,
+    k8_a_leaderless_member_ends_its_watch
 );

@@ -11,8 +11,10 @@
 //! The capabilities (what a harness offers beyond a store accord can connect to):
 //! - `network_faults`: a TCP proxy between a client and the coordinator cuts or stalls the
 //!   client's connections (`support/proxy.rs`); needs a server reached over TCP.
-//! - `connection_termination`: the coordinator ends a client's connections from outside
-//!   (`pg_terminate_backend`) and counts them (`pg_stat_activity`); the client then reconnects.
+//! - `connection_termination`: a client's connections are ended from outside and counted
+//!   (PostgreSQL: `pg_terminate_backend`, `pg_stat_activity`; etcd: a reset of the proxy its
+//!   `Harness::terminable_client` goes through); the client then reconnects. What a reconnect
+//!   may lose is the store's (`Harness::reconnect_loses_notifications`).
 //! - `member_failure`: the coordinator is a cluster whose members a test kills (-9) and
 //!   restarts, or stops (SIGSTOP) and continues, one at a time (`support/etcd.rs`; etcd only).
 //!
@@ -117,6 +119,7 @@ macro_rules! conformance_suite {
             members::k5_a_hung_follower_loses_no_lease: [member_failure, network_faults],
             members::k6_a_frozen_path_loses_no_lease: [member_failure, network_faults],
             members::k7_a_killed_leader_loses_no_event: [member_failure, streams],
+            members::k8_a_leaderless_member_ends_its_watch: [member_failure],
         );
     };
 }
@@ -220,7 +223,7 @@ macro_rules! __conformance_capability {
     };
     (connection_termination in [], $($k:tt)*) => {
         $crate::__conformance_scenario!(@lacks
-            "lacks connection termination: server connections ended from outside (pg_terminate_backend)",
+            "lacks connection termination: a client's connections ended from outside",
             $($k)*);
     };
     (pools in [], $($k:tt)*) => {

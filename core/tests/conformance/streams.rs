@@ -174,7 +174,7 @@ pub async fn d1_concurrent_publishers_commit_in_order(h: &Harness) {
 /// The reading connections are terminated while publishing goes on: every event arrives once.
 pub async fn d2_no_gap_across_reconnects(h: &Harness) {
     const TOTAL: i64 = 300;
-    let reader = h.client("o1").await;
+    let reader = h.terminable_client("o1").await;
     let publisher = h.client("o2").await;
     let sub = reader
         .subscribe("d2", from(StreamStart::Earliest).page_size(10))

@@ -229,6 +229,26 @@ impl Member {
         Client::connect([self.client.to_string()], Some(options)).await
     }
 
+    /// How many watch streams the member serves now (its gauge
+    /// `etcd_debugging_mvcc_watch_stream_total`, from `/metrics` on its client port, which a
+    /// member without a leader serves too).
+    pub async fn watch_streams(&self) -> i64 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        const GAUGE: &str = "etcd_debugging_mvcc_watch_stream_total ";
+        let mut socket = tokio::net::TcpStream::connect(self.client)
+            .await
+            .expect("connect to a member's client port");
+        let request = format!("GET /metrics HTTP/1.0\r\nHost: {}\r\n\r\n", self.client);
+        socket.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        socket.read_to_string(&mut answer).await.unwrap();
+        let value = answer
+            .lines()
+            .find_map(|line| line.strip_prefix(GAUGE))
+            .unwrap_or_else(|| panic!("member {} reports no {GAUGE}", self.name));
+        value.trim().parse::<f64>().expect("a gauge's value") as i64
+    }
+
     /// Waits until the member serves a linearizable read: it runs, knows the leader, and has
     /// applied what the cluster committed before the read.
     pub async fn wait_ready(&self) {

@@ -44,6 +44,10 @@ pub struct Harness {
     pub tag: String,
     /// etcd: no member is killed while this is held (see `etcd::no_faults`).
     quiet: std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>>,
+    /// etcd: the proxy in front of each `terminable_client`, by owner, whose reset ends that
+    /// client's connections from outside (etcd has no `pg_terminate_backend`).
+    terminable:
+        std::sync::Mutex<std::collections::HashMap<String, (std::sync::Arc<Proxy>, String)>>,
 }
 
 static TRACING: Once = Once::new();
@@ -80,6 +84,7 @@ impl Harness {
             _driver: Some(driver),
             tag: format!("{test}_{:08x}", rand::random::<u32>()),
             quiet: Default::default(),
+            terminable: Default::default(),
         }
     }
 
@@ -104,6 +109,7 @@ impl Harness {
             _driver: None,
             tag,
             quiet: std::sync::Mutex::new(quiet),
+            terminable: Default::default(),
         })
     }
 
@@ -120,6 +126,7 @@ impl Harness {
             _driver: None,
             tag,
             quiet: Default::default(),
+            terminable: Default::default(),
         }
     }
 
@@ -133,6 +140,7 @@ impl Harness {
             _driver: None,
             tag,
             quiet: Default::default(),
+            terminable: Default::default(),
         }
     }
 
@@ -157,6 +165,60 @@ impl Harness {
         Client::connect(&self.url, options)
             .await
             .expect("connect an accord client")
+    }
+
+    /// A client whose connections `terminate_connections` can end and `connection_count`
+    /// counts: on PostgreSQL any client (the server ends them, `pg_terminate_backend`); on etcd
+    /// one that reaches the cluster through a proxy of its own (one port per member), which
+    /// `Mode::Reset` closes as a server or a load balancer would.
+    pub async fn terminable_client(&self, owner: &str) -> Client {
+        if !self.url.starts_with("etcd://") {
+            return self.client(owner).await;
+        }
+        let known = self
+            .terminable
+            .lock()
+            .unwrap()
+            .get(owner)
+            .map(|(_, url)| url.clone());
+        let url = match known {
+            Some(url) => url,
+            None => {
+                let (proxy, url) = self.proxy().await;
+                self.terminable
+                    .lock()
+                    .unwrap()
+                    .insert(owner.to_string(), (std::sync::Arc::new(proxy), url.clone()));
+                url
+            }
+        };
+        Client::connect(&url, self.options(owner))
+            .await
+            .expect("connect an accord client through its proxy")
+    }
+
+    /// The proxy of `owner`'s `terminable_client` (etcd).
+    fn terminable_proxy(&self, owner: &str) -> std::sync::Arc<Proxy> {
+        self.terminable
+            .lock()
+            .unwrap()
+            .get(owner)
+            .map(|(proxy, _)| proxy.clone())
+            .unwrap_or_else(|| panic!("connect {owner} with Harness::terminable_client first"))
+    }
+
+    /// Whether a client that reconnects may have missed notifications sent while it was
+    /// disconnected, and says so with `Reconnected`: PostgreSQL's LISTEN hears nothing while
+    /// its connection is gone; etcd's watch resumes from the last revision it saw + 1 and
+    /// misses nothing (`Reconnected` only when etcd compacted that history meanwhile).
+    pub fn reconnect_loses_notifications(&self) -> bool {
+        self.is_postgres()
+    }
+
+    /// Whether a client listens on a connection of its own, beside its command connections
+    /// (PostgreSQL's LISTEN); on etcd one connection to a member carries calls and streams.
+    pub fn listens_on_its_own_connection(&self) -> bool {
+        self.is_postgres()
     }
 
     /// A channel name unique to this scenario.
@@ -191,8 +253,12 @@ impl Harness {
         self.admin.as_ref().expect("this scenario needs PostgreSQL")
     }
 
-    /// Terminates every server connection of the client whose owner is given.
+    /// Terminates every server connection of the client whose owner is given (etcd: of its
+    /// `terminable_client`, through its proxy); returns how many.
     pub async fn terminate_connections(&self, owner: &str) -> i64 {
+        if !self.is_postgres() {
+            return self.terminable_proxy(owner).reset() as i64;
+        }
         let row = self
             .admin()
             .query_one(
@@ -220,8 +286,11 @@ impl Harness {
             > 0
     }
 
-    /// Number of server connections of a client.
+    /// Number of server connections of a client (etcd: of its `terminable_client`).
     pub async fn connection_count(&self, owner: &str) -> i64 {
+        if !self.is_postgres() {
+            return self.terminable_proxy(owner).open_connections() as i64;
+        }
         self.admin()
             .query_one(
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",

@@ -1,10 +1,11 @@
-//! A TCP proxy between a client and the coordinator that the test can switch to cut or stall
-//! every connection: the network faults the fault tests need (a cut, a stall), without touching the server.
+//! A TCP proxy between a client and the coordinator that the test can switch to cut, stall or
+//! reset every connection: the network faults the fault tests need (a cut, a stall, connections
+//! ended from outside), without touching the server.
 //! One proxy may front several servers (an etcd cluster's members), one port each: one switch
 //! then cuts or stalls the client's way to all of them.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -25,6 +26,9 @@ pub enum Mode {
     /// changes) or is closed (`cut: true`). Later connections pass. A fault at the exact moment
     /// a test needs it, e.g. while a listening connection waits for a notification it expects.
     FailOnceOn { bytes: &'static [u8], cut: bool },
+    /// Close every connection open now, as a server or a load balancer ending them does; new
+    /// connections pass. Setting it again closes those opened since.
+    Reset,
 }
 
 pub struct Proxy {
@@ -33,6 +37,8 @@ pub struct Proxy {
     mode: Arc<watch::Sender<Mode>>,
     /// Whether a `FailOnceOn` fault happened (it happens once per setting of the mode).
     failed: Arc<AtomicBool>,
+    /// Connections forwarded now (to every upstream).
+    open: Arc<AtomicUsize>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -45,6 +51,7 @@ impl Proxy {
     pub async fn start_all(upstreams: &[SocketAddr]) -> Proxy {
         let mode = Arc::new(watch::channel(Mode::Pass).0);
         let failed = Arc::new(AtomicBool::new(false));
+        let open = Arc::new(AtomicUsize::new(0));
         let mut ports = Vec::new();
         let mut tasks = Vec::new();
         for &upstream in upstreams {
@@ -52,6 +59,7 @@ impl Proxy {
             ports.push(listener.local_addr().unwrap().port());
             let mode = mode.clone();
             let failed = failed.clone();
+            let open = open.clone();
             tasks.push(tokio::spawn(async move {
                 loop {
                     let Ok((client, _)) = listener.accept().await else {
@@ -63,7 +71,7 @@ impl Proxy {
                         continue;
                     }
                     let rx = mode.subscribe();
-                    tokio::spawn(forward(client, upstream, rx, failed.clone()));
+                    tokio::spawn(forward(client, upstream, rx, failed.clone(), open.clone()));
                 }
             }));
         }
@@ -71,6 +79,7 @@ impl Proxy {
             ports,
             mode,
             failed,
+            open,
             tasks,
         }
     }
@@ -88,6 +97,18 @@ impl Proxy {
     pub fn set(&self, mode: Mode) {
         self.failed.store(false, Ordering::SeqCst);
         self.mode.send_replace(mode);
+    }
+
+    /// How many connections it forwards now.
+    pub fn open_connections(&self) -> usize {
+        self.open.load(Ordering::SeqCst)
+    }
+
+    /// Closes every connection open now (`Mode::Reset`); returns how many there were.
+    pub fn reset(&self) -> usize {
+        let open = self.open_connections();
+        self.set(Mode::Reset);
+        open
     }
 
     /// Whether the `FailOnceOn` fault of the current mode has happened.
@@ -110,10 +131,13 @@ async fn forward(
     upstream: SocketAddr,
     mut mode: watch::Receiver<Mode>,
     failed: Arc<AtomicBool>,
+    open: Arc<AtomicUsize>,
 ) {
     let Ok(mut server) = TcpStream::connect(upstream).await else {
         return;
     };
+    open.fetch_add(1, Ordering::SeqCst);
+    let _counted = Counted(open);
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
     let (mut cr, mut cw) = client.split();
@@ -154,10 +178,19 @@ async fn forward(
                 }
             },
             changed = mode.changed() => {
-                if changed.is_err() || *mode.borrow() == Mode::Cut {
+                if changed.is_err() || matches!(*mode.borrow(), Mode::Cut | Mode::Reset) {
                     return;
                 }
             }
         }
+    }
+}
+
+/// Counts a forwarded connection until it ends.
+struct Counted(Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }

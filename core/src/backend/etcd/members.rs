@@ -52,6 +52,12 @@ pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(2);
 
 struct Member {
     client: Client,
+    /// Its client for the watch and keep-alive streams: these carry etcd's `hasleader`
+    /// metadata (the Go client's `WithRequireLeader`), so that a member that lost its leader
+    /// (cut off from its peers, it hears nothing more) ends them rather than keeping them open
+    /// and silent. Its own channel: the crate sets the metadata per client, and calls must not
+    /// carry it (a serializable read, [`Members::answers`], needs no leader).
+    streams: Client,
     /// Its client has a token (auth enabled): etcd's tokens are per member's client, got by
     /// authenticating through it, and renewed by the crate when etcd says one expired.
     authenticated: AtomicBool,
@@ -103,6 +109,14 @@ fn in_election(e: &etcd_client::Error) -> bool {
     }
 }
 
+/// Whether the member ended a call or stream because it has no leader: etcd's answer to a
+/// request that carried `hasleader` (at once when it has none, or when it loses it while the
+/// stream is open, after a few election timeouts).
+fn leaderless(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(s)
+        if s.code() as i32 == UNAVAILABLE && s.message() == "etcdserver: no leader")
+}
+
 /// Whether a call failed on the connection to its member (refused, reset, closed), rather than
 /// with the member's answer: that member is taken for down until a probe reads through it.
 /// etcd's own refusals ("etcdserver: no leader", "leader changed") come from a live member.
@@ -141,8 +155,10 @@ impl Members {
         let options = options.with_auto_token_refresh(user.is_some());
         let mut members = Vec::with_capacity(endpoints.len());
         for endpoint in endpoints {
+            let streams = options.clone().with_require_leader(true);
             members.push(Member {
                 client: Client::connect([endpoint], Some(options.clone())).await?,
+                streams: Client::connect([endpoint], Some(streams)).await?,
                 authenticated: AtomicBool::new(false),
                 down: watch::Sender::new(false),
                 probing: AtomicBool::new(false),
@@ -200,8 +216,21 @@ impl Members {
         // leader would hold the connect forever without a bound. In an election (a member
         // killed a moment ago) a live member answers "leader changed" or "no leader": asked
         // again within the bound, not taken for a refusal.
-        let mut client = member.client.clone();
         let until = tokio::time::Instant::now() + AUTH_TIMEOUT;
+        for client in [&member.client, &member.streams] {
+            Self::authenticate_client(client.clone(), user, until, i).await?;
+        }
+        member.authenticated.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Authenticates one client of member `i` (see [`Members::authenticate`]) by `until`.
+    async fn authenticate_client(
+        mut client: Client,
+        user: &(String, String),
+        until: tokio::time::Instant,
+        i: usize,
+    ) -> Result<(), etcd_client::Error> {
         loop {
             let answer =
                 tokio::time::timeout_at(until, client.update_user(Some(user.clone()))).await;
@@ -215,14 +244,9 @@ impl Members {
                 Ok(Err(e)) if in_election(&e) => {
                     tokio::time::sleep(ALL_DOWN_PAUSE).await;
                 }
-                Ok(answer) => {
-                    answer?;
-                    break;
-                }
+                Ok(answer) => return answer,
             }
         }
-        member.authenticated.store(true, Ordering::Relaxed);
-        Ok(())
     }
 
     /// The member to send to, and its client: the current one if up, else the next one up
@@ -240,10 +264,17 @@ impl Members {
         (chosen, self.members[chosen].client.clone())
     }
 
-    /// A call through member `i` failed with `e`: if on its connection, the member is down
-    /// until a probe reads through it again.
+    /// [`Members::pick`], with the member's client for watch and keep-alive streams.
+    pub fn pick_for_streams(&self) -> (usize, Client) {
+        let (i, _) = self.pick();
+        (i, self.members[i].streams.clone())
+    }
+
+    /// A call through member `i` failed with `e`: if on its connection, or because the member
+    /// has no leader (a stream that required one, ended by the member), the member is down
+    /// until a probe reads through it again (a linearizable read: it needs a leader too).
     pub fn failed(self: &Arc<Self>, i: usize, e: &etcd_client::Error) {
-        if connection_failed(e) {
+        if connection_failed(e) || leaderless(e) {
             self.lost(i, e);
         }
     }
@@ -367,6 +398,31 @@ impl Members {
     /// [`Members::call`], saying which member answered (where a stream it opened goes).
     pub async fn call_at<T, F, Fut>(
         self: &Arc<Self>,
+        call: F,
+    ) -> Result<(usize, T), etcd_client::Error>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        self.call_through(Self::pick, call).await
+    }
+
+    /// [`Members::call_at`] for a call that opens a stream: on the member's client for
+    /// streams ([`Members::pick_for_streams`]).
+    pub async fn stream_at<T, F, Fut>(
+        self: &Arc<Self>,
+        open: F,
+    ) -> Result<(usize, T), etcd_client::Error>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        self.call_through(Self::pick_for_streams, open).await
+    }
+
+    async fn call_through<T, F, Fut>(
+        self: &Arc<Self>,
+        pick: fn(&Self) -> (usize, Client),
         mut call: F,
     ) -> Result<(usize, T), etcd_client::Error>
     where
@@ -376,7 +432,7 @@ impl Members {
         let tries = 2 * self.members.len();
         let mut tried = 0;
         loop {
-            let (i, client) = self.pick();
+            let (i, client) = pick(self);
             let e = match self.answered(i, call(client)).await {
                 Ok(answer) => return Ok((i, answer)),
                 Err(e) => e,

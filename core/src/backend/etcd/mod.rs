@@ -514,6 +514,10 @@ impl Backend for EtcdBackend {
             .collect())
     }
 
+    fn watched_through(&self) -> Option<i64> {
+        self.watcher.watched_through()
+    }
+
     fn close(&self) {
         self.watcher.shutdown.cancel();
         self.members.shutdown.cancel();

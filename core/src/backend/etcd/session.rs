@@ -222,7 +222,7 @@ impl Leases {
                     async move { client.lease_client().keep_alive(id).await }
                 };
                 // Opening the stream sends the first keep-alive and reads its answer.
-                match counted(&self.stats, self.members.call_at(open)).await {
+                match counted(&self.stats, self.members.stream_at(open)).await {
                     Ok((member, (keeper, replies))) => {
                         *stream = Some((member, keeper, replies));
                         lease

@@ -8,6 +8,10 @@
 //!
 //! A broken stream resumes from the last revision seen + 1 (nothing missed); if etcd compacted
 //! that history meanwhile, listeners get `Reconnected` and every registered waiter looks again.
+//! The revision seen is the last event's or the last progress notification's, whichever is
+//! later, so a quiet stream resumes near the cluster's revision. The stream is opened on the
+//! member's client for streams, which requires a leader: a member that loses its leader ends it
+//! ("no leader"), and it resumes on another member.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -85,6 +89,9 @@ pub(crate) struct Watcher {
     /// pool's wake-up tag.
     pools: Mutex<HashMap<Vec<u8>, String>>,
     started: OnceCell<()>,
+    /// The revisions seen by the running stream (channels', locks'), for
+    /// [`Watcher::watched_through`].
+    seen: Mutex<Option<(i64, i64)>>,
     pub shutdown: CancellationToken,
 }
 
@@ -111,6 +118,7 @@ impl Watcher {
             interests: Mutex::new(Interests::default()),
             pools: Mutex::new(HashMap::new()),
             started: OnceCell::new(),
+            seen: Mutex::new(None),
             shutdown: CancellationToken::new(),
         })
     }
@@ -171,6 +179,17 @@ impl Watcher {
             .forget(ticket);
     }
 
+    /// The revision through which the stream has seen every event of both its watches (`None`
+    /// before it started).
+    pub fn watched_through(&self) -> Option<i64> {
+        let seen = *self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        seen.map(|(channels, locks)| channels.min(locks))
+    }
+
+    fn record(&self, seen: (i64, i64)) {
+        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(seen);
+    }
+
     /// Starts the stream (once); returns when events committed from now on will be seen.
     pub async fn start(self: &Arc<Self>) -> Result<()> {
         self.started
@@ -210,12 +229,13 @@ impl Watcher {
     /// (`Members::answered`). A refusal comes with the member's client (`Refused.0`, `Some`
     /// when etcd cancelled a watch for another reason than compaction).
     async fn open(&self, from: (i64, i64)) -> std::result::Result<Opened, Refused> {
-        let (member, client) = self.members.pick();
+        let (member, client) = self.members.pick_for_streams();
         let opening = self.open_on(client, from);
         match self.members.answered(member, opening).await {
-            Ok(Ok((stream, seen))) => Ok(Opened {
+            Ok(Ok((stream, seen, early))) => Ok(Opened {
                 stream,
                 seen,
+                early,
                 member,
             }),
             Ok(Err(refused)) => Err(refused),
@@ -233,7 +253,7 @@ impl Watcher {
         client: etcd_client::Client,
         from: (i64, i64),
     ) -> std::result::Result<
-        std::result::Result<(etcd_client::WatchStream, (i64, i64)), Refused>,
+        std::result::Result<(etcd_client::WatchStream, (i64, i64), Vec<WatchResponse>), Refused>,
         etcd_client::Error,
     > {
         let refusing = client.clone();
@@ -252,9 +272,11 @@ impl Watcher {
         stream
             .watch(self.locks_prefix.as_bytes(), Some(locks))
             .await?;
-        // Creations are answered in the order asked: the channels' first.
+        // Creations are answered in the order asked: the channels' first. Events of the first
+        // watch may come before the second is created (it catches up from `from.0`): kept.
         let mut seen = [from.0 - 1, from.1 - 1];
         let mut created = 0;
+        let mut early = Vec::new();
         while created < 2 {
             let Some(response) = stream.message().await? else {
                 return Ok(Err(Refused(
@@ -279,23 +301,32 @@ impl Watcher {
                     seen[created] = response.header().map_or(0, |h| h.revision());
                 }
                 created += 1;
+            } else {
+                early.push(response);
             }
         }
-        Ok(Ok((stream, (seen[0], seen[1]))))
+        Ok(Ok((stream, (seen[0], seen[1]), early)))
     }
 
     async fn run(self: Arc<Self>, opened: Opened) {
         let Opened {
             mut stream,
             mut seen,
+            early,
             mut member,
         } = opened;
+        let mut early = VecDeque::from(early);
         let mut down_at_open = self.members.is_down(member);
+        self.record(seen);
         // When the stream must have said something (an event, or the answer to a progress
         // request), and whether that request went out.
         let mut quiet_until = tokio::time::Instant::now() + QUIET_FOR;
         let mut progress_asked = false;
         loop {
+            if let Some(response) = early.pop_front() {
+                self.absorb(&response, &mut seen);
+                continue;
+            }
             // A member taken for down (a call to it went unanswered: it may hang, and its
             // stream with it) is left at once, as a broken stream is; unless the stream was
             // opened on it while down (every member was), which would only open it again.
@@ -331,16 +362,7 @@ impl Watcher {
             quiet_until = tokio::time::Instant::now() + QUIET_FOR;
             progress_asked = false;
             match next {
-                Ok(Some(response)) if !response.canceled() => {
-                    for kv in response.events().iter().filter_map(|e| e.kv()) {
-                        if kv.key().starts_with(self.channels_prefix.as_bytes()) {
-                            seen.0 = seen.0.max(kv.mod_revision());
-                        } else {
-                            seen.1 = seen.1.max(kv.mod_revision());
-                        }
-                    }
-                    self.handle(&response);
-                }
+                Ok(Some(response)) if !response.canceled() => self.absorb(&response, &mut seen),
                 other => {
                     // A stream that broke or ended with its member: reopened on another.
                     match &other {
@@ -379,9 +401,29 @@ impl Watcher {
                     member = fresh.member;
                     down_at_open = self.members.is_down(member);
                     seen = (seen.0.max(fresh.seen.0), seen.1.max(fresh.seen.1));
+                    self.record(seen);
+                    early = fresh.early.into();
                 }
             }
         }
+    }
+
+    /// A response of the stream (not a cancel): its events handled, the revisions seen moved.
+    fn absorb(&self, response: &WatchResponse, seen: &mut (i64, i64)) {
+        if let Some(revision) = progress(response) {
+            // Both watches sent everything through this revision: a quiet watch resumes from
+            // here, not from the last event it heard, which etcd may have compacted since.
+            *seen = (seen.0.max(revision), seen.1.max(revision));
+        }
+        for kv in response.events().iter().filter_map(|e| e.kv()) {
+            if kv.key().starts_with(self.channels_prefix.as_bytes()) {
+                seen.0 = seen.0.max(kv.mod_revision());
+            } else {
+                seen.1 = seen.1.max(kv.mod_revision());
+            }
+        }
+        self.record(*seen);
+        self.handle(response);
     }
 
     /// Events may have been missed (history compacted): listeners hear `Reconnected`, and
@@ -531,7 +573,23 @@ struct Opened {
     stream: etcd_client::WatchStream,
     /// The revision each watch's events start after (channels', locks').
     seen: (i64, i64),
+    /// Responses with events that came while the watches were being created, in order.
+    early: Vec<WatchResponse>,
     member: usize,
+}
+
+/// The revision a progress notification vouches for: etcd sent every event of the stream's
+/// watches up to it (an answer to `request_progress`: no event, no creation, cancel or
+/// compaction; etcd's own test, clientv3's `IsProgressNotify`).
+fn progress(response: &WatchResponse) -> Option<i64> {
+    let quiet = response.events().is_empty()
+        && !response.created()
+        && !response.canceled()
+        && response.compact_revision() == 0;
+    quiet
+        .then(|| response.header().map(|h| h.revision()))
+        .flatten()
+        .filter(|&revision| revision > 0)
 }
 
 /// Whether a watch failed to open because etcd compacted the revision it was to start from.
