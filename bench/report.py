@@ -157,6 +157,7 @@ class Report:
         self.bindings()
         self.peers()
         self.etcd()
+        self.fenced()
 
     def modes(self, *ids: str) -> list[tuple[str, str]]:
         """The fsync modes (id suffix, column text) in which any of `ids` was measured."""
@@ -1080,18 +1081,151 @@ class Report:
         else:
             self.target(name, None, "")
 
+    def fenced(self) -> None:
+        """Scenario 15: a fenced write against the same UPDATE without the check, the check's
+        parts apart, and done_in against a write then done, with their round trips."""
+        ids = [
+            "rust/fenced-plain",
+            "rust/fenced-plain-tx",
+            "rust/fenced-helper",
+            "rust/fenced-pipelined",
+            "rust/fenced-lock-only",
+            "rust/fenced-check-alone",
+        ]
+        rows: list[list[str]] = []
+        for suffix, fsync in self.modes(*ids):
+            plain = self.results.get("rust/fenced-plain" + suffix)
+            for r in self.get(*(i + suffix for i in ids)):
+                rows.append(
+                    [
+                        f"`{r.id}`",
+                        r.label,
+                        fsync,
+                        us(r.p50),
+                        us(r.p99),
+                        num(r.ops_per_s),
+                        f"{float(r.metrics.get('app_round_trips', math.nan)):.0f}",
+                        ratio(r.p50, plain.p50) if plain else "-",
+                    ]
+                )
+        self.table(
+            FENCED_TITLE,
+            "One lease held by accord's Rust core; the application's UPDATE of one row on a "
+            "tokio-postgres connection of its own, with and without `check_fence` in its "
+            "transaction. `-lock-only` and `-check-alone` are parts, not ways to write: the "
+            "lease row locked `FOR SHARE` by a plain SELECT in the pipeline instead of the "
+            "function, and the function in a transaction of its own (its row lock gives the "
+            "transaction an id, so that commit is flushed too). Round trips: on the "
+            "application's connection (a pipelined group is one). Ratio: p50 against the "
+            "UPDATE alone in the same fsync mode.",
+            [
+                "id",
+                "contender",
+                "fsync",
+                "p50",
+                "p99",
+                "writes/s",
+                "round trips",
+                "p50 vs UPDATE",
+            ],
+            rows,
+        )
+        # The target is on a durable server (issue 34); fsync off is told beside it.
+        parts = []
+        for suffix, which in (("-fsync", "on"), ("", "off")):
+            plain, piped = (
+                self.results.get("rust/fenced-plain" + suffix),
+                self.results.get("rust/fenced-pipelined" + suffix),
+            )
+            plain_tx, helper = (
+                self.results.get("rust/fenced-plain-tx" + suffix),
+                self.results.get("rust/fenced-helper" + suffix),
+            )
+            if plain and piped and plain_tx and helper:
+                parts.append(
+                    (
+                        which,
+                        piped.p50 / plain.p50,
+                        (
+                            f"fsync {which}: pipelined p50 {piped.p50 / plain.p50:.2f}x "
+                            f"({us(piped.p50)} vs {us(plain.p50)}), mean "
+                            f"{plain.ops_per_s / piped.ops_per_s:.2f}x; one round trip each "
+                            f"p50 {helper.p50 / plain_tx.p50:.2f}x of BEGIN, UPDATE, COMMIT "
+                            f"({us(helper.p50)} vs {us(plain_tx.p50)}), mean "
+                            f"{plain_tx.ops_per_s / helper.ops_per_s:.2f}x"
+                        ),
+                    )
+                )
+        name = (
+            "(15) a fenced write (check, UPDATE, commit) within 1.3x of the UPDATE without "
+            "the check, fsync on (p50)"
+        )
+        durable = [q for which, q, _ in parts if which == "on"]
+        self.target(
+            name,
+            durable[0] <= 1.3 if durable else None,
+            "; ".join(text for _, _, text in parts),
+        )
+        done_ids = ["rust/done-after-write", "rust/done-in", "rust/done-in-pipelined"]
+        drows: list[list[str]] = []
+        for suffix, fsync in self.modes(*done_ids):
+            for r in self.get(*(i + suffix for i in done_ids)):
+                app = float(r.metrics.get("app_round_trips", math.nan))
+                own = float(r.metrics.get("accord_statements", math.nan))
+                drows.append(
+                    [
+                        f"`{r.id}`",
+                        r.label,
+                        fsync,
+                        us(r.p50),
+                        us(r.p99),
+                        f"{app:.0f}",
+                        f"{own:.2f}",
+                        f"{app + own:.2f}",
+                    ]
+                )
+        self.table(
+            f"{FENCED_TITLE}: the result and done",
+            "A result written to the application's table and its key marked done: the write "
+            "then `Lease::done` (two transactions, two commits: a crash between them leaves "
+            "the result without the done), against the write and `done_in` in one transaction "
+            "(one commit: both or neither). Round trips on the application's connection, and "
+            "statements on accord's own during the op (`done_in` sends none there: the "
+            "client's keepalive looks at the lease after it, outside the op). Each op takes a "
+            "key of its own, acquired before its clock starts.",
+            [
+                "id",
+                "contender",
+                "fsync",
+                "p50",
+                "p99",
+                "app round trips",
+                "accord statements",
+                "round trips in all",
+            ],
+            drows,
+        )
+
 
 #: The etcd sections' title (`--only etcd` finds them by it).
 ETCD_TITLE = "14. accord on etcd"
+#: The fenced writes' sections' title (`--only fenced` finds them by it).
+FENCED_TITLE = "15. Fenced writes"
+#: What each `--only` rebuilds: its sections' title, its targets' tag, its make target.
+ONLY = {
+    "etcd": (ETCD_TITLE, "(14)", "make bench-etcd"),
+    "fenced": (FENCED_TITLE, "(15)", "make bench-fenced"),
+}
 
 
-def splice_etcd(page: str, report: Report, run_time: datetime.datetime) -> str:
-    """`page` (a benchmarks page written before) with its etcd sections and targets replaced by
-    `report`'s: what `--only etcd` writes, when only the etcd rows were measured."""
+def splice(page: str, report: Report, run_time: datetime.datetime, only: str) -> str:
+    """`page` (a benchmarks page written before) with the sections and targets of `only`
+    replaced by `report`'s: what `--only` writes, when only those rows were measured."""
+    title, tag, make = ONLY[only]
     lines = page.rstrip("\n").split("\n")
     targets = [f"- **{verdict(t.met)}**: {t.name} ({t.detail})" for t in report.targets]
     kept = [
-        line for line in lines if not (line.startswith("- **") and ": (14)" in line)
+        line for line in lines if not (line.startswith("- **") and f": {tag}" in line)
     ]
     at = kept.index("## Reading them") - 1 if "## Reading them" in kept else len(kept)
     kept[at:at] = targets
@@ -1099,14 +1233,14 @@ def splice_etcd(page: str, report: Report, run_time: datetime.datetime) -> str:
     skipping = False
     for line in kept:
         if line.startswith("## "):
-            skipping = line.startswith(f"## {ETCD_TITLE}")
+            skipping = line.startswith(f"## {title}")
         if not skipping:
             out.append(line)
     sections: list[str] = []
     when = run_time.strftime("%Y-%m-%d %H:%M UTC")
     for i, (title, note, header, rows) in enumerate(report.sections):
         if i == 0:
-            note = f"Run alone ({when}, `make bench-etcd`), not with the sections above. {note}"
+            note = f"Run alone ({when}, `{make}`), not with the sections above. {note}"
         sections += [f"## {title}", "", note, "", markdown_table(header, rows), ""]
     at = (
         out.index("## Latency distributions")
@@ -1248,7 +1382,7 @@ def main() -> int:
     parser.add_argument("png", help="the plot to write, or - for none")
     parser.add_argument(
         "--only",
-        choices=["etcd"],
+        choices=sorted(ONLY),
         help="rebuild only these rows in the page (the others were not measured this time)",
     )
     parser.add_argument(
@@ -1264,6 +1398,8 @@ def main() -> int:
     report = Report(results)
     if args.only == "etcd":
         report.etcd()
+    elif args.only == "fenced":
+        report.fenced()
     else:
         report.build()
 
@@ -1280,7 +1416,7 @@ def main() -> int:
     run_time = datetime.datetime.fromtimestamp(newest, datetime.UTC)
     if args.only:
         args.markdown.write_text(
-            splice_etcd(args.markdown.read_text(), report, run_time)
+            splice(args.markdown.read_text(), report, run_time, args.only)
         )
         png = None
     else:

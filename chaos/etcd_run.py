@@ -416,7 +416,10 @@ def selftest() -> None:
 
     clean = [put("a", 2, "w1"), delete("a", 3), put("a", 4, "w2"), delete("a", 5)]
     rows, live = grant_rows(clean)
-    writes = [(float("inf"), 0, "a", 2 * 1024, 0, "w1"), (float("inf"), 0, "a", 4 * 1024, 0, "w2")]
+    writes = [
+        (float("inf"), 0, "a", 2 * 1024, 0, "w1", False),
+        (float("inf"), 0, "a", 4 * 1024, 0, "w2", False),
+    ]
     result = judge(rows, writes, [])
     assert result["violations"] == [] and result["grants"] == 2 and live == 0, result
     # The second grant overwrites the first's record (a put with no version compare).
@@ -426,9 +429,9 @@ def selftest() -> None:
     # never saw deleted before the next is: the next is a double grant.
     unended = [put("a", 2, "w1"), put("a", 3, "w2")]
     assert judge(grant_rows(unended)[0], [], [])["double"] == 1
-    stale = [*writes, (float("inf"), 0, "a", 2 * 1024, 0, "w1")]
+    stale = [*writes, (float("inf"), 0, "a", 2 * 1024, 0, "w1", False)]
     assert judge(rows, stale, [])["stale"] == 1
-    unknown = [(float("inf"), 0, "a", 9 * 1024, 0, "w1")]
+    unknown = [(float("inf"), 0, "a", 9 * 1024, 0, "w1", False)]
     assert judge(rows, unknown, [])["unknown_writer"] == 1
     told = [{"ev": "granted", "key": "a", "fence": 7 * 1024, "lang": "rust", "role": "lease"}]
     assert judge(rows, [], told)["lost_grants"] == 1
@@ -460,7 +463,10 @@ def check(cluster: Cluster, db: psycopg.Connection[Any], run: Run, evidence: Pat
     ).fetchall()
     # The judge's `late` compares a write's time with its grant's end: there is no common clock
     # between etcd's revisions and PostgreSQL's, so every write is given time 0 (not judged).
-    audited = [(float("inf"), 0, key, fence, old, writer) for _s, key, fence, old, writer in writes]
+    # No write holds a lease row here (the leases are in etcd: nothing to check in SQL).
+    audited = [
+        (float("inf"), 0, key, fence, old, writer, False) for _s, key, fence, old, writer in writes
+    ]
     with run.lock:
         reports = list(run.events)
         faults = list(run.faults)

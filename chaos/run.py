@@ -7,7 +7,8 @@ kills, stops, cuts, restarts and fails over; then a checker judges from the serv
 
 Runs under scripts/failover-pair.sh (which exports ACCORD_TEST_FAILOVER_URL, _DIR and _CTL).
 Workers (each loops acquire → a little work → fenced write through a plain SQL connection of its
-own → a little work → release, and prints JSON lines):
+own, accord's check_fence and the UPDATE in one transaction → a little work → release, and
+prints JSON lines):
 
     rust    target/debug/examples/chaos_worker      (cargo build -p accord-coord --example chaos_worker)
     python  chaos/workers/worker.py                 (the package installed in the venv)
@@ -20,7 +21,8 @@ A worker whose program is missing is left out (and the report says so). The chec
 audit tables that triggers fill inside the transactions that change the rows, so it trusts no
 worker: `chaos_lease_audit` (every INSERT or UPDATE of accord.leases in the run's namespace:
 key, owner, fence, expires_at, done, the server's clock and a sequence value taken while the row
-is locked, so per key in row-lock order) and `chaos_write_audit` (every accepted fenced write).
+is locked, so per key in row-lock order) and `chaos_write_audit` (every accepted fenced write,
+and whether its transaction held the key's lease row from a check: pgrowlocks).
 The recipes (chaos/workers/source.py, subscriber.py/.js, member.py/.js): a source notifies
 numbered messages (each committed with its number into `chaos_notify_audit`) and publishes to
 a durable stream; subscribers in Python and Node (one through the proxy) listen and read the
@@ -428,14 +430,21 @@ BEGIN
 END $f$;
 CREATE TRIGGER chaos_lease_audit AFTER INSERT OR UPDATE ON accord.leases FOR EACH ROW
   WHEN (NEW.namespace = '{NAMESPACE}') EXECUTE FUNCTION chaos_lease_audit();
+CREATE EXTENSION IF NOT EXISTS pgrowlocks;
 CREATE TABLE chaos_write_audit (
   seq bigint NOT NULL, at timestamptz NOT NULL, key text NOT NULL, fence bigint NOT NULL,
-  old_fence bigint NOT NULL, writer text);
+  old_fence bigint NOT NULL, writer text, held boolean NOT NULL);
+-- `held`: the writing transaction holds the key's lease row, as a successful check_fence
+-- leaves it (FOR SHARE until the transaction ends); read from the row's lockers (pgrowlocks),
+-- not from anything a worker says.
 CREATE FUNCTION chaos_write_audit() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
   INSERT INTO chaos_write_audit
     VALUES (nextval('chaos_audit_seq'), clock_timestamp(), NEW.key, NEW.fence, OLD.fence,
-            NEW.writer);
+            NEW.writer,
+            EXISTS (SELECT 1 FROM accord.leases l, pgrowlocks('accord.leases') r
+                     WHERE l.namespace = '{NAMESPACE}' AND l.key = NEW.key
+                       AND r.locked_row = l.ctid AND pg_current_xact_id()::xid = ANY (r.xids)));
   RETURN NULL;
 END $f$;
 CREATE TRIGGER chaos_write_audit AFTER UPDATE ON chaos_resource FOR EACH ROW
@@ -684,7 +693,7 @@ def check(db: psycopg.Connection[Any], run: Run, evidence: Path) -> dict[str, An
         " attempt FROM chaos_lease_audit ORDER BY key, seq"
     ).fetchall()
     writes = db.execute(
-        "SELECT seq, extract(epoch FROM at)::float8, key, fence, old_fence, writer"
+        "SELECT seq, extract(epoch FROM at)::float8, key, fence, old_fence, writer, held"
         " FROM chaos_write_audit ORDER BY key, seq"
     ).fetchall()
     with run.lock:
@@ -705,7 +714,13 @@ def judge(
 ) -> dict[str, Any]:
     """`leases`: the lease audit's rows (seq, at, op, key, owner, fence, expires_at, done,
     granted_at, attempt; times as epoch seconds) ordered by key then seq; `writes`: the write
-    audit's (seq, at, key, fence, old_fence, writer) in the same order.
+    audit's (seq, at, key, fence, old_fence, writer, held) in the same order.
+
+    A write is late when its grant had ended on the server (released, done, superseded, or past
+    its expiry) when the write was made, unless its transaction held the key's row from a
+    successful check_fence: that check found the grant live and keeps it the key's grant until
+    the commit (no later grant, release or renewal of the key before it), so such a write made
+    after the expiry's time is counted apart (`held_after_expiry`), as allowed.
 
     A grant while the previous one was live is a double grant, unless both are grants of one
     acquire call (the same `attempt`): a client retries a grant whose answer it lost (a cut
@@ -754,14 +769,19 @@ def judge(
     history: dict[tuple[str, int], list[tuple[Any, ...]]] = {}
     for row in leases:
         history.setdefault((row[3], row[5]), []).append(row)
-    late = 0
-    for seq, at, key, fence, _old, _writer in writes:
+    late = held = held_after_expiry = 0
+    for seq, at, key, fence, _old, _writer, checked in writes:
+        held += bool(checked)
         record = [row for row in history.get((key, fence), []) if row[0] < seq]
         if record and (record[-1][6] is None or record[-1][6] < at):
-            late += 1
+            if checked and record[-1][6] is not None:
+                held_after_expiry += 1
+            else:  # not held (a held grant is not released before the write's commit)
+                late += 1
+                violations.append(f"write on {key} with fence {fence} after its lease ended")
     stale = unknown = 0
     accepted_top: dict[str, int] = {}
-    for _seq, _at, key, fence, _old, writer in writes:
+    for _seq, _at, key, fence, _old, writer, _checked in writes:
         if fence <= accepted_top.get(key, 0):
             stale += 1
             violations.append(f"stale write accepted on {key}: fence {fence}")
@@ -808,6 +828,8 @@ def judge(
         "refused": len(refused),
         "stale": stale,
         "late": late,
+        "held": held,
+        "held_after_expiry": held_after_expiry,
         "unknown_writer": unknown,
         "lost_grants": len(lost_grants),
         "lost_writes": len(lost_writes),
@@ -1078,18 +1100,23 @@ def selftest() -> None:
         # i: one acquire's retry granted again under a new fence (not a double grant)
         (12, 1.0, "INSERT", "i", "a", 13, 10.0, False, 1.0, 106),
         (13, 2.0, "UPDATE", "i", "a", 14, 11.0, False, 2.0, 106),
+        (15, 12.1, "UPDATE", "i", "a", 15, 12.4, False, 12.1, 107),
     ]
     writes = [
-        (9, 3.5, "k", 7, 0, "b"),
-        (10, 4.5, "k", 9, 7, "c"),
-        (11, 21.0, "k", 8, 9, "d"),  # stale: 8 after 9
+        (9, 3.5, "k", 7, 0, "b", True),
+        (10, 4.5, "k", 9, 7, "c", True),
+        (11, 21.0, "k", 8, 9, "d", True),  # stale: 8 after 9
+        # i: a's grant expired at 11.0; a write at 12.0 without the check is late, one whose
+        # transaction held the row from its check is not
+        (14, 12.0, "i", 14, 0, "a", False),
+        (16, 12.5, "i", 15, 14, "a", True),
     ]
     events = [{"ev": "granted", "key": "k", "fence": 7, "lang": "x", "w": "b"}]
     r = judge(leases, writes, events)
     got = tuple(r[k] for k in ("double", "backwards", "regranted_done", "stale", "grants"))
-    got += (r["superseded"],)
-    clean = judge(leases[:3] + leases[-2:], writes[:1], events)["violations"]
-    if got != (1, 1, 1, 1, 8, 1) or clean:
+    got += (r["superseded"], r["late"], r["held_after_expiry"])
+    clean = judge(leases[:3] + leases[-3:-1], writes[:1], events)["violations"]
+    if got != (1, 1, 1, 1, 9, 1, 1, 1) or clean:
         raise SystemExit(f"the checker's self-test failed: {got}, {r['violations']}, {clean}")
     selftest_recipes()
 
@@ -1321,13 +1348,17 @@ def report(
             + (f"; left out (not built): {', '.join(missing)}" if missing else "")
             + f". Each loops over {len(KEYS)} keys with a ttl of {args.ttl_ms} ms: acquire "
             "(waiting up to 3 s), 20-150 ms of work, a fenced write through a plain SQL "
-            "connection of its own (`UPDATE chaos_resource SET fence = $f, writer = $w WHERE key "
-            "= $k AND fence < $f`, accepted iff a row changed), 10-50 ms more, release. The "
-            "workers write without consulting the lost signal first, on purpose: the fence alone "
-            "stands between a stale holder and the resource. `python1` also claims from a "
-            f"work pool of {POOL_SIZE} keys and marks each done; `run0` is "
-            "`accord run KEY -- bash -c '… psql … $ACCORD_FENCE'`; `proxied` (Python) reaches the "
-            "server through the run's TCP proxy."
+            "connection of its own, one transaction: accord's `check_fence` through the "
+            "language's helper (`lease.fenced(conn)` in Python and Node, `Lease::fenced` in "
+            "Rust, `accord_lease_fence_check_sql` in C, `Lease.FenceCheckSQL` in Go, both run "
+            "through libpq), then `UPDATE chaos_resource SET fence = $f, writer = $w WHERE key "
+            "= $k AND fence < $f` (accepted iff the check passed and a row changed), 10-50 ms "
+            "more, release. The workers write without consulting the lost signal first, on "
+            "purpose: the server's check stands between a stale holder and the resource. "
+            f"`python1` also claims from a work pool of {POOL_SIZE} keys and marks each done; "
+            "`run0` is `accord run KEY -- bash -c '… psql -1 … $ACCORD_FENCE'` (`SELECT "
+            "accord.check_fence(…)` and the UPDATE in psql's one transaction); `proxied` "
+            "(Python) reaches the server through the run's TCP proxy."
         ),
         (
             "- Recipes: `source` (Python) sends a numbered notification on the channel "
@@ -1338,7 +1369,9 @@ def report(
             "the proxy) each listen on the channel and read the stream as a named consumer (their "
             "slot's name), acking every event after reporting it. Fleet members `fleet_py0`, "
             f"`fleet_py1` (Python) and `fleet_node0` (Node) share the fleet `{FLEET}` of "
-            f"{SHARDS} shards (ttl {args.ttl_ms} ms) and make a fenced write to a row of the "
+            f"{SHARDS} shards (ttl {args.ttl_ms} ms) and make a fenced write (`SELECT "
+            "accord.check_fence(…)` called directly: a shard's lease has no `fenced` helper) to a "
+            "row of the "
             "resource table for every shard assigned (the shard's lease key)."
         ),
         (
@@ -1430,8 +1463,18 @@ def report(
         f"| superseded grants delivered or written with | {r['used_superseded']} |",
         f"| accepted writes with no matching grant to the writer | {r['unknown_writer']} |",
         (
-            f"| accepted writes made after the writer's lease had ended on the server "
-            f"(expired or released; no newer holder had written yet) | {r['late']} |"
+            f"| accepted writes whose transaction held the key's grant from its check "
+            f"(`check_fence`'s row lock, read from the row's lockers) | {r['held']} |"
+        ),
+        (
+            f"| **accepted writes made after the writer's lease had ended on the server** "
+            f"(expired, released or superseded, the write's transaction not holding the grant "
+            f"from a check) | **{r['late']}** |"
+        ),
+        (
+            f"| accepted writes made after the expiry time of a grant their transaction held "
+            f"from its check (allowed: ordered before the key's next grant) | "
+            f"{r['held_after_expiry']} |"
         ),
         f"| grants reported to a worker but not on record | {r['lost_grants']} |",
         f"| writes acknowledged to a worker but not on record | {r['lost_writes']} |",
@@ -1449,11 +1492,16 @@ def report(
             "A double grant is judged on the server's clock: the grant's `granted_at` is earlier "
             "than the `expires_at` of the previous grant of the key, which was neither released nor "
             "done. A stale write is an accepted write whose fence is not larger than an earlier "
-            "accepted one of the key. The refused count comes from the workers (PostgreSQL "
-            "records no row for an UPDATE that matched none). A write accepted after its "
-            "lease ended is no violation: no newer holder had written, so the resource was "
-            "still consistent, which is what a fence promises; it shows what the lost signal "
-            "is for (the workers here do not consult it before writing)."
+            "accepted one of the key. The refused count comes from the workers (a check refused "
+            "with `AC001` or by the client that already knew its lease lost, or an UPDATE that "
+            "matched no row: PostgreSQL records neither). A write after its lease ended is a "
+            "violation: every worker checks in the write's transaction, and a successful "
+            "`check_fence` holds the key's row (`FOR SHARE`) until the commit, so the grant it "
+            "found live stays the key's grant until then (docs/semantics.md, Fenced writes: the "
+            "key's next grant waits for the commit). The write audit reads whether the writing "
+            "transaction holds that row from the row's lockers (`pgrowlocks`), so a write made "
+            "without the check after its lease ended is still counted (before the checks, the "
+            "run counted 18 such writes in 300 s)."
         ),
     ]
     lines += recipe_lines(recipes)

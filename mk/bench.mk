@@ -3,7 +3,7 @@
 #   make bench          a throwaway PostgreSQL, every contender built in release mode, each
 #                       language's bench program in turn, then bench/report.py: the table on
 #                       stdout, docs/benchmarks.md and docs/benchmarks.png
-#   make bench-rust     scenarios 1-5, 8, 10-13 only (needs ACCORD_TEST_DATABASE_URL, e.g. through
+#   make bench-rust     scenarios 1-5, 8, 10-13, 15 only (needs ACCORD_TEST_DATABASE_URL, e.g. through
 #                       scripts/with-postgres.sh); bench-c, bench-go, bench-python and
 #                       bench-node are in their own fragments
 #   make bench-fleet    scenario 9 (fleets: members as processes, killed for real)
@@ -12,6 +12,9 @@
 #                       and beside accord on a durable PostgreSQL (own PostgreSQL and etcd
 #                       cluster, data on disk); bench-etcd-report rewrites only those rows of
 #                       docs/benchmarks.md
+#   make bench-fenced   scenario 15 alone (fenced writes: the check against the UPDATE without
+#                       it, fsync off and on; done_in against a write then done), own
+#                       PostgreSQL; rewrites only those rows of docs/benchmarks.md
 #
 # Every program gets the same URL, without TLS (loopback: what the comparison is about is
 # the client, and node-postgres and libpq disagree about what sslmode=prefer means); the Rust
@@ -22,7 +25,7 @@ BENCH_DOC := docs/benchmarks.md
 BENCH_PLOT := docs/benchmarks.png
 
 .PHONY: bench bench-all bench-build bench-rust bench-fleet bench-report bench-etcd bench-etcd-run \
-  bench-etcd-build bench-etcd-report
+  bench-etcd-build bench-etcd-report bench-fenced bench-fenced-run
 
 bench: ## the whole benchmark (own PostgreSQL): docs/benchmarks.md and .png
 	$(WITH_PG) $(MAKE) --no-print-directory bench-all
@@ -41,7 +44,7 @@ bench-all: bench-build
 	ETCD_DATA_BASE=$${TMPDIR:-/tmp} $(WITH_ETCD) $(MAKE) --no-print-directory bench-etcd-run
 	$(MAKE) --no-print-directory bench-report
 
-bench-rust: ## the Rust bench program alone, scenarios 1-5, 8, 10-13 → target/bench/rust.json (db)
+bench-rust: ## the Rust bench program alone, scenarios 1-5, 8, 10-13, 15 → target/bench/rust.json (db)
 	@mkdir -p $(BENCH_OUT_DIR)
 	$(CARGO) build --release -p accord-bench
 	ACCORD_BENCH_URL="$${ACCORD_BENCH_URL:-$$ACCORD_TEST_DATABASE_URL}" ACCORD_BENCH_OUT=$(BENCH_OUT_DIR)/rust.json \
@@ -81,6 +84,19 @@ bench-etcd-run:
 bench-etcd-report: bench-python-venv ## rewrite only scenario 14's rows of docs/benchmarks.md from target/bench
 	$(BENCH_PY) bench/report.py $(BENCH_OUT_DIR) $(BENCH_DOC) - --only etcd
 
+# Scenario 15 alone, as bench-etcd does for 14: its own throwaway PostgreSQL (the bench turns
+# fsync on for the second pass), then only its rows of docs/benchmarks.md.
+bench-fenced: bench-python-venv ## scenario 15 alone (fenced writes, fsync off and on), then only its rows of docs/benchmarks.md
+	@mkdir -p $(BENCH_OUT_DIR)
+	$(CARGO) build --release -p accord-bench
+	$(WITH_PG) $(MAKE) --no-print-directory bench-fenced-run
+	$(BENCH_PY) bench/report.py $(BENCH_OUT_DIR) $(BENCH_DOC) - --only fenced
+
+bench-fenced-run:
+	u="$${ACCORD_BENCH_URL:-$$ACCORD_TEST_DATABASE_URL}"; case "$$u" in *sslmode=*) ;; *\?*) u="$$u&sslmode=disable";; *) u="$$u?sslmode=disable";; esac; \
+	  ACCORD_BENCH_URL="$$u" ACCORD_BENCH_OUT=$(BENCH_OUT_DIR)/rust-fenced.json \
+	  target/release/accord-bench --scenarios 15
+
 # `make test` runs the Rust bench program and the report at a tiny size, so that neither rots
 # between benchmark runs: every scenario must run and yield its figures (the bench program fails
 # on a held key, a lost lease or a missed message). No figure is judged here: timing belongs in
@@ -103,7 +119,7 @@ test-bench: python-venv ## the Rust bench and the report at a tiny size, so they
 	  ACCORD_BENCH_PAIRS=40 ACCORD_BENCH_WARMUP=4 target/bench-smoke/etcd-go
 	$(CARGO) build $(RUST_CRATES) --example contend
 	$(PY) bench/fleet_bench.py target/bench-smoke/fleet.json --quick
-	$(PY) bench/report.py target/bench-smoke target/bench-smoke/benchmarks.md - --expect 1,2,3,4,5,8,9,10,11,12,13,14
+	$(PY) bench/report.py target/bench-smoke target/bench-smoke/benchmarks.md - --expect 1,2,3,4,5,8,9,10,11,12,13,14,15
 
 lint-bench: python-venv ## ruff on bench/, gofmt on bench/etcd-go
 	$(PY_VENV)/bin/ruff check bench && $(PY_VENV)/bin/ruff format --check bench

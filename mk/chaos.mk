@@ -1,5 +1,6 @@
 # The chaos run (chaos/run.py, docs/reliability.md): workers in Rust, Python, Node, C, Go and
-# `accord run` hold leases and make fenced writes on a durable primary with a synchronous
+# `accord run` hold leases and make fenced writes (accord's check_fence in the write's
+# transaction, through each language's helper) on a durable primary with a synchronous
 # standby (scripts/failover-pair.sh, ACCORD_PAIR_FSYNC=on) while a seeded nemesis kills -9,
 # SIGSTOPs, terminates backends, restarts and crashes the primary, fails over, and freezes or
 # cuts a proxied worker's connections. Beside them, the recipes: a source notifies and publishes

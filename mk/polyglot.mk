@@ -2,8 +2,11 @@
 # audit (they hammer one key; a trigger records every grant in commit order, and the fences must
 # strictly increase: G2 across languages), the pool run (they drain one work pool: P2; again on
 # the etcd test cluster when ACCORD_TEST_ETCD_URL names one, as in `make test`), the
-# fleet runs, the waiting run (fair waiting and elections: X2, X3, E1-E2), and the stream run
-# (publishers and subscribers in three languages, a consumer killed before its ack: D1, D3, D5).
+# fleet runs, the waiting run (fair waiting and elections: X2, X3, E1-E2), the stream run
+# (publishers and subscribers in three languages, a consumer killed before its ack: D1, D3, D5),
+# and the fenced run (writers in three languages insert through accord's trigger fenced_write,
+# some SIGSTOPped past their ttl: every stale write refused, every accepted row the key's latest
+# grant in commit order).
 #
 #   make test-polyglot    against ACCORD_TEST_DATABASE_URL (scripts/with-postgres.sh make test-polyglot),
 #                         and the pool run on ACCORD_TEST_ETCD_URL too
@@ -13,7 +16,7 @@
 
 TEST_SUITES += test-polyglot
 
-test-polyglot: $(DEMO_PY_STAMP) build-node-debug ## the grant audit, the pool, fleet, waiting and stream runs: Rust, Python and Node workers (db)
+test-polyglot: $(DEMO_PY_STAMP) build-node-debug ## the grant audit, the pool, fleet, waiting, stream and fenced runs: Rust, Python and Node workers (db)
 	$(CARGO) build $(RUST_CRATES) --example contend
 	$(PY) tests/polyglot/run.py
 	$(PY) tests/polyglot/pool.py postgres
@@ -22,6 +25,7 @@ test-polyglot: $(DEMO_PY_STAMP) build-node-debug ## the grant audit, the pool, f
 	$(PY) tests/polyglot/fleet_churn.py
 	$(PY) tests/polyglot/waiting.py
 	$(PY) tests/polyglot/streams.py
+	$(PY) tests/polyglot/fenced.py
 
 fleet-churn: $(DEMO_PY_STAMP) build-node-debug ## the fleet's property run for a minute: random joins, leaves, kills (db)
 	$(CARGO) build $(RUST_CRATES) --example contend

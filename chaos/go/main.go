@@ -1,5 +1,6 @@
 // The chaos run's Go worker (chaos/run.py starts it; see chaos/workers/worker.py for the loop
-// and docs/reliability.md). Fenced writes through libpq (cgo), a connection of its own.
+// and docs/reliability.md). Fenced writes through libpq (cgo), a connection of its own: accord's
+// check (Lease.FenceCheckSQL) and the UPDATE in one transaction.
 // Configured by the environment: CHAOS_URL, CHAOS_WRITER_URL, CHAOS_NAMESPACE, CHAOS_NAME,
 // CHAOS_KEYS, CHAOS_TTL_MS.
 package main
@@ -12,26 +13,33 @@ package main
 
 static PGconn *db;
 
-// 1 accepted, 0 refused, -1 failed (reconnects next time).
-static int fenced_write(const char *url, const char *fence, const char *name, const char *key) {
-	if (db == NULL || PQstatus(db) != CONNECTION_OK) {
-		if (db) PQfinish(db);
-		db = PQconnectdb(url);
-		if (PQstatus(db) != CONNECTION_OK) { PQfinish(db); db = NULL; return -1; }
-	}
-	const char *params[3] = {fence, name, key};
-	PGresult *res = PQexecParams(db,
-		"UPDATE chaos_resource SET fence = $1, writer = $2 WHERE key = $3 AND fence < $1",
-		3, NULL, params, NULL, NULL, 0);
-	int result = -1;
-	if (PQresultStatus(res) == PGRES_COMMAND_OK) {
-		result = strcmp(PQcmdTuples(res), "1") == 0 ? 1 : 0;
+// 0 connected (or already), -1 failed.
+static int connect_writer(const char *url) {
+	if (db != NULL && PQstatus(db) == CONNECTION_OK) return 0;
+	if (db) PQfinish(db);
+	db = PQconnectdb(url);
+	if (PQstatus(db) != CONNECTION_OK) { PQfinish(db); db = NULL; return -1; }
+	return 0;
+}
+
+static void drop_writer(void) { if (db) PQfinish(db); db = NULL; }
+
+// Runs `sql`: the rows it changed (0 for none or a query), or -1 when it failed; then *state
+// and *message are the server's SQLSTATE and message (the caller frees both).
+static long run(const char *sql, int n, const char *const *params, char **state, char **message) {
+	PGresult *res = PQexecParams(db, sql, n, NULL, params, NULL, NULL, 0);
+	ExecStatusType status = PQresultStatus(res);
+	long rows = -1;
+	if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK) {
+		rows = atol(PQcmdTuples(res));
 	} else {
-		PQfinish(db);
-		db = NULL;
+		const char *s = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+		const char *m = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+		*state = strdup(s ? s : "");
+		*message = strdup(m ? m : PQerrorMessage(db));
 	}
 	PQclear(res);
-	return result;
+	return rows;
 }
 */
 import "C"
@@ -62,15 +70,82 @@ func say(event map[string]any) {
 	out.Unlock()
 }
 
-func write(url, key string, fence int64, name string) int {
-	curl, ckey, cname := C.CString(url), C.CString(key), C.CString(name)
-	cfence := C.CString(strconv.FormatInt(fence, 10))
+// serverError is a statement's failure as libpq reports it, with the SQLSTATE that
+// accord.FencedRefusal reads.
+type serverError struct {
+	state   string
+	Message string
+}
+
+func (e *serverError) Error() string    { return e.Message }
+func (e *serverError) SQLState() string { return e.state }
+
+// exec runs text with args (strings, or nil for NULL) on the writer's connection: the rows it
+// changed, or the server's error.
+func exec(text string, args ...any) (int64, error) {
+	ctext := C.CString(text)
+	params := make([]*C.char, len(args)+1) // never empty: &params[0] is taken
+	for i, arg := range args {
+		if s, ok := arg.(string); ok {
+			params[i] = C.CString(s)
+		}
+	}
 	defer func() {
-		for _, p := range []*C.char{curl, ckey, cname, cfence} {
+		C.free(unsafe.Pointer(ctext))
+		for _, p := range params {
 			C.free(unsafe.Pointer(p))
 		}
 	}()
-	return int(C.fenced_write(curl, cfence, cname, ckey))
+	var state, message *C.char
+	rows := C.run(ctext, C.int(len(args)), &params[0], &state, &message)
+	if rows < 0 {
+		defer C.free(unsafe.Pointer(state))
+		defer C.free(unsafe.Pointer(message))
+		return 0, &serverError{C.GoString(state), C.GoString(message)}
+	}
+	return int64(rows), nil
+}
+
+// write is the fenced write: accord's check (lease.FenceCheckSQL, run through libpq) and the
+// UPDATE in one transaction. 1 accepted, 0 refused (by the check, or the row's fence was not
+// smaller), -1 failed (reconnects next time).
+func write(url string, lease *accord.Lease, key, name string) int {
+	check, err := lease.FenceCheckSQL()
+	if errors.Is(err, accord.ErrLeaseLost) {
+		return 0 // this client already knows: nothing is sent
+	}
+	if err != nil {
+		return -1
+	}
+	curl := C.CString(url)
+	defer C.free(unsafe.Pointer(curl))
+	if C.connect_writer(curl) != 0 {
+		return -1
+	}
+	fence := strconv.FormatInt(lease.Fence(), 10)
+	result := -1
+	if _, err = exec("BEGIN"); err == nil {
+		if _, err = exec(check.Text, check.Args...); err == nil {
+			var rows int64
+			rows, err = exec("UPDATE chaos_resource SET fence = $1, writer = $2 WHERE key = $3 AND fence < $1",
+				fence, name, key)
+			if err == nil {
+				if _, err = exec("COMMIT"); err == nil && rows == 1 {
+					result = 1
+				} else if err == nil {
+					result = 0
+				}
+			}
+		} else if errors.Is(accord.FencedRefusal("check_fence", err), accord.ErrLeaseLost) {
+			if _, err = exec("ROLLBACK"); err == nil {
+				result = 0
+			}
+		}
+	}
+	if result < 0 {
+		C.drop_writer()
+	}
+	return result
 }
 
 func main() {
@@ -118,7 +193,7 @@ func main() {
 			}
 		}()
 		time.Sleep(time.Duration(20+rand.Intn(130)) * time.Millisecond)
-		switch write(writerURL, key, fence, name) {
+		switch write(writerURL, lease, key, name) {
 		case 1:
 			say(map[string]any{"ev": "write", "key": key, "fence": fence, "accepted": true})
 		case 0:

@@ -5,11 +5,10 @@
 'use strict'
 const path = require('path')
 const { connect } = require(path.join(__dirname, '..', '..', 'node'))
-const { env, sleep, say, err, write: fencedWrite } = require('./fenced_write')
+const { env, sleep, say, err, write: fencedWrite, checkFence } = require('./fenced_write')
 
 const name = env.CHAOS_NAME
 const ttl = Number(env.CHAOS_TTL_MS)
-const write = (key, fence) => fencedWrite(name, key, fence)
 
 async function main() {
   let fleet
@@ -38,7 +37,7 @@ async function main() {
     const fence = event.lease.fence
     say({ ev: 'assigned', key, shard: event.shard, fence: Number(fence) })
     try {
-      const accepted = await write(key, fence)
+      const accepted = await fencedWrite(name, key, fence, checkFence(key, fence))
       say({ ev: 'write', key, fence: Number(fence), accepted })
     } catch (e) {
       say({ ev: 'write_error', key, fence: Number(fence), err: err(e) })

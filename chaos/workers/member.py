@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import accord
@@ -26,15 +27,24 @@ def say(**event: Any) -> None:
     print(json.dumps(event), flush=True)
 
 
+def shard_check(namespace: str, key: str, fence: int) -> Callable[[psycopg.Connection[Any]], None]:
+    """accord's check_fence called directly: a shard's lease has no `fenced` helper of its own
+    (the function is the same one the helper runs)."""
+
+    def check(db: psycopg.Connection[Any]) -> None:
+        db.execute("SELECT accord.check_fence(%s, %s, %s)", (namespace, key, fence))
+
+    return check
+
+
 def main() -> None:
     url, name = os.environ["CHAOS_URL"], os.environ["CHAOS_NAME"]
     ttl = int(os.environ["CHAOS_TTL_MS"]) / 1000
     writer = Writer(os.environ["CHAOS_WRITER_URL"], name)
+    namespace = os.environ["CHAOS_NAMESPACE"]
     while True:  # the server may be restarting or failing over when a worker starts
         try:
-            client = accord.Client.connect(
-                url, namespace=os.environ["CHAOS_NAMESPACE"], owner=name, ttl=ttl
-            )
+            client = accord.Client.connect(url, namespace=namespace, owner=name, ttl=ttl)
             fleet = client.fleet(
                 os.environ["CHAOS_FLEET"], int(os.environ["CHAOS_SHARDS"]), ttl=ttl
             )
@@ -52,9 +62,9 @@ def main() -> None:
         key, fence = event.lease.key, event.lease.fence
         say(ev="assigned", key=key, shard=event.shard, fence=fence)
         try:
-            accepted = writer.write(key, fence)
+            accepted = writer.write(key, fence, shard_check(namespace, key, fence))
             say(ev="write", key=key, fence=fence, accepted=accepted)
-        except psycopg.Error as e:
+        except (psycopg.Error, accord.AccordError) as e:
             say(ev="write_error", key=key, fence=fence, err=str(e)[:200])
     say(ev="error", op="fleet", err="the fleet ended")
     raise SystemExit(3)

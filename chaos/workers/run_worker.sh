@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The chaos run's `accord run` worker (chaos/run.py starts it; see docs/reliability.md): loops
 # `accord run KEY -- sh -c '…'`, whose command makes the fenced write with psql and
-# $ACCORD_FENCE. Configured by the environment: CHAOS_ACCORD (the accord binary), CHAOS_PSQL,
+# $ACCORD_FENCE: accord.check_fence and the UPDATE in one transaction (psql -1; a refusal is
+# check_fence's SQLSTATE AC001). Configured by the environment: CHAOS_ACCORD (the accord binary), CHAOS_PSQL,
 # CHAOS_URL, CHAOS_WRITER_URL, CHAOS_NAMESPACE, CHAOS_NAME, CHAOS_KEYS, CHAOS_TTL_MS.
 set -u
 IFS=, read -r -a keys <<<"$CHAOS_KEYS"
@@ -11,9 +12,10 @@ now() { date +%s.%N; }
 body='
   printf "{\"ev\": \"granted\", \"key\": \"%s\", \"fence\": %s, \"t\": %s}\n" "$ACCORD_KEY" "$ACCORD_FENCE" "$(date +%s.%N)"
   sleep 0.0$((RANDOM % 9 + 1))
-  n=$(PGAPPNAME=chaos-writer PGCONNECT_TIMEOUT=3 "$CHAOS_PSQL" -X -q -At "$CHAOS_WRITER_URL" -c "WITH w AS (UPDATE chaos_resource SET fence = $ACCORD_FENCE, writer = '"'"'$ACCORD_OWNER'"'"' WHERE key = '"'"'$ACCORD_KEY'"'"' AND fence < $ACCORD_FENCE RETURNING 1) SELECT count(*) FROM w" 2>/dev/null)
+  n=$(PGAPPNAME=chaos-writer PGCONNECT_TIMEOUT=3 "$CHAOS_PSQL" -X -q -At -1 -v ON_ERROR_STOP=1 -v VERBOSITY=sqlstate "$CHAOS_WRITER_URL" -c "SELECT accord.check_fence('"'"'$ACCORD_NAMESPACE'"'"', '"'"'$ACCORD_KEY'"'"', $ACCORD_FENCE)" -c "WITH w AS (UPDATE chaos_resource SET fence = $ACCORD_FENCE, writer = '"'"'$ACCORD_OWNER'"'"' WHERE key = '"'"'$ACCORD_KEY'"'"' AND fence < $ACCORD_FENCE RETURNING 1) SELECT count(*) FROM w" 2>&1)
   case $n in
-    1) a=true ;; 0) a=false ;; *) a= ;;
+    *AC001*) a=false ;;
+    *) case ${n##*$'"'"'\n'"'"'} in 1) a=true ;; 0) a=false ;; *) a= ;; esac ;;
   esac
   if [ -n "$a" ]; then
     printf "{\"ev\": \"write\", \"key\": \"%s\", \"fence\": %s, \"accepted\": %s, \"t\": %s}\n" "$ACCORD_KEY" "$ACCORD_FENCE" "$a" "$(date +%s.%N)"

@@ -1,5 +1,6 @@
 /* The chaos run's C worker (chaos/run.py starts it; see chaos/workers/worker.py for the loop and
- * docs/reliability.md). Fenced writes through libpq, a connection of its own. Configured by the
+ * docs/reliability.md). Fenced writes through libpq, a connection of its own: accord's check
+ * (accord_lease_fence_check_sql) and the UPDATE in one transaction. Configured by the
  * environment: CHAOS_URL, CHAOS_WRITER_URL, CHAOS_NAMESPACE, CHAOS_NAME, CHAOS_KEYS, CHAOS_TTL_MS. */
 #define _POSIX_C_SOURCE 200809L
 #include <accord.h>
@@ -46,8 +47,35 @@ static void say_error(const char *op, accord_error *err) {
 
 static PGconn *db = NULL;
 
-/* 1 accepted, 0 refused, -1 failed (reconnects next time). */
-static int fenced_write(const char *url, const char *key, long long fence, const char *name) {
+/* A statement that failed: 0 when the server refused the lease (check_fence's SQLSTATE, mapped
+ * by accord_fenced_refusal to ACCORD_LEASE_LOST), else -1 (the connection is made again). */
+static int refused_or_failed(PGresult *res) {
+  accord_error *err = NULL;
+  const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+  const char *message = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+  accord_status status = accord_fenced_refusal("check_fence", state ? state : "",
+                                               message ? message : "", &err);
+  accord_error_free(err);
+  if (status == ACCORD_LEASE_LOST) return 0;
+  fprintf(stderr, "write: %s", PQerrorMessage(db));
+  return -1;
+}
+
+/* Runs `sql` with `params`; 1 when it did what `expected` says, else refused_or_failed's answer. */
+static int run(const char *sql, int n, const char *const *params, ExecStatusType expected,
+               PGresult **out) {
+  PGresult *res = PQexecParams(db, sql, n, NULL, params, NULL, NULL, 0);
+  int result = PQresultStatus(res) == expected ? 1 : refused_or_failed(res);
+  if (out && result == 1) *out = res;
+  else PQclear(res);
+  return result;
+}
+
+/* The fenced write: accord's check (accord_lease_fence_check_sql) and the UPDATE in one
+ * transaction. 1 accepted, 0 refused (by the check, or the row's fence was not smaller), -1
+ * failed (reconnects next time). */
+static int fenced_write(const char *url, const accord_lease *lease, const char *key,
+                        const char *name) {
   if (db == NULL || PQstatus(db) != CONNECTION_OK) {
     if (db) PQfinish(db);
     db = PQconnectdb(url);
@@ -58,21 +86,36 @@ static int fenced_write(const char *url, const char *key, long long fence, const
       return -1;
     }
   }
+  char *check = NULL, **check_params = NULL;
+  uintptr_t n_check = 0;
+  accord_error *err = NULL;
+  accord_status status = accord_lease_fence_check_sql(lease, &check, &check_params, &n_check, &err);
+  accord_error_free(err);
+  if (status == ACCORD_LEASE_LOST) return 0; /* this client already knows: nothing is sent */
+  if (status != ACCORD_OK) return -1;
   char fence_text[32];
-  snprintf(fence_text, sizeof fence_text, "%lld", fence);
+  snprintf(fence_text, sizeof fence_text, "%lld", (long long)accord_lease_fence(lease));
   const char *params[3] = {fence_text, name, key};
-  PGresult *res = PQexecParams(
-      db, "UPDATE chaos_resource SET fence = $1, writer = $2 WHERE key = $3 AND fence < $1", 3,
-      NULL, params, NULL, NULL, 0);
-  int result = -1;
-  if (PQresultStatus(res) == PGRES_COMMAND_OK) {
-    result = strcmp(PQcmdTuples(res), "1") == 0 ? 1 : 0;
-  } else {
-    fprintf(stderr, "write: %s", PQerrorMessage(db));
+  PGresult *updated = NULL;
+  int result = run("BEGIN", 0, NULL, PGRES_COMMAND_OK, NULL);
+  if (result == 1)
+    result = run(check, (int)n_check, (const char *const *)check_params, PGRES_TUPLES_OK, NULL);
+  if (result == 1)
+    result = run("UPDATE chaos_resource SET fence = $1, writer = $2 WHERE key = $3 AND fence < $1",
+                 3, params, PGRES_COMMAND_OK, &updated);
+  if (result == 1) {
+    result = strcmp(PQcmdTuples(updated), "1") == 0 ? 1 : 0;
+    PQclear(updated);
+    if (run("COMMIT", 0, NULL, PGRES_COMMAND_OK, NULL) != 1) result = -1;
+  } else if (result == 0) {
+    if (run("ROLLBACK", 0, NULL, PGRES_COMMAND_OK, NULL) != 1) result = -1;
+  }
+  accord_string_free(check);
+  accord_string_array_free(check_params, n_check);
+  if (result < 0) {
     PQfinish(db);
     db = NULL;
   }
-  PQclear(res);
   return result;
 }
 
@@ -117,7 +160,7 @@ int main(void) {
     long long fence = (long long)accord_lease_fence(lease);
     say_lease("granted", key, fence, NULL);
     sleep_ms(20 + rand() % 130);
-    int written = fenced_write(writer_url, key, fence, name);
+    int written = fenced_write(writer_url, lease, key, name);
     if (written < 0) say_lease("write_error", key, fence, NULL);
     else say_lease("write", key, fence, written ? ", \"accepted\": true" : ", \"accepted\": false");
     sleep_ms(10 + rand() % 40);

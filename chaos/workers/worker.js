@@ -10,7 +10,6 @@ const name = env.CHAOS_NAME
 const keys = env.CHAOS_KEYS.split(',')
 const ttl = Number(env.CHAOS_TTL_MS)
 const pick = (list) => list[Math.floor(Math.random() * list.length)]
-const write = (key, fence) => fencedWrite(name, key, fence)
 
 async function main() {
   let client
@@ -42,7 +41,7 @@ async function main() {
     lease.lost.then(() => say({ ev: 'lost', key, fence: Number(fence), how: 'signal' }), () => {})
     await sleep(20 + Math.random() * 130)
     try {
-      const accepted = await write(key, fence)
+      const accepted = await fencedWrite(name, key, fence, (c) => lease.fenced(c))
       say({ ev: 'write', key, fence: Number(fence), accepted })
     } catch (e) {
       say({ ev: 'write_error', key, fence: Number(fence), err: err(e) })

@@ -1,11 +1,12 @@
 """The chaos run's Python worker (chaos/run.py starts it; see docs/reliability.md).
 
 Loops until killed: acquire one of CHAOS_KEYS (waiting up to 3 s, ttl CHAOS_TTL_MS), a little
-work, a fenced write to the resource table through a plain connection of its own (accepted iff
-the row's fence was smaller), a little more work, release. With CHAOS_POOL set it also claims
-from the work pool CHAOS_POOL (offered by the orchestrator) and marks each claim done. Every
-step is a JSON line on stdout; nothing else is judged from them but the refused writes, the lost
-reports and the timing of those.
+work, a fenced write to the resource table through a plain connection of its own (one
+transaction: `lease.fenced(conn)`, accord's check_fence, then the UPDATE; accepted iff the
+check passed and the row's fence was smaller), a little more work, release. With CHAOS_POOL
+set it also claims from the work pool CHAOS_POOL (offered by the orchestrator) and marks each
+claim done. Every step is a JSON line on stdout; nothing else is judged from them but the
+refused writes, the lost reports and the timing of those.
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ import os
 import random
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import accord
 import psycopg
 
 WRITE = "UPDATE chaos_resource SET fence = %s, writer = %s WHERE key = %s AND fence < %s"
+#: check_fence's SQLSTATE: the fence is not the key's live grant.
+FENCE_REFUSED = "AC001"
 
 
 def say(**event: Any) -> None:
@@ -42,14 +46,26 @@ class Writer:
         self.url, self.name = url, name
         self.db: psycopg.Connection[Any] | None = None
 
-    def write(self, key: str, fence: int) -> bool:
+    def write(self, key: str, fence: int, check: Callable[[psycopg.Connection[Any]], None]) -> bool:
+        """The fenced write: `check` (accord's check_fence) and the UPDATE in one transaction.
+        False when the check refused the lease (rolled back, nothing written) or the row's
+        fence was not smaller."""
         if self.db is None or self.db.closed:
             self.db = psycopg.connect(
                 self.url, autocommit=True, application_name="chaos-writer", connect_timeout=3
             )
         try:
-            cursor = self.db.execute(WRITE, (fence, self.name, key, fence))
-            return cursor.rowcount == 1
+            with self.db.transaction():
+                check(self.db)
+                cursor = self.db.execute(WRITE, (fence, self.name, key, fence))
+                return cursor.rowcount == 1
+        except accord.LeaseLost:
+            return False
+        except psycopg.Error as e:
+            if e.sqlstate == FENCE_REFUSED:
+                return False
+            self.db.close()
+            raise
         except Exception:
             self.db.close()
             raise
@@ -91,9 +107,9 @@ def main() -> None:
         threading.Thread(target=watch, args=(lease,), daemon=True).start()
         time.sleep(rng.uniform(0.02, 0.15))
         try:
-            accepted = writer.write(key, lease.fence)
+            accepted = writer.write(key, lease.fence, lease.fenced)
             say(ev="write", key=key, fence=lease.fence, accepted=accepted)
-        except psycopg.Error as e:
+        except (psycopg.Error, accord.AccordError) as e:
             say(ev="write_error", key=key, fence=lease.fence, err=str(e)[:200])
         time.sleep(rng.uniform(0.01, 0.05))
         try:

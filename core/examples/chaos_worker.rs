@@ -2,10 +2,12 @@
 //! loop and `docs/reliability.md`). Configured by the environment: CHAOS_URL, CHAOS_WRITER_URL,
 //! CHAOS_NAMESPACE, CHAOS_NAME, CHAOS_KEYS (comma-separated), CHAOS_TTL_MS. Loops until killed:
 //! acquire a key, a little work, a fenced write to `chaos_resource` through a tokio-postgres
-//! connection of its own, a little more work, release; a JSON line per step on stdout. With
-//! CHAOS_POOL set (chaos/etcd_run.py), every third round claims two keys of that work pool
-//! instead, and for each makes the fenced write (the caller gave each pool key a row) and marks
-//! it done: a pool key granted, written or done twice is then in the run's record.
+//! connection of its own (`Lease::fenced` and the UPDATE in one transaction; on etcd, whose
+//! leases are not in the database, the UPDATE alone), a little more work, release; a JSON line
+//! per step on stdout. With CHAOS_POOL set (chaos/etcd_run.py), every third round claims two
+//! keys of that work pool instead, and for each makes the fenced write (the caller gave each
+//! pool key a row) and marks it done: a pool key granted, written or done twice is then in the
+//! run's record.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -34,7 +36,12 @@ struct Writer {
 }
 
 impl Writer {
-    async fn write(&mut self, key: &str, fence: i64, name: &str) -> Result<bool, String> {
+    async fn write(
+        &mut self,
+        lease: &accord::Lease,
+        key: &str,
+        name: &str,
+    ) -> Result<bool, String> {
         if self.db.as_ref().is_none_or(|db| db.is_closed()) {
             let mut config: tokio_postgres::Config =
                 self.url.parse().map_err(|e| format!("{e}"))?;
@@ -48,14 +55,42 @@ impl Writer {
             tokio::spawn(connection);
             self.db = Some(db);
         }
-        let db = self.db.as_ref().expect("connected");
-        match db.execute(WRITE, &[&fence, &name, &key]).await {
-            Ok(n) => Ok(n == 1),
-            Err(e) => {
-                self.db = None;
-                Err(format!("{e}"))
-            }
+        let db = self.db.as_mut().expect("connected");
+        let outcome = Self::fenced_write(db, lease, key, name).await;
+        if outcome.is_err() {
+            self.db = None;
         }
+        outcome
+    }
+
+    /// accord's check (`Lease::fenced`) and the UPDATE in one transaction: false when the
+    /// check refused the lease (rolled back, nothing written) or the row's fence was not
+    /// smaller.
+    async fn fenced_write(
+        db: &mut tokio_postgres::Client,
+        lease: &accord::Lease,
+        key: &str,
+        name: &str,
+    ) -> Result<bool, String> {
+        let tx = db.transaction().await.map_err(|e| format!("{e}"))?;
+        match lease.fenced(&tx).await {
+            Ok(()) => {}
+            // The etcd run's leases live outside this database (chaos/etcd_run.py): no
+            // transaction here can check them, and the fence in the UPDATE alone guards.
+            Err(e) if e.kind() == ErrorKind::Unsupported => {}
+            Err(e) if e.kind() == ErrorKind::LeaseLost => {
+                tx.rollback().await.map_err(|e| format!("{e}"))?;
+                return Ok(false);
+            }
+            Err(e) => return Err(format!("{e}")),
+        }
+        let fence = lease.fence();
+        let rows = tx
+            .execute(WRITE, &[&fence, &name, &key])
+            .await
+            .map_err(|e| format!("{e}"))?;
+        tx.commit().await.map_err(|e| format!("{e}"))?;
+        Ok(rows == 1)
     }
 }
 
@@ -127,7 +162,7 @@ async fn main() {
             }
         });
         tokio::time::sleep(Duration::from_millis(pause)).await;
-        match writer.write(&key, fence, &name).await {
+        match writer.write(&lease, &key, &name).await {
             Ok(accepted) => {
                 say(json!({"ev": "write", "key": key, "fence": fence, "accepted": accepted}))
             }

@@ -13,6 +13,7 @@
 //! contend URL NAMESPACE campaign NAME VALUE TTL_MS # campaign, lead until a stdin line, resign
 //! contend URL NAMESPACE publish STREAM COUNT TAG   # publish COUNT events, 10 at once
 //! contend URL NAMESPACE subscribe STREAM CONSUMER COUNT  # read COUNT events from the earliest
+//! contend URL NAMESPACE fenced KEYS TTL_MS TABLE   # acquire one of KEYS, insert into TABLE when told
 //! ```
 //!
 //! `contend` proves exclusion without trusting any client: TABLE (created by the caller as
@@ -50,6 +51,14 @@
 //! `EVENT <seq> <sha256 of the payload>` for each of COUNT events (tests/polyglot's stream run,
 //! beside Python and Node workers doing the same).
 //!
+//! `fenced` loops: acquire one of the comma-separated KEYS (ttl TTL_MS, waiting up to 10 s),
+//! print `HELD <key> <fence>`, wait for a line on standard input, insert `(key, fence, writer)`
+//! into TABLE (guarded by accord's trigger `fenced_write`) on a connection of its own, print
+//! `WROTE <key> <fence> <1|0>` (accepted, or refused by the trigger with `AC001`), release (a
+//! lost lease is no error here). It ends at the end of its standard input (tests/polyglot's
+//! fenced run, beside Python and Node workers doing the same; the caller SIGSTOPs some holders
+//! before it lets them write).
+//!
 //! `hold` prints `RELEASED` once it released the key. With `-` for MILLIS it keeps the key until
 //! its standard input ends (a line or EOF): the caller decides when, no timer does, as with the
 //! C test binary's `hold` mode.
@@ -78,7 +87,7 @@ async fn until_told_or_lost(lost: LostSignal) {
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: contend URL NAMESPACE (contend KEY ROUNDS TABLE | hold KEY (MILLIS | -) | notify CHANNEL PAYLOAD | hammer KEY GRANTS | drain PREFIX BATCH | fleet FLEET SHARDS TTL_MS PERIOD_MS | wait KEY TTL_MS [shared] | campaign NAME VALUE TTL_MS | publish STREAM COUNT TAG | subscribe STREAM CONSUMER COUNT)";
+    let usage = "usage: contend URL NAMESPACE (contend KEY ROUNDS TABLE | hold KEY (MILLIS | -) | notify CHANNEL PAYLOAD | hammer KEY GRANTS | drain PREFIX BATCH | fleet FLEET SHARDS TTL_MS PERIOD_MS | wait KEY TTL_MS [shared] | campaign NAME VALUE TTL_MS | publish STREAM COUNT TAG | subscribe STREAM CONSUMER COUNT | fenced KEYS TTL_MS TABLE)";
     let [url, namespace, command, a, b, rest @ ..] = args.as_slice() else {
         eprintln!("{usage}");
         std::process::exit(2);
@@ -275,6 +284,11 @@ async fn main() {
             let options = FleetOptions::shards(shards).ttl(ms(ttl)).period(ms(period));
             fleet_member(&client, url, &owner, a, options).await
         }
+        "fenced" => {
+            let ttl = Duration::from_millis(b.parse().expect("TTL_MS is a number"));
+            let table = rest.first().expect(usage);
+            fenced_writer(&client, url, &owner, a, ttl, table).await
+        }
         _ => {
             eprintln!("{usage}");
             2
@@ -317,6 +331,58 @@ async fn contend(
     }
     println!("OK {rounds}");
     0
+}
+
+/// A line of standard input, or None at its end.
+async fn told() -> Option<String> {
+    tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        match std::io::stdin().read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(line),
+        }
+    })
+    .await
+    .expect("read standard input")
+}
+
+async fn fenced_writer(
+    client: &Client,
+    url: &str,
+    owner: &str,
+    keys: &str,
+    ttl: Duration,
+    table: &str,
+) -> i32 {
+    let (db, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect for the fenced table");
+    tokio::spawn(connection);
+    let table = format!("\"{}\"", table.replace('"', "\"\""));
+    let insert = format!("INSERT INTO {table} (key, fence, writer) VALUES ($1, $2, $3)");
+    let keys: Vec<&str> = keys.split(',').collect();
+    loop {
+        let key = keys[rand::random_range(0..keys.len())];
+        let options = AcquireOptions::new()
+            .ttl(ttl)
+            .timeout(Duration::from_secs(10));
+        let lease = match client.acquire(key, options).await {
+            Ok(lease) => lease,
+            Err(e) if e.kind() == accord::ErrorKind::Timeout => continue,
+            Err(e) => panic!("acquire: {e}"),
+        };
+        println!("HELD {key} {}", lease.fence());
+        if told().await.is_none() {
+            return 0;
+        }
+        let accepted = match db.execute(&insert, &[&key, &lease.fence(), &owner]).await {
+            Ok(_) => 1,
+            Err(e) if e.code().map(|c| c.code()) == Some("AC001") => 0,
+            Err(e) => panic!("insert: {e}"),
+        };
+        println!("WROTE {key} {} {accepted}", lease.fence());
+        let _ = lease.release().await;
+    }
 }
 
 async fn fleet_member(

@@ -581,3 +581,189 @@ async fn a_row_a_transaction_holds_stalls_no_other_lease() {
     tx.rollback().await.unwrap();
     other.release().await.unwrap();
 }
+
+/// Entry point of the worker process of
+/// `done_in_killed_before_or_after_commit_leaves_neither_or_both`; a no-op in a normal run. It
+/// acquires ACCORD_DONE_IN_KEY (ttl 1 s), and in one transaction of its own connection
+/// inserts its result row and calls `done_in`, says `DONE_IN <fence>`, waits for a line, commits,
+/// says `COMMITTED` and waits for another line: the test kills it with SIGKILL at either stop.
+#[test]
+fn done_in_worker() {
+    let Ok(key) = std::env::var("ACCORD_DONE_IN_KEY") else {
+        return;
+    };
+    let var = |name: &str| std::env::var(name).unwrap();
+    let (url, namespace, table) = (
+        var("ACCORD_DONE_IN_URL"),
+        var("ACCORD_DONE_IN_NAMESPACE"),
+        var("ACCORD_DONE_IN_TABLE"),
+    );
+    let told = || {
+        let _ = std::io::stdin().read_line(&mut String::new());
+    };
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async move {
+            let options = accord::ClientOptions::new()
+                .namespace(namespace)
+                .owner(format!("worker-{key}"))
+                .ttl(Duration::from_secs(1));
+            let client = Client::connect(&url, options).await.unwrap();
+            let lease = client.acquire(&key, AcquireOptions::new()).await.unwrap();
+            // Named, so that the test sees when the server ended this backend.
+            let mut config: tokio_postgres::Config = url.parse().unwrap();
+            config.application_name(format!("done_in_{key}"));
+            let (mut app, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
+            tokio::spawn(connection);
+            let tx = app.transaction().await.unwrap();
+            tx.execute(
+                &format!("INSERT INTO \"{table}\" VALUES ($1, $2)"),
+                &[&key, &lease.fence()],
+            )
+            .await
+            .unwrap();
+            lease.done_in(&tx, None).await.unwrap();
+            println!("DONE_IN {}", lease.fence());
+            tokio::task::spawn_blocking(told).await.unwrap();
+            tx.commit().await.unwrap();
+            println!("COMMITTED");
+            tokio::task::spawn_blocking(told).await.unwrap();
+        });
+}
+
+/// The worker's next line.
+async fn next_line(lines: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> String {
+    tokio::time::timeout(BOUND, lines.recv())
+        .await
+        .expect("the worker said nothing")
+        .expect("the worker ended early")
+}
+
+/// "Crash between: neither or both, never one": a worker that writes its result and calls
+/// `done_in` in one transaction is killed with SIGKILL (a) after `done_in`, before its COMMIT:
+/// no result row, the key not done, and granted again once its ttl ran out; (b) after the
+/// COMMIT: the row and the done, both. Each kill lands where the worker says it stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn done_in_killed_before_or_after_commit_leaves_neither_or_both() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+
+    let h = Harness::postgres("fence_done_kill").await;
+    let table = format!("results_{}", h.tag);
+    h.admin()
+        .batch_execute(&format!(
+            "CREATE TABLE \"{table}\" (key text PRIMARY KEY, fence bigint NOT NULL)"
+        ))
+        .await
+        .unwrap();
+    let other = h.client("other").await;
+    for (key, commit) in [("before_commit", false), ("after_commit", true)] {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "done_in_worker",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("ACCORD_DONE_IN_KEY", key)
+            .env("ACCORD_DONE_IN_URL", &h.url)
+            .env("ACCORD_DONE_IN_NAMESPACE", &h.tag)
+            .env("ACCORD_DONE_IN_TABLE", &table)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let (lines_tx, mut lines) = tokio::sync::mpsc::unbounded_channel();
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                // libtest may print its own "test … " prefix on the first line.
+                for word in ["DONE_IN ", "COMMITTED"] {
+                    if let Some(i) = line.find(word) {
+                        let _ = lines_tx.send(line[i..].to_string());
+                    }
+                }
+            }
+        });
+        let said = next_line(&mut lines).await;
+        let fence: i64 = said
+            .strip_prefix("DONE_IN ")
+            .and_then(|f| f.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected line {said:?}"));
+        if commit {
+            stdin.write_all(b"commit\n").unwrap();
+            assert_eq!(next_line(&mut lines).await, "COMMITTED");
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        // The server ends the worker's transaction once its backend sees the socket closed.
+        let application = format!("done_in_{key}");
+        assert!(
+            eventually(BOUND, || async {
+                h.admin()
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                        &[&application],
+                    )
+                    .await
+                    .unwrap()
+                    .get::<_, i64>(0)
+                    == 0
+            })
+            .await,
+            "the killed worker's backend never ended"
+        );
+        let row = h
+            .admin()
+            .query_one(
+                &format!(
+                    "SELECT l.fence, l.done, l.expires_at, r.fence FROM accord.leases l
+                       LEFT JOIN \"{table}\" r ON r.key = l.key
+                      WHERE l.namespace = $1 AND l.key = $2"
+                ),
+                &[&h.tag, &key],
+            )
+            .await
+            .unwrap();
+        let (lease_fence, done, result): (i64, bool, Option<i64>) =
+            (row.get(0), row.get(1), row.get(3));
+        assert_eq!(lease_fence, fence);
+        if commit {
+            assert_eq!(
+                (done, result),
+                (true, Some(fence)),
+                "both, after the commit"
+            );
+            let again = other
+                .acquire(key, AcquireOptions::new().timeout(Duration::from_secs(1)))
+                .await;
+            assert_eq!(again.map(|_| ()).unwrap_err().kind(), ErrorKind::Done);
+        } else {
+            assert_eq!((done, result), (false, None), "neither, before the commit");
+            let expired_at: std::time::SystemTime = row.get(2);
+            let again = other
+                .acquire(key, AcquireOptions::new().timeout(BOUND))
+                .await
+                .unwrap();
+            assert!(again.fence() > fence);
+            let granted_at: std::time::SystemTime = h
+                .admin()
+                .query_one(
+                    "SELECT granted_at FROM accord.leases WHERE namespace = $1 AND key = $2",
+                    &[&h.tag, &key],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            assert!(
+                granted_at >= expired_at,
+                "granted again before the killed worker's lease expired"
+            );
+            again.release().await.unwrap();
+        }
+    }
+}

@@ -1,12 +1,13 @@
 //! `accord-bench`: the Rust part of `make bench` (bench/README.md). Runs scenarios 1–5, 8 (a
 //! work pool), 10 (waiting in line, elections), 11 (durable streams), 12 (a million keys) and 13
-//! (the cost of stats) of the
+//! (the cost of stats), 15 (fenced writes) of the
 //! benchmark, and with the feature `etcd` scenario 14 (accord on etcd, ACCORD_BENCH_ETCD_URL), against the database in ACCORD_BENCH_URL and writes their raw samples to
 //! ACCORD_BENCH_OUT for bench/report.py.
 
 mod concurrent;
 #[cfg(feature = "etcd")]
 mod etcd;
+mod fenced;
 mod handoff;
 mod keepalive;
 mod line;
@@ -34,11 +35,11 @@ pub const NAMESPACE: &str = "bench";
 
 #[derive(Parser)]
 #[command(
-    about = "accord's Rust benchmarks (scenarios 1-5, 8, 10, 11, 12 and 13); see bench/README.md"
+    about = "accord's Rust benchmarks (scenarios 1-5, 8, 10-13 and 15; 14 with the feature etcd); see bench/README.md"
 )]
 struct Args {
     /// Scenarios to run, e.g. `1,3`.
-    #[arg(long, value_delimiter = ',', default_values_t = [1u8, 2, 3, 4, 5, 8, 10, 11, 12, 13])]
+    #[arg(long, value_delimiter = ',', default_values_t = [1u8, 2, 3, 4, 5, 8, 10, 11, 12, 13, 15])]
     scenarios: Vec<u8>,
     /// The database (a throwaway one: the bench writes to schema accord_bench).
     #[arg(long, env = "ACCORD_BENCH_URL")]
@@ -95,7 +96,7 @@ pub struct Config {
 }
 
 /// The scenarios measured in both fsync modes by this file (the others do it themselves).
-const TWICE: [u8; 5] = [1, 2, 3, 4, 5];
+const TWICE: [u8; 6] = [1, 2, 3, 4, 5, 15];
 
 async fn run_scenario(scenario: u8, config: &Config) -> BenchResult<Vec<Record>> {
     Ok(match scenario {
@@ -109,6 +110,7 @@ async fn run_scenario(scenario: u8, config: &Config) -> BenchResult<Vec<Record>>
         11 => streams::run(config).await?,
         12 => million::run(config).await?,
         13 => stats_cost::run(config).await?,
+        15 => fenced::run(config).await?,
         #[cfg(feature = "etcd")]
         14 => etcd::run(config).await?,
         #[cfg(not(feature = "etcd"))]
@@ -118,7 +120,9 @@ async fn run_scenario(scenario: u8, config: &Config) -> BenchResult<Vec<Record>>
             )
         }
         other => {
-            return Err(format!("there is no scenario {other} (1-5, 8, 10, 11, 12, 13, 14)").into())
+            return Err(
+                format!("there is no scenario {other} (1-5, 8, 10, 11, 12, 13, 14, 15)").into(),
+            )
         }
     })
 }
