@@ -184,7 +184,7 @@ async fn claimed(lease: Lease, writer: &mut Writer, name: &str) {
     let (key, fence) = (lease.key().to_owned(), lease.fence());
     say(json!({"ev": "claimed", "key": key, "fence": fence}));
     tokio::time::sleep(Duration::from_millis(rand::random_range(10..50))).await;
-    match writer.write(&key, fence, name).await {
+    match writer.write(&lease, &key, name).await {
         Ok(accepted) => {
             say(json!({"ev": "write", "key": key, "fence": fence, "accepted": accepted}))
         }
