@@ -15,7 +15,8 @@ use crate::metadata::Metadata;
 use crate::validate;
 
 /// A statement to run in the application's transaction, with any driver: `text` takes its
-/// parameters as `$1`, `$2`, … in the order of `params`.
+/// parameters as `$1`, `$2`, … in the order of `params` (or as the [`Placeholders`] it was made
+/// with say).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SqlCall {
     /// The statement, with placeholders cast to their types (`$1::text`, …).
@@ -34,6 +35,51 @@ pub enum SqlParam {
     BigInt(i64),
     /// `text` or NULL (JSON text, cast to jsonb by the statement).
     NullableText(Option<String>),
+}
+
+/// How a statement writes its parameters: drivers differ, and the statement is made in the
+/// driver's own style rather than rewritten for it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Placeholders {
+    /// `$1`, `$2`, …: PostgreSQL's own (libpq, tokio-postgres, sqlx, pgx, node-postgres,
+    /// psycopg 3's raw cursors, asyncpg).
+    #[default]
+    Numbered,
+    /// `%s` for each parameter in order, and every other `%` written `%%`: Python DB-API's
+    /// "format" paramstyle (psycopg2), which formats the statement's text.
+    Format,
+}
+
+impl Placeholders {
+    /// The style a binding names: `"$1"` or `"%s"`, as the placeholder itself reads;
+    /// `InvalidArgument` naming `field` otherwise.
+    pub fn named(field: &str, name: &str) -> Result<Placeholders> {
+        match name {
+            "$1" => Ok(Placeholders::Numbered),
+            "%s" => Ok(Placeholders::Format),
+            _ => Err(Error::invalid(
+                field,
+                format!("\"$1\" (PostgreSQL's $1, $2, …) or \"%s\" (DB-API's format style), not {name:?}"),
+            )),
+        }
+    }
+
+    /// The placeholder of the `n`th parameter (from 1).
+    pub(crate) fn nth(self, n: usize) -> String {
+        match self {
+            Placeholders::Numbered => format!("${n}"),
+            Placeholders::Format => "%s".to_string(),
+        }
+    }
+
+    /// `text` (already quoted SQL) as it stands in a statement of this style.
+    pub(crate) fn literal(self, text: &str) -> String {
+        match self {
+            Placeholders::Numbered => text.to_string(),
+            Placeholders::Format => text.replace('%', "%%"),
+        }
+    }
 }
 
 impl SqlParam {
@@ -58,13 +104,13 @@ impl SqlParam {
 }
 
 impl Lease {
-    fn fenced_calls(&self) -> Result<FencedCalls> {
+    fn fenced_calls(&self, placeholders: Placeholders) -> Result<FencedCalls> {
         self.session.check_usable()?;
         self.session
             .scope
             .backend
             .fenced_schema()
-            .map(FencedCalls::new)
+            .map(|schema| FencedCalls::new(schema, placeholders))
             .map_err(|why| Error::new(ErrorKind::Unsupported, why))
     }
 
@@ -81,8 +127,13 @@ impl Lease {
     /// key's live grant on the server's clock, and keeps it so until that transaction ends;
     /// otherwise it raises SQLSTATE `AC001`. `Unsupported` on a store outside PostgreSQL.
     pub fn fence_check_sql(&self) -> Result<SqlCall> {
+        self.fence_check_sql_with(Placeholders::Numbered)
+    }
+
+    /// [`Lease::fence_check_sql`] with the placeholders a driver takes.
+    pub fn fence_check_sql_with(&self, placeholders: Placeholders) -> Result<SqlCall> {
         Ok(SqlCall {
-            text: self.fenced_calls()?.check,
+            text: self.fenced_calls(placeholders)?.check,
             params: self.lease_params(),
         })
     }
@@ -92,11 +143,20 @@ impl Lease {
     /// key's metadata as JSON text. Run it, then commit; the client learns the outcome on its
     /// own (see [`Lease::done_in`]).
     pub fn done_sql(&self, metadata: Option<&Metadata>) -> Result<SqlCall> {
+        self.done_sql_with(metadata, Placeholders::Numbered)
+    }
+
+    /// [`Lease::done_sql`] with the placeholders a driver takes.
+    pub fn done_sql_with(
+        &self,
+        metadata: Option<&Metadata>,
+        placeholders: Placeholders,
+    ) -> Result<SqlCall> {
         let text = self.check_done_in(metadata)?;
         let mut params = self.lease_params();
         params.push(SqlParam::NullableText(text));
         Ok(SqlCall {
-            text: self.fenced_calls()?.done,
+            text: self.fenced_calls(placeholders)?.done,
             params,
         })
     }
@@ -106,7 +166,7 @@ impl Lease {
     /// commits. Releasing again what this grant released is harmless.
     pub fn release_sql(&self) -> Result<SqlCall> {
         Ok(SqlCall {
-            text: self.fenced_calls()?.release,
+            text: self.fenced_calls(Placeholders::Numbered)?.release,
             params: self.lease_params(),
         })
     }
@@ -130,7 +190,12 @@ impl Lease {
     /// helpers): [`Lease::fence_check_sql`], after this client's own refusal (`LeaseLost` when
     /// the lease is already not held here). A refusal by the server: [`fenced_refusal`].
     pub fn fenced_call(&self) -> Result<SqlCall> {
-        let call = self.fence_check_sql()?;
+        self.fenced_call_with(Placeholders::Numbered)
+    }
+
+    /// [`Lease::fenced_call`] with the placeholders a driver takes.
+    pub fn fenced_call_with(&self, placeholders: Placeholders) -> Result<SqlCall> {
+        let call = self.fence_check_sql_with(placeholders)?;
         self.grant.require_held()?;
         Ok(call)
     }
@@ -139,7 +204,16 @@ impl Lease {
     /// this client's own refusals. Once it ran in the application's transaction (answered or
     /// not), call [`Lease::done_in_sent`]; the answer is the key's metadata as JSON text.
     pub fn done_in_call(&self, metadata: Option<&Metadata>) -> Result<SqlCall> {
-        let call = self.done_sql(metadata)?;
+        self.done_in_call_with(metadata, Placeholders::Numbered)
+    }
+
+    /// [`Lease::done_in_call`] with the placeholders a driver takes.
+    pub fn done_in_call_with(
+        &self,
+        metadata: Option<&Metadata>,
+        placeholders: Placeholders,
+    ) -> Result<SqlCall> {
+        let call = self.done_sql_with(metadata, placeholders)?;
         self.grant.require_held()?;
         Ok(call)
     }
@@ -222,4 +296,47 @@ pub fn fenced_refusal(what: &str, sqlstate: &str, message: &str) -> Error {
         _ => message.to_string(),
     };
     Error::new(kind, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_style_writes_the_same_statement() {
+        let numbered = FencedCalls::new("acc%ord", Placeholders::Numbered);
+        let format = FencedCalls::new("acc%ord", Placeholders::Format);
+        assert_eq!(
+            numbered.check,
+            "SELECT \"acc%ord\".check_fence($1::text, $2::text, $3::bigint)"
+        );
+        // A `%` of the text itself is doubled, so that the driver's formatting gives it back.
+        assert_eq!(
+            format.check,
+            "SELECT \"acc%%ord\".check_fence(%s::text, %s::text, %s::bigint)"
+        );
+        assert_eq!(
+            format.done,
+            "SELECT \"acc%%ord\".done(%s::text, %s::text, %s::bigint, %s::text::jsonb)::text"
+        );
+        assert_eq!(
+            numbered.release,
+            "SELECT \"acc%ord\".release($1::text, $2::text, $3::bigint)"
+        );
+    }
+
+    #[test]
+    fn a_style_is_named_as_its_placeholder_reads() {
+        assert_eq!(
+            Placeholders::named("p", "$1").unwrap(),
+            Placeholders::Numbered
+        );
+        assert_eq!(
+            Placeholders::named("p", "%s").unwrap(),
+            Placeholders::Format
+        );
+        let e = Placeholders::named("placeholders", "?").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert!(e.to_string().contains("placeholders"), "{e}");
+    }
 }

@@ -44,6 +44,8 @@ mod client;
 mod election;
 mod error;
 mod fenced;
+#[cfg(feature = "sqlx")]
+mod fenced_sqlx;
 mod fleet;
 mod lease;
 mod membership;
@@ -63,7 +65,7 @@ mod wording;
 pub use client::Client;
 pub use election::{CampaignOptions, Election, Leader, Leadership, Observer};
 pub use error::{Error, ErrorKind, Result};
-pub use fenced::{fenced_refusal, SqlCall, SqlParam};
+pub use fenced::{fenced_refusal, Placeholders, SqlCall, SqlParam};
 pub use fleet::{
     Fleet, FleetEvent, FleetOptions, RevokeReason, ShardLease, Shards, MAX_HANDOFFS_PER_PERIOD,
     MAX_SHARDS, MIN_PERIOD,

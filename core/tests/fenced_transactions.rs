@@ -767,3 +767,135 @@ async fn done_in_killed_before_or_after_commit_leaves_neither_or_both() {
         }
     }
 }
+
+/// The helpers on sqlx's connections (feature `sqlx`), as the tokio-postgres ones above.
+#[cfg(feature = "sqlx")]
+mod on_sqlx {
+    use super::*;
+    use sqlx::{Connection, PgConnection};
+
+    async fn results_table(h: &Harness) -> String {
+        let table = format!("sqlx_{}", h.tag);
+        h.admin()
+            .batch_execute(&format!(
+                "CREATE TABLE \"{table}\" (key text PRIMARY KEY, result text NOT NULL)"
+            ))
+            .await
+            .unwrap();
+        table
+    }
+
+    async fn written(h: &Harness, table: &str) -> Vec<String> {
+        let rows = h
+            .admin()
+            .query(&format!("SELECT key FROM \"{table}\" ORDER BY key"), &[])
+            .await
+            .unwrap();
+        rows.iter().map(|r| r.get(0)).collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlx_fenced_commits_while_live_and_refuses_an_expired_lease() {
+        let h = Harness::postgres("fence_sqlx").await;
+        let table = results_table(&h).await;
+        let insert = format!("INSERT INTO \"{table}\" VALUES ($1, 'ok')");
+        let (proxy, url) = h.proxy().await;
+        let a = Client::connect(&url, h.options("a").ttl(Duration::from_secs(1)))
+            .await
+            .unwrap();
+        let mut app = PgConnection::connect(&h.url).await.unwrap();
+
+        let live = a.acquire("live", AcquireOptions::new()).await.unwrap();
+        let mut tx = app.begin().await.unwrap();
+        live.fenced_sqlx(&mut tx).await.unwrap();
+        sqlx::query(&insert)
+            .bind("live")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(written(&h, &table).await, ["live"]);
+
+        // Its keepalive cut off, the lease runs out on the server and another client takes the
+        // key: the fenced write is refused as LeaseLost, and nothing is written.
+        let lease = a.acquire("job", AcquireOptions::new()).await.unwrap();
+        proxy.set(Mode::Cut);
+        wait_expired_on_server(&h, "job").await;
+        let b = h.client("b").await;
+        let _next = b.acquire("job", AcquireOptions::new()).await.unwrap();
+        let mut tx = app.begin().await.unwrap();
+        let e = lease.fenced_sqlx(&mut tx).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::LeaseLost, "{e}");
+        tx.rollback().await.unwrap();
+        assert_eq!(written(&h, &table).await, ["live"]);
+        drop(a);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlx_done_in_commits_with_the_write_or_not_at_all() {
+        let h = Harness::postgres("fence_sqlx_done").await;
+        let table = results_table(&h).await;
+        let insert = format!("INSERT INTO \"{table}\" VALUES ($1, 'ok')");
+        let a = h
+            .client_with("a", h.options("a").ttl(Duration::from_secs(2)))
+            .await;
+        let mut app = PgConnection::connect(&h.url).await.unwrap();
+
+        // Rolled back: neither the result nor the done; the lease is still held, and renewed.
+        // Inside, the server refuses a check after the done (the key is done in this
+        // transaction): its refusal comes back as LeaseLost through sqlx.
+        let kept = a.acquire("kept", AcquireOptions::new()).await.unwrap();
+        let mut tx = app.begin().await.unwrap();
+        sqlx::query(&insert)
+            .bind("kept")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        let merged = kept
+            .done_in_sqlx(&mut tx, Some(meta(serde_json::json!({"r": 1}))))
+            .await
+            .unwrap();
+        assert_eq!(merged.get("r"), Some(&serde_json::json!(1)));
+        let e = kept.fenced_sqlx(&mut tx).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::LeaseLost, "{e}");
+        assert!(e.message().ends_with("the key is done"), "{e}");
+        tx.rollback().await.unwrap();
+        let before = kept.expires_at();
+        assert!(
+            eventually(BOUND, || async { kept.expires_at() > before }).await,
+            "the lease was not renewed after the rollback"
+        );
+        assert_eq!(kept.status(), LeaseStatus::Held);
+
+        // Committed: both, and the lease ends as done, not lost.
+        let lease = a.acquire("job", AcquireOptions::new()).await.unwrap();
+        let mut tx = app.begin().await.unwrap();
+        lease.fenced_sqlx(&mut tx).await.unwrap();
+        sqlx::query(&insert)
+            .bind("job")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        lease.done_in_sqlx(&mut tx, None).await.unwrap();
+        assert_eq!(lease.status(), LeaseStatus::Held);
+        tx.commit().await.unwrap();
+        assert_eq!(lease_ended(&lease).await, LeaseStatus::Done);
+
+        assert_eq!(written(&h, &table).await, ["job"]);
+        let done: Vec<(String, bool)> = h
+            .admin()
+            .query(
+                "SELECT key, done FROM accord.leases WHERE namespace = $1 ORDER BY key",
+                &[&h.tag],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        assert_eq!(done, [("job".into(), true), ("kept".into(), false)]);
+        assert_eq!(kept.status(), LeaseStatus::Held);
+        assert_eq!(a.stats().lost, 0);
+        kept.release().await.unwrap();
+    }
+}

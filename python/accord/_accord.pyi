@@ -5,7 +5,7 @@ import builtins
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Literal, Optional, Union, final
+from typing import Any, Literal, Optional, Union, final, overload
 
 import psycopg
 from typing_extensions import Self
@@ -108,6 +108,13 @@ _LeaseStatus = Literal["held", "ending", "released", "done", "lost"]
 _LostReason = Literal["not_renewed", "not_recorded", "client_closed", "forked"]
 _RevokeReason = Literal["handoff", "lost", "closed"]
 _After = Union[Literal["latest", "earliest"], int]
+#: The placeholders of a fenced-write statement: PostgreSQL's ``$1``, or DB-API's ``%s``.
+_Placeholders = Literal["$1", "%s"]
+#: The application's connection for fenced writes: psycopg 3's (typed here), psycopg2's
+#: connection or cursor (sync) or asyncpg's Connection (asyncio), untyped here: accord depends
+#: on none of them.
+_Conn = Union[psycopg.Connection[Any], psycopg.Cursor[Any], Any]
+_AsyncConn = Union[psycopg.AsyncConnection[Any], psycopg.AsyncCursor[Any], Any]
 """Where a subscription starts: only events published from now on, the oldest the stream
 still holds, or after this seq."""
 
@@ -251,25 +258,50 @@ class Lease:
     def renew(self, metadata: Optional[_Metadata] = None) -> None: ...
     def release(self) -> None: ...
     def done(self, metadata: Optional[_Metadata] = None) -> None: ...
-    def fenced(self, conn: Union[psycopg.Connection[Any], psycopg.Cursor[Any]]) -> None:
-        """Checks this lease in the application's transaction (a psycopg 3 connection or
-        cursor), before its writes: they then commit before any later grant of the key.
-        LeaseLost when the lease is not the key's live grant: roll back."""
+    def fenced(self, conn: _Conn) -> None:
+        """Checks this lease in the application's transaction (a psycopg 3 or psycopg2
+        connection or cursor), before its writes: they then commit before any later grant of
+        the key. LeaseLost when the lease is not the key's live grant: roll back."""
     def done_in(
         self,
-        conn: Union[psycopg.Connection[Any], psycopg.Cursor[Any]],
+        conn: _Conn,
         metadata: Optional[_Metadata] = None,
     ) -> _Metadata:
         """Marks the key done in the application's transaction, merging ``metadata``; returns
         the key's metadata. After the commit the lease ends as "done", after a rollback it is
         still held."""
-    def fence_check_sql(self) -> tuple[str, list[Optional[str]]]:
+    @overload
+    def fence_check_sql(
+        self, *, placeholders: _Placeholders = "$1", typed: Literal[False] = False
+    ) -> tuple[str, list[Optional[str]]]:
         """The statement ``fenced`` runs (``accord.check_fence``) for a driver of your own: its
-        text (``$1``, ``$2``, …) and parameters as strings. LeaseLost when the lease is already
-        not held here; Unsupported on the embedded store."""
-    def done_sql(self, metadata: Optional[_Metadata] = None) -> tuple[str, list[Optional[str]]]:
+        text (``$1``, ``$2``, …, or ``placeholders="%s"``: DB-API's ``%s``, any other ``%``
+        doubled) and parameters as strings (``typed``: str, int or None, for drivers that bind
+        by type). LeaseLost when the lease is already not held here; Unsupported on the
+        embedded store."""
+    @overload
+    def fence_check_sql(
+        self, *, placeholders: _Placeholders = "$1", typed: bool
+    ) -> tuple[str, list[Union[str, int, None]]]: ...
+    @overload
+    def done_sql(
+        self,
+        metadata: Optional[_Metadata] = None,
+        *,
+        placeholders: _Placeholders = "$1",
+        typed: Literal[False] = False,
+    ) -> tuple[str, list[Optional[str]]]:
         """The statement ``done_in`` runs (``accord.done``; it answers the key's metadata as
-        JSON text) for a driver of your own; then call ``done_sent()``."""
+        JSON text) for a driver of your own; then call ``done_sent()``. ``placeholders`` and
+        ``typed`` as ``fence_check_sql``'s."""
+    @overload
+    def done_sql(
+        self,
+        metadata: Optional[_Metadata] = None,
+        *,
+        placeholders: _Placeholders = "$1",
+        typed: bool,
+    ) -> tuple[str, list[Union[str, int, None]]]: ...
     def done_sent(self) -> None:
         """Says that ``done_sql()``'s statement ran in the application's transaction: the
         lease settles as done at once after the commit, renewed as before after a rollback."""
@@ -318,23 +350,48 @@ class AsyncLease:
     async def renew(self, metadata: Optional[_Metadata] = None) -> None: ...
     async def release(self) -> None: ...
     async def done(self, metadata: Optional[_Metadata] = None) -> None: ...
-    async def fenced(
-        self, conn: Union[psycopg.AsyncConnection[Any], psycopg.AsyncCursor[Any]]
-    ) -> None:
-        """``Lease.fenced`` for psycopg 3's async connection or cursor."""
+    async def fenced(self, conn: _AsyncConn) -> None:
+        """``Lease.fenced`` for psycopg 3's async connection or cursor, or an asyncpg
+        connection."""
     async def done_in(
         self,
-        conn: Union[psycopg.AsyncConnection[Any], psycopg.AsyncCursor[Any]],
+        conn: _AsyncConn,
         metadata: Optional[_Metadata] = None,
     ) -> _Metadata:
-        """``Lease.done_in`` for psycopg 3's async connection or cursor."""
-    def fence_check_sql(self) -> tuple[str, list[Optional[str]]]:
+        """``Lease.done_in`` for psycopg 3's async connection or cursor, or an asyncpg
+        connection."""
+    @overload
+    def fence_check_sql(
+        self, *, placeholders: _Placeholders = "$1", typed: Literal[False] = False
+    ) -> tuple[str, list[Optional[str]]]:
         """The statement ``fenced`` runs (``accord.check_fence``) for a driver of your own: its
-        text (``$1``, ``$2``, …) and parameters as strings. LeaseLost when the lease is already
-        not held here; Unsupported on the embedded store."""
-    def done_sql(self, metadata: Optional[_Metadata] = None) -> tuple[str, list[Optional[str]]]:
+        text (``$1``, ``$2``, …, or ``placeholders="%s"``: DB-API's ``%s``, any other ``%``
+        doubled) and parameters as strings (``typed``: str, int or None, for drivers that bind
+        by type). LeaseLost when the lease is already not held here; Unsupported on the
+        embedded store."""
+    @overload
+    def fence_check_sql(
+        self, *, placeholders: _Placeholders = "$1", typed: bool
+    ) -> tuple[str, list[Union[str, int, None]]]: ...
+    @overload
+    def done_sql(
+        self,
+        metadata: Optional[_Metadata] = None,
+        *,
+        placeholders: _Placeholders = "$1",
+        typed: Literal[False] = False,
+    ) -> tuple[str, list[Optional[str]]]:
         """The statement ``done_in`` runs (``accord.done``; it answers the key's metadata as
-        JSON text) for a driver of your own; then call ``done_sent()``."""
+        JSON text) for a driver of your own; then call ``done_sent()``. ``placeholders`` and
+        ``typed`` as ``fence_check_sql``'s."""
+    @overload
+    def done_sql(
+        self,
+        metadata: Optional[_Metadata] = None,
+        *,
+        placeholders: _Placeholders = "$1",
+        typed: bool,
+    ) -> tuple[str, list[Union[str, int, None]]]: ...
     def done_sent(self) -> None:
         """Says that ``done_sql()``'s statement ran in the application's transaction: the
         lease settles as done at once after the commit, renewed as before after a rollback."""

@@ -10,7 +10,8 @@ use accord::LeaseStatus;
 use chrono::{DateTime, Utc};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyList};
+use pyo3::IntoPyObjectExt;
 
 use crate::convert;
 use crate::errors::{to_py, IntoPyResult};
@@ -43,10 +44,24 @@ fn wait_for_end(
     Ok(matches!(ended, Some(LeaseStatus::Lost(_))))
 }
 
-/// A statement of the core's as Python takes it: the text, the parameters as strings.
-fn sql_call(call: accord::SqlCall) -> (String, Vec<Option<String>>) {
-    let params = call.params.iter().map(accord::SqlParam::to_text).collect();
-    (call.text, params)
+/// A statement of the core's as Python takes it: the text, and the parameters as strings, or
+/// (`typed`) as the Python values of their kinds (str, int, None) for drivers that bind each
+/// parameter by its type (asyncpg).
+fn sql_call(py: Python<'_>, call: accord::SqlCall, typed: bool) -> PyResult<(String, Py<PyList>)> {
+    let params: Vec<Bound<'_, PyAny>> = call
+        .params
+        .iter()
+        .map(|param| match param {
+            accord::SqlParam::BigInt(v) if typed => v.into_bound_py_any(py),
+            _ => param.to_text().into_bound_py_any(py),
+        })
+        .collect::<PyResult<_>>()?;
+    Ok((call.text, PyList::new(py, params)?.unbind()))
+}
+
+/// The placeholder style a caller names (`placeholders="$1"` or `"%s"`), the core's names.
+fn placeholders(name: &str) -> PyResult<accord::Placeholders> {
+    accord::Placeholders::named("placeholders", name).py()
 }
 
 /// A function of `accord/_fenced.py`, which runs the statements on the caller's driver.
@@ -139,20 +154,34 @@ macro_rules! lease_class {
                 lost_reason_name(self.inner.status())
             }
             /// The statement `fenced` runs (`accord.check_fence`), for a driver of your own:
-            /// (text with `$1`, `$2`, …, the parameters as strings). `LeaseLost` when the
-            /// lease is already not held here; `Unsupported` on the embedded store.
-            fn fence_check_sql(&self) -> PyResult<(String, Vec<Option<String>>)> {
-                self.inner.fenced_call().map(sql_call).py()
+            /// (text with `$1`, `$2`, … or, `placeholders="%s"`, DB-API's `%s`; the
+            /// parameters as strings, or `typed` as str/int/None). `LeaseLost` when the lease
+            /// is already not held here; `Unsupported` on the embedded store.
+            #[pyo3(signature = (*, placeholders="$1", typed=false))]
+            fn fence_check_sql(
+                &self,
+                py: Python<'_>,
+                placeholders: &str,
+                typed: bool,
+            ) -> PyResult<(String, Py<PyList>)> {
+                let call = self.inner.fenced_call_with(self::placeholders(placeholders)?).py()?;
+                sql_call(py, call, typed)
             }
             /// The statement `done_in` runs (`accord.done`, merging `metadata`; it answers the
             /// key's metadata as JSON text), for a driver of your own; then call `done_sent()`.
-            #[pyo3(signature = (metadata=None))]
+            /// `placeholders` and `typed` as `fence_check_sql`'s.
+            #[pyo3(signature = (metadata=None, *, placeholders="$1", typed=false))]
             fn done_sql(
                 &self,
+                py: Python<'_>,
                 metadata: Option<&Bound<'_, PyAny>>,
-            ) -> PyResult<(String, Vec<Option<String>>)> {
+                placeholders: &str,
+                typed: bool,
+            ) -> PyResult<(String, Py<PyList>)> {
                 let metadata = convert::metadata("metadata", metadata)?;
-                self.inner.done_in_call(metadata.as_ref()).map(sql_call).py()
+                let style = self::placeholders(placeholders)?;
+                let call = self.inner.done_in_call_with(metadata.as_ref(), style).py()?;
+                sql_call(py, call, typed)
             }
             /// Says that `done_sql()`'s statement ran in the application's transaction: the
             /// lease settles as done at once after the commit, and is renewed as before after a
@@ -258,9 +287,9 @@ lease_class! {
     }
 
     /// Checks this lease in the application's transaction, before its writes: `conn` is a
-    /// psycopg 3 `Connection` or `Cursor` inside a transaction. After it returns, every write
-    /// of that transaction commits before any later grant of the key, even if the lease
-    /// expires before the commit. `LeaseLost` when the lease is not the key's live grant (or
+    /// psycopg 3 `Connection` or `Cursor`, or a psycopg2 connection or cursor, inside a
+    /// transaction. After it returns, every write of that transaction commits before any later
+    /// grant of the key, even if the lease expires before the commit. `LeaseLost` when the lease is not the key's live grant (or
     /// already lost here): roll back. The key's row is held until the transaction ends (the
     /// lease's own renewal waits for it): keep such transactions well inside the ttl.
     fn fenced(slf: &Bound<'_, Self>, conn: &Bound<'_, PyAny>) -> PyResult<()> {
@@ -445,7 +474,8 @@ lease_class! {
         runtime::detached_into_py(py, async move { lease.done(metadata).await.py() })
     }
 
-    /// `Lease.fenced` for psycopg 3's `AsyncConnection` or `AsyncCursor` (awaitable).
+    /// `Lease.fenced` for psycopg 3's `AsyncConnection` or `AsyncCursor`, or an asyncpg
+    /// `Connection` (awaitable).
     fn fenced<'py>(
         slf: &Bound<'py, Self>,
         conn: &Bound<'py, PyAny>,
@@ -453,7 +483,8 @@ lease_class! {
         fenced_py(slf.py(), "fenced_async")?.call1((slf, conn))
     }
 
-    /// `Lease.done_in` for psycopg 3's `AsyncConnection` or `AsyncCursor` (awaitable).
+    /// `Lease.done_in` for psycopg 3's `AsyncConnection` or `AsyncCursor`, or an asyncpg
+    /// `Connection` (awaitable).
     #[pyo3(signature = (conn, metadata=None))]
     fn done_in<'py>(
         slf: &Bound<'py, Self>,

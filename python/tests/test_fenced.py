@@ -73,7 +73,7 @@ def test_fenced_write_commits_only_while_the_lease_is_live(
             conn.execute(insert, ("gone",))
         assert rows(admin, table) == ["live"]
         with pytest.raises(accord.InvalidArgument, match="conn"):
-            live.fenced(object())  # type: ignore[arg-type]
+            live.fenced(object())
 
 
 def test_an_expired_lease_taken_over_is_refused(
@@ -150,7 +150,7 @@ async def test_async_fenced_and_done_in(
                 await gone.fenced(conn)
         assert rows(admin, table) == ["job"]
         with pytest.raises(accord.InvalidArgument, match="AsyncConnection"):
-            await (await a.acquire("other", ttl=60)).fenced(object())  # type: ignore[arg-type]
+            await (await a.acquire("other", ttl=60)).fenced(object())
 
 
 def test_the_embedded_store_has_no_fenced_writes(sc: Scenario) -> None:

@@ -21,6 +21,7 @@
 //! granted; they run under their caller's fixed search_path.
 
 use super::sql::{quote_ident, quote_literal, wakeup_channel, Sql};
+use crate::fenced::Placeholders;
 use crate::validate::{
     MAX_EVENT_BYTES, MAX_METADATA_BYTES, MAX_NAME_BYTES, MAX_OFFER_KEYS, MAX_PUBLISH_EVENTS,
     RESERVED_KEY_PREFIXES,
@@ -537,12 +538,19 @@ pub(crate) struct FencedCalls {
 }
 
 impl FencedCalls {
-    pub fn new(schema: &str) -> FencedCalls {
-        let s = quote_ident(schema);
+    pub fn new(schema: &str, placeholders: Placeholders) -> FencedCalls {
+        let s = placeholders.literal(&quote_ident(schema));
+        let call = |function: &str, casts: &[&str]| {
+            let args: Vec<String> = (1..)
+                .zip(casts)
+                .map(|(n, cast)| format!("{}::{cast}", placeholders.nth(n)))
+                .collect();
+            format!("SELECT {s}.{function}({})", args.join(", "))
+        };
         FencedCalls {
-            check: format!("SELECT {s}.check_fence($1::text, $2::text, $3::bigint)"),
-            done: format!("SELECT {s}.done($1::text, $2::text, $3::bigint, $4::text::jsonb)::text"),
-            release: format!("SELECT {s}.release($1::text, $2::text, $3::bigint)"),
+            check: call("check_fence", &["text", "text", "bigint"]),
+            done: call("done", &["text", "text", "bigint", "text::jsonb"]) + "::text",
+            release: call("release", &["text", "text", "bigint"]),
         }
     }
 }
