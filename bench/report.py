@@ -15,6 +15,7 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -1222,6 +1223,7 @@ def splice(page: str, report: Report, run_time: datetime.datetime, only: str) ->
     """`page` (a benchmarks page written before) with the sections and targets of `only`
     replaced by `report`'s: what `--only` writes, when only those rows were measured."""
     title, tag, make = ONLY[only]
+    number = int(title.split(".")[0])
     lines = page.rstrip("\n").split("\n")
     targets = [f"- **{verdict(t.met)}**: {t.name} ({t.detail})" for t in report.targets]
     kept = [
@@ -1242,8 +1244,18 @@ def splice(page: str, report: Report, run_time: datetime.datetime, only: str) ->
         if i == 0:
             note = f"Run alone ({when}, `{make}`), not with the sections above. {note}"
         sections += [f"## {title}", "", note, "", markdown_table(header, rows), ""]
+    # Before the first section numbered after this one (14 before 15, whichever ran last),
+    # else before the plots.
+    later = [
+        i
+        for i, line in enumerate(out)
+        if re.match(r"## (\d+)\w*\. ", line)
+        and int(re.match(r"## (\d+)", line)[1]) > number
+    ]
     at = (
-        out.index("## Latency distributions")
+        later[0]
+        if later
+        else out.index("## Latency distributions")
         if "## Latency distributions" in out
         else len(out) + 1
     )
