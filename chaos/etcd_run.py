@@ -11,9 +11,9 @@ Runs under scripts/with-etcd.sh (ACCORD_TEST_ETCD_URL, ACCORD_TEST_ETCD_MEMBERS:
 pid files and start scripts) and scripts/with-postgres.sh (ACCORD_TEST_DATABASE_URL: the
 resource the workers write to, with its audit trigger, as in chaos/run.py). The workers are
 target/debug/examples/chaos_worker built with the feature `etcd`; every other one also claims
-from a work pool (claim, fenced write, done). The audit is a watch of the run's prefix from
-revision 1, read after the run through the members' JSON gateway (auto-compaction is 1 h, so the
-history is whole): every grant is a holder record's create (its fence: create_revision x 1024 +
+from a work pool (claim, fenced write, done). The audit is a watch of the run's prefix from the
+revision the run starts at, read after the run through the members' JSON gateway
+(auto-compaction is 1 h, so the run's history is whole): every grant is a holder record's create (its fence: create_revision x 1024 +
 its slot, its owner and attempt in its value) and ends with the record's delete, in revision
 order; the rule judging double grants and stale writes is chaos/run.py's `judge`, fed revisions
 for times. A pool key's done is the put of its row that turns `done` on: twice, under a fence
@@ -454,8 +454,10 @@ def selftest() -> None:
     assert judge_pool(grant_rows(clean)[0], done_rows(done_once))["regranted"] == 1
 
 
-def check(cluster: Cluster, db: psycopg.Connection[Any], run: Run, evidence: Path) -> Any:
-    events = cluster.history(f"{PREFIX}/")
+def check(
+    cluster: Cluster, db: psycopg.Connection[Any], run: Run, evidence: Path, since: int
+) -> Any:
+    events = cluster.history(f"{PREFIX}/", since + 1)
     rows, live = grant_rows(events)
     pool = judge_pool(rows, done_rows(events))
     writes = db.execute(
@@ -563,7 +565,7 @@ def report(args: Any, result: dict[str, Any], run: Run, workers: list[Worker], w
             "through the proxies only. Streams and fleets are not in the etcd run yet."
         ),
         (
-            "- The audit: a watch of the run's prefix from revision 1 (after the run, "
+            "- The audit: a watch of the run's prefix from the revision it starts at (after the run, "
             "through a member's JSON gateway; nothing is compacted within the hour), "
             "trusting no worker: each holder record's create is a grant (fence "
             "create_revision x 1024 + slot, owner and attempt from its value), its delete "
@@ -654,10 +656,12 @@ def main() -> int:
             cursor.executemany(
                 "INSERT INTO chaos_resource VALUES (%s, 0, NULL)", [(k,) for k in KEYS + pool]
             )
-    # A run before this one on the same cluster: its records go (the audit starts at revision 1
-    # and judges this run's keys as well as any before, which a correct store passes too).
+    # A run before this one on the same cluster: its records go. The audit reads the history
+    # from the revision after that delete: this run's whole record, and nothing older, which a
+    # compaction (a test's, or etcd's auto-compaction) may already have removed.
     up = cluster.members_up()[0]
     up.call("kv/deleterange", {"key": b64(PREFIX + "/"), "range_end": range_end(PREFIX + "/")})
+    since = cluster.revision()
     offer(f"{cluster.url}?prefix={PREFIX}", pool)
     ports = [int(urlsplit(f"http://{m.client}").port or 0) for m in cluster.members]
     proxies = [Proxy([port]) for port in ports]
@@ -689,7 +693,7 @@ def main() -> int:
                 w.process.wait()
     time.sleep(0.5)  # the readers drain the pipes
     with psycopg.connect(db_url, autocommit=True) as db:
-        result = check(cluster, db, run, logs / "evidence.json")
+        result = check(cluster, db, run, logs / "evidence.json", since)
     wall = time.time() - began
     section = report(args, result, run, workers, wall)
     if args.report:
