@@ -33,9 +33,6 @@ fi
 as_pg=()
 [ "$(id -u)" = 0 ] && as_pg=(runuser -u postgres --)
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 
 # psql against NODE of the pair in $dir, as the superuser over the local socket.
 sql() {
@@ -100,8 +97,10 @@ case "${1:-}" in
     }
     trap cleanup EXIT INT TERM
     echo "accord-pair-$RANDOM$RANDOM" >"$dir/password"
-    free_port >"$dir/a.port"
-    free_port >"$dir/b.port"
+    # From below the ephemeral range (free-ports.py says why): a node restarts on its port.
+    read -r a_port b_port <<<"$(python3 "$here/free-ports.py" 2)"
+    echo "$a_port" >"$dir/a.port"
+    echo "$b_port" >"$dir/b.port"
     [ ${#as_pg[@]} -gt 0 ] && chown postgres: "$dir/password"
     "${as_pg[@]}" "$bindir/initdb" -D "$dir/a" -U postgres --pwfile="$dir/password" \
       --auth-local=trust --auth-host=scram-sha-256 -E UTF8 --no-sync >"$dir/initdb.log" 2>&1 \

@@ -43,17 +43,11 @@ if [ -d /dev/shm ] && [ -w /dev/shm ]; then base=/dev/shm; fi
 base=${ETCD_DATA_BASE:-$base}
 tmp=$(mktemp -d "$base/accord-etcd.XXXXXX")
 
-# Free ports: a client and a peer port for each member of each cluster.
+# Free ports: a client and a peer port for each member of each cluster, from below the
+# ephemeral range (scripts/free-ports.py says why: a killed member restarts on its ports).
 nclusters=1
 if [ "${ACCORD_TEST_ETCD_SECURE:-1}" != 0 ]; then nclusters=3; fi
-read -r -a ports <<<"$(python3 - "$((6 * nclusters))" <<'PY'
-import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-PY
-)"
+read -r -a ports <<<"$(python3 "$(dirname "$0")/free-ports.py" "$((6 * nclusters))")"
 
 pids=()
 stop() {

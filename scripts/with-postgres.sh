@@ -31,7 +31,8 @@ if [ "$(id -u)" = 0 ]; then
   as_pg=(runuser -u postgres --)
 fi
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# From below the ephemeral range (scripts/free-ports.py says why): tests restart the server.
+read -r port bport <<<"$(python3 "$(dirname "$0")/free-ports.py" 2)"
 password="accord-test-$RANDOM$RANDOM"
 echo "$password" >"$tmp/pwfile"
 [ ${#as_pg[@]} -gt 0 ] && chown postgres: "$tmp/pwfile"
@@ -93,7 +94,6 @@ export ACCORD_TEST_SOCKET_URL="postgres://postgres@$(printf '%s' "$tmp" | sed 's
 # every statement a test's clients prepared is found where it runs.
 pgbouncer_bin=$(command -v pgbouncer || ls /usr/sbin/pgbouncer 2>/dev/null || true)
 if [ -n "$pgbouncer_bin" ]; then
-  bport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   server="host=127.0.0.1 port=$port dbname=postgres user=postgres password=$password"
   cat >"$tmp/pgbouncer.ini" <<INI
 [databases]

@@ -101,10 +101,17 @@ impl Cluster {
             if let Some(leader) = self.agreed_leader().await {
                 return leader;
             }
-            assert!(
-                tokio::time::Instant::now() < until,
-                "the running members agree on no leader within {SETTLE:?}"
-            );
+            if tokio::time::Instant::now() >= until {
+                let running: Vec<String> = self
+                    .members
+                    .iter()
+                    .map(|m| format!("{} {}", m.name, m.is_running()))
+                    .collect();
+                panic!(
+                    "the running members agree on no leader within {SETTLE:?} (running: {})",
+                    running.join(", ")
+                );
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -261,9 +268,24 @@ impl Member {
         .await;
         assert!(
             ready,
-            "member {} serves no read within {SETTLE:?}",
-            self.name
+            "member {} serves no read within {SETTLE:?} (running: {}); the end of its log:\n{}",
+            self.name,
+            self.is_running(),
+            self.log_tail(40)
         );
+    }
+
+    /// The last `lines` lines of the member's log (its start script appends to `log` beside
+    /// its data folder), for a failure message: why a member did not come back.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let log = self.data_dir.with_file_name("log");
+        match std::fs::read_to_string(&log) {
+            Ok(text) => {
+                let all: Vec<&str> = text.lines().collect();
+                all[all.len().saturating_sub(lines)..].join("\n")
+            }
+            Err(e) => format!("(cannot read {}: {e})", log.display()),
+        }
     }
 }
 
