@@ -76,9 +76,15 @@ test-suites: $(TEST_SUITES) ## every test suite, without the lints (db, etcd)
 
 # Every crate of RUST_CRATES at once (the core's tests, the CLI's, the C ABI crate's unit tests):
 # one build serves them all, and the examples other suites build. With the core's feature `etcd`,
-# so that the etcd store's tests (core/tests/etcd*.rs) run too.
+# so that the etcd store's tests (core/tests/etcd*.rs) run too. They mostly wait (member kills,
+# elections, lease ttls), so they run beside the other test binaries rather than after them
+# (scripts/rust-test-lanes.py; about 3 minutes less). In their lane: the CLI's tests, which use
+# the etcd cluster whose members the etcd tests kill (so after those). Alone at the end: the two
+# binaries that stop the shared PostgreSQL server, which no other test may see.
+TEST_LANE_ETCD := etcd,etcd_cluster,etcd_secure,cli
+TESTS_ALONE := server_restart,prometheus_restart
 test-rust: ## the Rust crates' tests (core, CLI, C ABI) and doc tests, and README's quick start run twice on each server (db, etcd)
-	$(CARGO) test $(RUST_CRATES) --all-targets
+	CARGO="$(CARGO)" python3 scripts/rust-test-lanes.py --beside $(TEST_LANE_ETCD) --after $(TESTS_ALONE) -- $(RUST_CRATES)
 	$(CARGO) test $(RUST_CRATES) --doc
 	@# README's Rust quick start (core/examples/quickstart.rs), twice in a row: it must run again.
 	$(CARGO) build $(RUST_CRATES) --example quickstart

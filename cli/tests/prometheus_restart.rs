@@ -1,8 +1,9 @@
 //! `accord top --prometheus` across a PostgreSQL outage: a scrape while the server is down says
 //! `accord_up 0`, the next one after it came back reads again, and the exporter's reconnect is
-//! counted. Its own test binary: it stops the shared test server, which no other test of the
-//! CLI may see (cargo runs test binaries one at a time). Needs the throwaway server of
-//! `scripts/with-postgres.sh`, which exports its folder and binaries; skipped otherwise.
+//! counted. Its own test binary: it stops the shared test server, which no other test may see
+//! (`make test` runs it alone, after every other binary: TESTS_ALONE in the Makefile). Needs
+//! the throwaway server of `scripts/with-postgres.sh`, which exports its folder and binaries;
+//! skipped otherwise.
 
 mod support;
 

@@ -1,7 +1,9 @@
 //! A PostgreSQL restart in the middle of a run: leases survive within their ttl, waiting
 //! acquires and subscriptions carry on, fences keep increasing, and a stream's subscriber
 //! receives every stored event once, in order, while publishing goes on across the restart
-//! (G2, G8, L11, N5, D2).
+//! (G2, G8, L11, N5, D2). Its own test binary: it restarts the shared test server, which no
+//! other test may see (`make test` runs it alone, after every other binary: TESTS_ALONE in the
+//! Makefile).
 
 mod support;
 
