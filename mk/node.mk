@@ -29,13 +29,20 @@ $(NODE_STAMP): node/package.json node/package-lock.json
 
 node-deps: $(NODE_STAMP) ## npm install in node/ (from the committed lock)
 
+# napi builds for an explicit target (target/<triple>/), where the Python wheel's zig build
+# (mk/dist-pynode.mk) builds too, with another linker and environment: sharing that folder, each
+# rebuilt every crate after the other (two minutes of this 2-core machine each time, three times
+# in a `make test`). The addon has a cargo folder of its own.
+NODE_CARGO := $(CURDIR)/target/node-cargo
+
 build-node: node-deps ## the release addon in node/ (what the bench loads); regenerates index.js/.d.ts
-	cd node && $(NAPI) build --platform --release
+	cd node && CARGO_TARGET_DIR=$(NODE_CARGO) $(NAPI) build --platform --release
 
 # Built into node/build/ so that the committed loader and index.d.ts are left as they are for
 # the test that checks them fresh; only the addon is copied next to them.
 build-node-debug: node-deps ## the debug addon, copied into node/ (what test-node uses)
-	cd node && rm -rf build/napi && $(NAPI) build --platform -o build/napi && cp build/napi/accord.*.node .
+	cd node && rm -rf build/napi && CARGO_TARGET_DIR=$(NODE_CARGO) $(NAPI) build --platform -o build/napi \
+	  && cp build/napi/accord.*.node .
 
 develop-node: build-node-debug ## debug addon in node/ for require('./node') while changing the code
 
@@ -44,4 +51,6 @@ lint-node: node-deps ## tsc --strict on the examples and the committed index.d.t
 
 test-node: lint-node build-node-debug ## lint-node, the debug addon, then node --test (db)
 	$(CARGO) build $(RUST_CRATES) --example contend
-	cd node && node --test --test-timeout=180000 test/*.test.js
+	@# Two test files at a time (node's default on 2 cores is one): they mostly wait on the
+	@# servers, and each test has names of its own.
+	cd node && node --test --test-concurrency=2 --test-timeout=180000 test/*.test.js

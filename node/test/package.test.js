@@ -37,6 +37,8 @@ test('the committed index.js and index.d.ts are what napi generates', { timeout:
   if (!reuse) {
     run(path.join(PACKAGE_DIR, 'node_modules', '.bin', 'napi'), ['build', '--platform', '-o', out], {
       cwd: PACKAGE_DIR,
+      // The addon's own cargo folder (mk/node.mk, NODE_CARGO), not the wheel's.
+      env: { ...process.env, CARGO_TARGET_DIR: path.join(PACKAGE_DIR, '..', 'target', 'node-cargo') },
       stdio: ['ignore', 'ignore', 'pipe'],
       timeout: 600 * SEC,
     })
