@@ -1088,15 +1088,25 @@ class Report:
         ids = [
             "rust/fenced-plain",
             "rust/fenced-plain-tx",
+            "rust/fenced-plain-tx-pipelined",
             "rust/fenced-helper",
             "rust/fenced-pipelined",
+            "rust/fenced-trigger",
             "rust/fenced-lock-only",
             "rust/fenced-check-alone",
         ]
+        # Each way to write with the check, and the same write without it.
+        unchecked = {
+            "rust/fenced-helper": "rust/fenced-plain-tx",
+            "rust/fenced-pipelined": "rust/fenced-plain-tx-pipelined",
+            "rust/fenced-trigger": "rust/fenced-plain",
+        }
         rows: list[list[str]] = []
         for suffix, fsync in self.modes(*ids):
             plain = self.results.get("rust/fenced-plain" + suffix)
             for r in self.get(*(i + suffix for i in ids)):
+                twin_id = unchecked.get(r.id.removesuffix(suffix))
+                twin = self.results.get(twin_id + suffix) if twin_id else None
                 rows.append(
                     [
                         f"`{r.id}`",
@@ -1107,6 +1117,7 @@ class Report:
                         num(r.ops_per_s),
                         f"{float(r.metrics.get('app_round_trips', math.nan)):.0f}",
                         ratio(r.p50, plain.p50) if plain else "-",
+                        ratio(r.p50, twin.p50) if twin else "-",
                     ]
                 )
         self.table(
@@ -1116,9 +1127,12 @@ class Report:
             "transaction. `-lock-only` and `-check-alone` are parts, not ways to write: the "
             "lease row locked `FOR SHARE` by a plain SELECT in the pipeline instead of the "
             "function, and the function in a transaction of its own (its row lock gives the "
-            "transaction an id, so that commit is flushed too). Round trips: on the "
-            "application's connection (a pipelined group is one). Ratio: p50 against the "
-            "UPDATE alone in the same fsync mode.",
+            "transaction an id, so that commit is flushed too). `-trigger`: the same UPDATE "
+            "on a table whose `fenced_write` trigger checks the fence the row carries (the "
+            "check inside the one statement). Round trips: on the application's connection "
+            "(a pipelined group is one). Ratios: p50 against the UPDATE alone (autocommit), "
+            "and against the same write without the check (the same transaction, pipelined "
+            "or not; for the trigger, the UPDATE alone), in the same fsync mode.",
             [
                 "id",
                 "contender",
@@ -1128,43 +1142,50 @@ class Report:
                 "writes/s",
                 "round trips",
                 "p50 vs UPDATE",
+                "p50 vs no check",
             ],
             rows,
         )
-        # The target is on a durable server (issue 34); fsync off is told beside it.
+        # The target is on a durable server (issue 34); fsync off is told beside it. Judged
+        # on each way to write against the same write without the check: the trigger (one
+        # statement, autocommit, against the UPDATE alone) and the pipelined transaction
+        # (against BEGIN, UPDATE, COMMIT pipelined); the pipeline against the UPDATE alone is
+        # told beside them.
         parts = []
         for suffix, which in (("-fsync", "on"), ("", "off")):
-            plain, piped = (
-                self.results.get("rust/fenced-plain" + suffix),
-                self.results.get("rust/fenced-pipelined" + suffix),
+            got = {i: self.results.get(i + suffix) for i in ids}
+            if not all(got.values()):
+                continue
+            plain, plain_piped = (
+                got["rust/fenced-plain"],
+                got["rust/fenced-plain-tx-pipelined"],
             )
-            plain_tx, helper = (
-                self.results.get("rust/fenced-plain-tx" + suffix),
-                self.results.get("rust/fenced-helper" + suffix),
-            )
-            if plain and piped and plain_tx and helper:
-                parts.append(
+            trigger, piped = got["rust/fenced-trigger"], got["rust/fenced-pipelined"]
+            plain_tx, helper = got["rust/fenced-plain-tx"], got["rust/fenced-helper"]
+            assert plain and plain_piped and trigger and piped and plain_tx and helper
+            quotients = (trigger.p50 / plain.p50, piped.p50 / plain_piped.p50)
+            parts.append(
+                (
+                    which,
+                    quotients,
                     (
-                        which,
-                        piped.p50 / plain.p50,
-                        (
-                            f"fsync {which}: pipelined p50 {piped.p50 / plain.p50:.2f}x "
-                            f"({us(piped.p50)} vs {us(plain.p50)}), mean "
-                            f"{plain.ops_per_s / piped.ops_per_s:.2f}x; one round trip each "
-                            f"p50 {helper.p50 / plain_tx.p50:.2f}x of BEGIN, UPDATE, COMMIT "
-                            f"({us(helper.p50)} vs {us(plain_tx.p50)}), mean "
-                            f"{plain_tx.ops_per_s / helper.ops_per_s:.2f}x"
-                        ),
-                    )
+                        f"fsync {which}: the trigger p50 {quotients[0]:.2f}x of the UPDATE "
+                        f"alone ({us(trigger.p50)} vs {us(plain.p50)}); pipelined "
+                        f"{quotients[1]:.2f}x of BEGIN, UPDATE, COMMIT pipelined "
+                        f"({us(piped.p50)} vs {us(plain_piped.p50)}), "
+                        f"{piped.p50 / plain.p50:.2f}x of the UPDATE alone; one round trip "
+                        f"each {helper.p50 / plain_tx.p50:.2f}x of BEGIN, UPDATE, COMMIT"
+                    ),
                 )
+            )
         name = (
-            "(15) a fenced write (check, UPDATE, commit) within 1.3x of the UPDATE without "
-            "the check, fsync on (p50)"
+            "(15) a fenced write (check, UPDATE, commit) within 1.3x of the same write "
+            "without the check, fsync on (p50; the trigger and the pipelined transaction)"
         )
         durable = [q for which, q, _ in parts if which == "on"]
         self.target(
             name,
-            durable[0] <= 1.3 if durable else None,
+            max(durable[0]) <= 1.3 if durable else None,
             "; ".join(text for _, _, text in parts),
         )
         done_ids = ["rust/done-after-write", "rust/done-in", "rust/done-in-pipelined"]

@@ -19,6 +19,8 @@ use crate::{raw, BenchResult, Config, NAMESPACE, SCHEMA};
 
 /// The application's table (in the public schema, beside accord's).
 const TABLE: &str = "bench_fenced_resource";
+/// The same, guarded by accord's `fenced_write` trigger (rows carry their writer's fence).
+const GUARDED: &str = "bench_fenced_guarded";
 
 /// One contender: how it writes once, and the round trips that takes on the application's
 /// connection.
@@ -28,6 +30,9 @@ enum Write {
     Plain,
     /// BEGIN, the UPDATE, COMMIT, one round trip each.
     PlainTx,
+    /// BEGIN, the UPDATE and COMMIT sent at once (one round trip): the fenced pipeline without
+    /// its check, so the difference between the two is the check alone.
+    PlainTxPipelined,
     /// BEGIN, `Lease::fenced`, the UPDATE, COMMIT, one round trip each: the helper as the
     /// README shows it.
     Helper,
@@ -40,6 +45,9 @@ enum Write {
     /// `check_fence` alone, autocommit: the check's own transaction (its row lock gives it a
     /// transaction id, so its commit is flushed).
     CheckAlone,
+    /// The UPDATE alone, autocommit, on a table whose `fenced_write` trigger checks the fence
+    /// the row carries: the check inside the application's one statement.
+    Trigger,
 }
 
 impl Write {
@@ -47,6 +55,10 @@ impl Write {
         let (id, label) = match self {
             Write::Plain => ("rust/fenced-plain", "UPDATE, autocommit (no check)"),
             Write::PlainTx => ("rust/fenced-plain-tx", "BEGIN; UPDATE; COMMIT (no check)"),
+            Write::PlainTxPipelined => (
+                "rust/fenced-plain-tx-pipelined",
+                "BEGIN; UPDATE; COMMIT, pipelined (no check)",
+            ),
             Write::Helper => (
                 "rust/fenced-helper",
                 "BEGIN; Lease::fenced; UPDATE; COMMIT, one round trip each",
@@ -63,6 +75,10 @@ impl Write {
                 "rust/fenced-check-alone",
                 "part: SELECT check_fence, autocommit (no UPDATE)",
             ),
+            Write::Trigger => (
+                "rust/fenced-trigger",
+                "UPDATE, autocommit, on a table with the fenced_write trigger",
+            ),
         };
         let mut record = Record::new(id, label);
         record.metric("app_round_trips", self.round_trips());
@@ -71,7 +87,12 @@ impl Write {
 
     fn round_trips(self) -> u64 {
         match self {
-            Write::Plain | Write::Pipelined | Write::LockOnly | Write::CheckAlone => 1,
+            Write::Plain
+            | Write::PlainTxPipelined
+            | Write::Pipelined
+            | Write::LockOnly
+            | Write::CheckAlone
+            | Write::Trigger => 1,
             Write::PlainTx => 3,
             Write::Helper => 4,
         }
@@ -82,6 +103,8 @@ struct App {
     db: tokio_postgres::Client,
     update: Statement,
     lock: Statement,
+    /// The UPDATE of the table guarded by the trigger: $1 n, $2 key, $3 fence.
+    guarded_update: Statement,
 }
 
 impl App {
@@ -96,6 +119,14 @@ impl App {
                 let tx = self.db.transaction().await?;
                 tx.execute(&self.update, &params).await?;
                 tx.commit().await?;
+            }
+            Write::PlainTxPipelined => {
+                let db = &self.db;
+                tokio::try_join!(
+                    async { db.batch_execute("BEGIN").await.map_err(box_error) },
+                    async { db.execute(&self.update, &params).await.map_err(box_error) },
+                    async { db.batch_execute("COMMIT").await.map_err(box_error) },
+                )?;
             }
             Write::Helper => {
                 let tx = self.db.transaction().await?;
@@ -127,6 +158,12 @@ impl App {
                 )?;
             }
             Write::CheckAlone => lease.fenced(&self.db).await?,
+            Write::Trigger => {
+                let fence = lease.fence();
+                self.db
+                    .execute(&self.guarded_update, &[&n, &key, &fence])
+                    .await?;
+            }
         }
         Ok(())
     }
@@ -158,23 +195,44 @@ pub async fn run(config: &Config) -> BenchResult<Vec<Record>> {
          INSERT INTO {TABLE} VALUES ('fenced', 0), ('done', 0) ON CONFLICT (key) DO NOTHING"
     ))
     .await?;
+    // The same table guarded by the trigger, its rows carrying their writer's fence.
+    db.batch_execute(&format!(
+        "CREATE TABLE IF NOT EXISTS {GUARDED} (key text PRIMARY KEY, n bigint NOT NULL, fence bigint);
+         INSERT INTO {GUARDED} VALUES ('fenced', 0, NULL) ON CONFLICT (key) DO NOTHING;
+         DROP TRIGGER IF EXISTS fenced ON {GUARDED};
+         CREATE TRIGGER fenced BEFORE UPDATE ON {GUARDED} FOR EACH ROW
+           EXECUTE FUNCTION {SCHEMA}.fenced_write('{NAMESPACE}', 'key', 'fence')"
+    ))
+    .await?;
     let update = db
         .prepare(&format!("UPDATE {TABLE} SET n = $1 WHERE key = $2"))
+        .await?;
+    let guarded_update = db
+        .prepare(&format!(
+            "UPDATE {GUARDED} SET n = $1, fence = $3 WHERE key = $2"
+        ))
         .await?;
     let lock = db
         .prepare(&format!(
             "SELECT 1 FROM {SCHEMA}.leases WHERE namespace = $1 AND key = $2 FOR SHARE"
         ))
         .await?;
-    let mut app = App { db, update, lock };
+    let mut app = App {
+        db,
+        update,
+        lock,
+        guarded_update,
+    };
     let lease = accord.acquire("fenced", AcquireOptions::new()).await?;
     let ways = [
         Write::Plain,
         Write::PlainTx,
+        Write::PlainTxPipelined,
         Write::Helper,
         Write::Pipelined,
         Write::LockOnly,
         Write::CheckAlone,
+        Write::Trigger,
     ];
     let mut records: Vec<Record> = ways.iter().map(|w| w.record()).collect();
     // A fifth of scenario 1's pairs each, interleaved in rounds (the machine's drift spreads

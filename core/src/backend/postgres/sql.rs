@@ -1212,6 +1212,9 @@ pub(crate) fn migrations(schema: &str) -> Vec<Vec<String>> {
         // (`fenced.rs`): check_fence, done, release, offer, publish and the fenced_write
         // triggers. Functions only: clients of 8 and 9 keep working.
         super::fenced::migration(schema),
+        // Version 11: check_fence answers a live exclusive grant with one statement (the same
+        // rule, the same lock; the checks and the account of a refusal after it).
+        super::fenced::migration_11(schema),
     ]
 }
 
@@ -1389,6 +1392,7 @@ mod tests {
         "336c06891c4b2d54b34afe3212afd456beea2cd4bbeb7a62a19bd8945fecb08d",
         "8b0741b3d5230a942c42fcd124d91a9d2ed1995b47ecee21de6335ebb0371abf",
         "d70a1e76c7d3923a933ec872accbb19f5bfaa8c6d1243e1f79c38a05bc8ace99",
+        "9f07b930a0986af4b3dfa83ec7df685eb18a66929b410437e73f664fe2e5a122",
     ];
 
     #[test]
