@@ -118,3 +118,29 @@ async def test_asyncpg_done_in_commits_with_the_write_or_not_at_all(
         await b.try_acquire("job")
     assert kept.status == "held"
     assert a.stats().lost == 0
+
+
+async def test_asyncpg_a_pool_connection_takes_fenced_writes(
+    aclients: AsyncClients, admin: Database, sc: Scenario, table: str
+) -> None:
+    # What a pool's acquire() gives is a proxy (PoolConnectionProxy) of a connection the pool
+    # keeps: the helpers take it as the connection it stands for.
+    a = await aclients("a")
+    pool = await asyncpg.create_pool(sc.url, min_size=1, max_size=1)
+    try:
+        async with pool.acquire() as conn:
+            assert isinstance(conn, asyncpg.pool.PoolConnectionProxy)
+            job = await a.acquire("pooled", ttl=60)
+            async with conn.transaction():
+                await job.fenced(conn)
+                await conn.execute(f"INSERT INTO {table} VALUES ('pooled', 'ok')")
+                assert await job.done_in(conn, {"via": "pool"}) == {"via": "pool"}
+            wait_status(job, "done")
+            gone = await a.acquire("gone", ttl=60)
+            await gone.release()
+            with pytest.raises(accord.LeaseLost, match="released"):
+                async with conn.transaction():
+                    await gone.fenced(conn)
+    finally:
+        await pool.close()
+    assert rows(admin, table) == ["pooled"]
