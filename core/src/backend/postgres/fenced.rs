@@ -301,14 +301,9 @@ pub(crate) fn migration(schema: &str) -> Vec<String> {
             &format!(
                 "DECLARE g record;
                  BEGIN
-                   PERFORM {s}._name('namespace', namespace, false);
-                   PERFORM {s}._name('key', key, false);
-                   IF fence IS NULL THEN PERFORM {s}._refuse_argument('fence', 'must not be NULL'); END IF;
-                   g := {s}._grant_of(namespace, key, fence);
-                   IF g.state <> 'live' THEN
-                     PERFORM {s}._refuse_fence(namespace, key, fence, g.why);
-                   END IF;
-                 END"
+{}
+                 END",
+                check_fence_account(&s)
             ),
         ),
         // done: the client's done statement, once the grant is found live (and locked); the
@@ -528,6 +523,22 @@ pub(crate) fn migration(schema: &str) -> Vec<String> {
     out
 }
 
+/// `check_fence`'s full account (version 10's whole body, version 11's after its one statement):
+/// the arguments checked in `validate`'s words, then the grant's state on the key's row locked
+/// `FOR SHARE` (a shared holder's ticket too), and `AC001` saying why when it is not live. Uses
+/// the function's `g record`.
+fn check_fence_account(s: &str) -> String {
+    format!(
+        "                   PERFORM {s}._name('namespace', namespace, false);
+                   PERFORM {s}._name('key', key, false);
+                   IF fence IS NULL THEN PERFORM {s}._refuse_argument('fence', 'must not be NULL'); END IF;
+                   g := {s}._grant_of(namespace, key, fence);
+                   IF g.state <> 'live' THEN
+                     PERFORM {s}._refuse_fence(namespace, key, fence, g.why);
+                   END IF;"
+    )
+}
+
 /// Migration 11's statements: `check_fence` answers the common case, a live exclusive grant,
 /// with one statement. Version 10's body made three nested PL/pgSQL calls before it looked at
 /// the key (the two names' checks, then `_grant_of`), about 80 µs of server time more than the
@@ -550,14 +561,9 @@ pub(crate) fn migration_11(schema: &str) -> Vec<String> {
              RETURN;
            END IF;
            -- Not a live exclusive grant: the arguments' checks, a shared holder, or why not.
-           PERFORM {s}._name('namespace', namespace, false);
-           PERFORM {s}._name('key', key, false);
-           IF fence IS NULL THEN PERFORM {s}._refuse_argument('fence', 'must not be NULL'); END IF;
-           g := {s}._grant_of(namespace, key, fence);
-           IF g.state <> 'live' THEN
-             PERFORM {s}._refuse_fence(namespace, key, fence, g.why);
-           END IF;
-         END"
+{}
+         END",
+        check_fence_account(&s)
     );
     // CREATE OR REPLACE keeps the function's owner and the EXECUTE a DBA granted.
     vec![format!(

@@ -1392,7 +1392,7 @@ mod tests {
         "336c06891c4b2d54b34afe3212afd456beea2cd4bbeb7a62a19bd8945fecb08d",
         "8b0741b3d5230a942c42fcd124d91a9d2ed1995b47ecee21de6335ebb0371abf",
         "d70a1e76c7d3923a933ec872accbb19f5bfaa8c6d1243e1f79c38a05bc8ace99",
-        "9f07b930a0986af4b3dfa83ec7df685eb18a66929b410437e73f664fe2e5a122",
+        "0f8247f6f549825c287419e9f54eb41ad4fac95b30aebcc77b46700f0d1eff74",
     ];
 
     #[test]
