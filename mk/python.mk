@@ -17,11 +17,10 @@ PY_VENV := .venv
 PY := $(PY_VENV)/bin/python
 # Lint tools pinned to a minor version: their new rules must not break a fresh clone's `make test`.
 # The fenced-write helpers' drivers (psycopg 3, psycopg2, asyncpg) are here for the tests only:
-# accord depends on none of them. pytest-xdist runs the tests in two processes (test-python):
-# they mostly wait on the servers, and each test has names of its own.
+# accord depends on none of them.
 PY_TOOLS := "maturin>=1.9.4,<2" "pytest>=8,<10" "pytest-asyncio>=1.0,<2" "pytest-timeout>=2,<3" \
 	"mypy>=2.4,<2.5" "ruff>=0.17,<0.18" "psycopg[binary]>=3.2,<4" "psycopg2-binary>=2.9,<3" \
-	"asyncpg>=0.30,<1" "pytest-xdist>=3.6,<4"
+	"asyncpg>=0.30,<1"
 PY_TOOLS_STAMP := $(PY_VENV)/.accord-python-tools
 # The wheel of dist-python (mk/dist-pynode.mk), the one people install: in dist/ (release), or
 # target/dist-debug for the test targets (DIST_PROFILE=debug, mk/dist.mk).
@@ -39,7 +38,7 @@ $(PY_TOOLS_STAMP): mk/python.mk
 	$(PY) -m pip install --quiet --disable-pip-version-check $(PY_TOOLS)
 	@touch $@
 
-python-venv: $(PY_TOOLS_STAMP) ## .venv with maturin, pytest (asyncio, timeout, xdist), mypy, ruff, psycopg, psycopg2, asyncpg
+python-venv: $(PY_TOOLS_STAMP) ## .venv with maturin, pytest (asyncio, timeout), mypy, ruff, psycopg, psycopg2, asyncpg
 
 # The package as users install it: the wheel that goes to PyPI (dist-python). One build serves
 # the tests, the demo and the clean-venv check (`pip install ./python` would be a second one, with
@@ -70,7 +69,7 @@ lint-python: python-venv ## ruff and mypy --strict on python/
 test-python: python-install lint-python ## the wheel installed (debug), stubtest, pytest, then the clean-venv wheel check (db)
 	mkdir -p target && cd target && $(CURDIR)/$(PY) -m mypy.stubtest accord
 	$(CARGO) build $(RUST_CRATES) --example contend
-	cd python && ../$(PY_VENV)/bin/pytest -p no:cacheprovider -q -ra -n 2
+	cd python && ../$(PY_VENV)/bin/pytest -p no:cacheprovider -q -ra
 	$(MAKE) --no-print-directory test-python-wheel
 
 wheel-python: dist-python ## the wheel: dist-python's (abi3, manylinux2014), in dist/ (release) or target/dist-debug
