@@ -51,6 +51,4 @@ lint-node: node-deps ## tsc --strict on the examples and the committed index.d.t
 
 test-node: lint-node build-node-debug ## lint-node, the debug addon, then node --test (db)
 	$(CARGO) build $(RUST_CRATES) --example contend
-	@# Two test files at a time (node's default on 2 cores is one): they mostly wait on the
-	@# servers, and each test has names of its own.
-	cd node && node --test --test-concurrency=2 --test-timeout=180000 test/*.test.js
+	cd node && node --test --test-timeout=180000 test/*.test.js
