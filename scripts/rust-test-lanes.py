@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -56,14 +57,14 @@ def start_beside(binaries: list[dict[str, str]], log: Path) -> subprocess.Popen[
     """Runs the binaries one after another in the background, their output into `log`."""
     script = "status=0\n"
     for b in binaries:
+        name, folder, executable = (shlex.quote(b[k]) for k in ("name", "folder", "executable"))
         script += (
-            f"echo; echo '     Running {b['name']} (beside the other tests)'\n"
-            f"(cd '{b['folder']}' && CARGO_MANIFEST_DIR='{b['folder']}' '{b['executable']}')"
-            " || status=1\n"
+            f"echo; echo '     Running '{name}' (beside the other tests)'\n"
+            f"(cd {folder} && CARGO_MANIFEST_DIR={folder} {executable}) || status=1\n"
         )
     script += "exit $status\n"
-    out = log.open("wb")
-    return subprocess.Popen(["sh", "-c", script], stdout=out, stderr=subprocess.STDOUT)
+    with log.open("wb") as out:
+        return subprocess.Popen(["sh", "-c", script], stdout=out, stderr=subprocess.STDOUT)
 
 
 def main() -> None:
@@ -74,7 +75,10 @@ def main() -> None:
     args = parser.parse_args()
     cargo = os.environ.get("CARGO", "cargo")
     cargo_args = [a for a in args.cargo_args if a != "--"]
-    beside = set(filter(None, args.beside.split(",")))
+    # In the order given: the CLI's tests use the etcd cluster, so they come after the etcd
+    # store's member kills, in the same lane.
+    order = [n for n in args.beside.split(",") if n]
+    beside = set(order)
     after = set(filter(None, args.after.split(",")))
 
     binaries = build(cargo, cargo_args)
@@ -82,9 +86,6 @@ def main() -> None:
     unknown = (beside | after) - names
     if unknown:
         sys.exit(f"rust-test-lanes: no test target named {', '.join(sorted(unknown))}")
-    # In the order given: the CLI's tests use the etcd cluster, so they come after the etcd
-    # store's member kills, in the same lane.
-    order = [n for n in args.beside.split(",") if n]
     in_background = sorted(
         (b for b in binaries if b["name"] in beside), key=lambda b: order.index(b["name"])
     )
@@ -100,7 +101,7 @@ def main() -> None:
             foreground += ["--test", name]
         failed = subprocess.run(foreground, check=False).returncode != 0
         failed |= background.wait() != 0
-        sys.stdout.write(f"\n==== the tests run beside ({', '.join(sorted(beside))}) ====\n")
+        sys.stdout.write(f"\n==== the tests run beside ({', '.join(order)}) ====\n")
         sys.stdout.write(log.read_text(errors="replace"))
         sys.stdout.flush()
     if after:
